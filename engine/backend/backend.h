@@ -1,0 +1,179 @@
+// The op set every backend implements (DESIGN.md decision 1). Model code calls these through a
+// Backend& and never knows which device it runs on.
+//
+// Conventions (all ops):
+//   - Row-major. N = B*T rows of tokens. C = d_model. H heads, D = C/H head dim. V vocab.
+//   - Pointers are device pointers of the backend (host memory for the CPU backend), fp32.
+//   - Backward ops ACCUMULATE (+=) into every gradient they produce, input and parameter alike;
+//     the caller zeroes gradient buffers once per step. Exceptions are marked "writes".
+//   - Nothing allocates inside an op; scratch buffers are passed in or sized at construction.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace ctx {
+
+enum class DeviceKind { CPU, CUDA };
+
+enum class Activation { GeluTanh, GeluErf };
+
+enum class RotaryLayout { Half = 0, Interleaved = 1 };
+
+// Rotation applied to q and k (see ctx_rotary_spec in include/ctx/plugin.h for the formula).
+// Only the first rotary_dims dims of each head are rotated and scaled; the rest pass through.
+struct RotarySpec {
+    int rotary_dims = 0;               // dr, even, <= D; 0 disables the op
+    RotaryLayout layout = RotaryLayout::Half;
+    const float* inv_freq = nullptr;   // (dr/2) host memory
+    float position_scale = 1.0f;
+    float attention_factor = 1.0f;
+    const float* amp_base = nullptr;   // (dr/2) or nullptr
+    float amp_scale_base = 512.0f;
+};
+
+enum class BiasKind { None = 0, Linear = 1, KerpleLog = 2, KerplePower = 3, T5 = 4 };
+
+// Additive attention-logit bias b_h(p_i - p_j) for query i, key j <= i. With d = p_i - p_j:
+//   Linear      : -a[h] * d
+//   KerpleLog   : -a[h] * log(1 + b[h] * |d|)
+//   KerplePower : -a[h] * |d|^b[h]
+//   T5          : a[h * num_buckets + bucket(d)], bucket per METHODS.md 1.6 (n = max(0, floor(d)))
+// Gradients w.r.t. a and b are accumulated into da, db when those are non-null.
+struct BiasSpec {
+    BiasKind kind = BiasKind::None;
+    const float* a = nullptr;  // (H) or (H, num_buckets) for T5; host or device per backend
+    const float* b = nullptr;  // (H)
+    float* da = nullptr;       // same shape as a, or nullptr (fixed)
+    float* db = nullptr;       // same shape as b, or nullptr
+    int num_buckets = 32;
+    int max_distance = 128;
+};
+
+struct AttentionOptions {
+    BiasSpec bias;
+    // Keys further back than `window` tokens (by index, j < i - window + 1) are masked; 0 = full
+    // causal attention. Used for the "windowed" evaluation control.
+    int window = 0;
+};
+
+struct AdamWParams {
+    float lr = 0.0f;
+    float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+    float weight_decay = 0.0f;  // decoupled: p -= lr * wd * p
+    int64_t step = 1;           // 1-based, for bias correction
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual DeviceKind kind() const = 0;
+    virtual std::string name() const = 0;
+
+    // ---- memory
+    virtual float* alloc_floats(size_t n) = 0;  // zero-initialised, 64-byte aligned
+    virtual void free_floats(float* p) = 0;
+    virtual void copy_to_device(float* dst, const float* host_src, size_t n) = 0;
+    virtual void copy_to_host(float* host_dst, const float* src, size_t n) = 0;
+    virtual void zero(float* p, size_t n) = 0;
+
+    // ---- elementwise
+    // out (n) = a + b  (writes; out may alias a or b)
+    virtual void add(float* out, const float* a, const float* b, size_t n) = 0;
+    // y (n) += x
+    virtual void accumulate(float* y, const float* x, size_t n) = 0;
+    // x (n) *= s
+    virtual void scale(float* x, float s, size_t n) = 0;
+    // sum of squares of x (n) in double
+    virtual double sum_squares(const float* x, size_t n) = 0;
+
+    // ---- token + position embedding
+    // out (N, C) = wte[tokens[n]] (+ interp(wpe, positions[n]) if wpe != nullptr)   (writes)
+    // interp: j = floor(p), f = p - j, row = (1-f) wpe[j] + f wpe[min(j+1, P-1)]; requires
+    // 0 <= p <= P-1 (the model checks). tokens (N) int32 in [0, V), positions (N).
+    virtual void embedding_forward(float* out, const int32_t* tokens, const float* positions,
+                                   const float* wte, const float* wpe, int N, int C, int V,
+                                   int P) = 0;
+    // dwte (V, C) += scatter(dout); dwpe (P, C) += interp^T(dout) when dwpe != nullptr
+    virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                    const int32_t* tokens, const float* positions, int N, int C,
+                                    int V, int P) = 0;
+
+    // ---- layer norm over the last dim
+    // out (N, C) = (inp - mean) * rstd * w + b   (writes; b may be null); mean, rstd (N) saved
+    virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                   const float* w, const float* b, int N, int C, float eps) = 0;
+    // dinp (N, C) +=, dw (C) +=, db (C) += (db may be null)
+    virtual void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                                    const float* inp, const float* w, const float* mean,
+                                    const float* rstd, int N, int C) = 0;
+
+    // ---- dense layer
+    // out (N, OC) = inp (N, IC) @ W^T, W (OC, IC), + bias (OC) if non-null   (writes)
+    virtual void matmul_forward(float* out, const float* inp, const float* W, const float* bias,
+                                int N, int IC, int OC) = 0;
+    // dinp (N, IC) += dout @ W; dW (OC, IC) += dout^T @ inp; dbias (OC) += colsum(dout)
+    // (dinp and dbias may be null)
+    virtual void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
+                                 const float* inp, const float* W, int N, int IC, int OC) = 0;
+
+    // ---- activation
+    // out (n) = act(inp)   (writes)
+    virtual void activation_forward(float* out, const float* inp, size_t n, Activation act) = 0;
+    // dinp (n) += act'(inp) * dout
+    virtual void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
+                                     Activation act) = 0;
+
+    // ---- rotary position embedding, in place on the q and k thirds of qkv (B, T, 3C)
+    // laid out [q(C) | k(C) | v(C)] per token, each C = H heads x D. positions (B, T).
+    virtual void rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,
+                                const RotarySpec& spec) = 0;
+    // In place on dqkv: turns gradients w.r.t. the rotated q, k into gradients w.r.t. the
+    // unrotated ones (the transpose of the forward map). v's gradient is left as it is.
+    virtual void rotary_backward(float* dqkv, const float* positions, int B, int T, int C, int H,
+                                 const RotarySpec& spec) = 0;
+
+    // ---- causal multi-head attention with per-token float positions
+    // qkv (B, T, 3C) after rotary; out (B, T, C) (writes); att (B, H, T, T) softmax probabilities
+    // saved for backward (entries above the diagonal and outside the window are 0).
+    // Logit(i, j) = q_i . k_j / sqrt(D) + bias_h(p_i - p_j).
+    virtual void attention_forward(float* out, float* att, const float* qkv,
+                                   const float* positions, int B, int T, int C, int H,
+                                   const AttentionOptions& opt) = 0;
+    // dqkv (B, T, 3C) +=; bias parameter grads += (see BiasSpec). scratch: at least
+    // attention_scratch_floats(B, T, C, H) floats.
+    virtual void attention_backward(float* dqkv, float* scratch, const float* dout,
+                                    const float* qkv, const float* att, const float* positions,
+                                    int B, int T, int C, int H, const AttentionOptions& opt) = 0;
+    virtual size_t attention_scratch_floats(int B, int T, int C, int H) const = 0;
+
+    // ---- softmax cross-entropy with explicit targets and a loss mask
+    // losses (N) = mask[n] * -log softmax(logits[n])[targets[n]]   (writes)
+    virtual void crossentropy_forward(float* losses, const float* logits, const int32_t* targets,
+                                      const float* mask, int N, int V) = 0;
+    // Fused forward + backward, in place: logits (N, V) become
+    // dlogits = grad_scale * mask[n] * (softmax(logits[n]) - onehot(targets[n])), losses as
+    // above. Rows with mask 0 get zero gradient.
+    virtual void crossentropy_forward_backward(float* logits_to_dlogits, float* losses,
+                                               const int32_t* targets, const float* mask, int N,
+                                               int V, float grad_scale) = 0;
+
+    // ---- optimizer
+    // AdamW with decoupled weight decay on n contiguous floats:
+    //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  mhat = m/(1-b1^t);  vhat = v/(1-b2^t)
+    //   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)
+    virtual void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                              const AdamWParams& hp) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+// Defined by backend/cuda when built with CUDA; otherwise a stub that throws
+// ctx::Error("ctxengine was built without CUDA ...").
+std::unique_ptr<Backend> make_cuda_backend(int device);
+bool cuda_backend_available();
+// Number of visible CUDA devices (0 without CUDA or without a GPU).
+int cuda_device_count();
+
+}  // namespace ctx

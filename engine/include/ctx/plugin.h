@@ -1,0 +1,342 @@
+/*
+ * ctxengine plugin ABI (C, stable).
+ *
+ * A plugin is a shared library that exports one function:
+ *
+ *     const ctx_plugin_descriptor* ctx_plugin_query(void);
+ *
+ * The descriptor's first two fields are the ABI version the plugin was built against. The host
+ * rejects a plugin whose major differs from its own, or whose minor is newer than its own, and
+ * says both versions. Rules that keep old plugins loadable:
+ *   - structs carry `struct_size` and new fields are only appended;
+ *   - vtable slots are only appended; a NULL slot means "not provided";
+ *   - no C++ exception crosses this boundary: every call returns ctx_status and, on failure, writes
+ *     a message into the ctx_err the host passed in.
+ * Everything a plugin needs from the host (logging, options, random numbers) comes through
+ * ctx_host_api, so a plugin links against nothing but libc/libm.
+ *
+ * Tensors handed across the ABI are fp32 host memory (ctx_tensor). The engine owns all parameter
+ * storage: a plugin declares its parameters (name, shape) through host->register_param while it is
+ * created, and receives views into the engine's parameter and gradient arenas in every later call.
+ */
+#ifndef CTX_PLUGIN_H
+#define CTX_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CTX_PLUGIN_ABI_MAJOR 1
+#define CTX_PLUGIN_ABI_MINOR 0
+
+#if defined(_WIN32)
+#define CTX_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define CTX_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* ---------------------------------------------------------------- status and errors */
+typedef enum ctx_status {
+    CTX_OK = 0,
+    CTX_ERR_INVALID_ARGUMENT = 1, /* bad option value, shape mismatch, position out of range */
+    CTX_ERR_UNSUPPORTED = 2,      /* the call is valid but this plugin cannot do it */
+    CTX_ERR_OUT_OF_MEMORY = 3,
+    CTX_ERR_INTERNAL = 4
+} ctx_status;
+
+#define CTX_ERR_MESSAGE_CAP 512
+typedef struct ctx_err {
+    char message[CTX_ERR_MESSAGE_CAP]; /* NUL-terminated; the host prefixes the plugin name */
+} ctx_err;
+
+/* ---------------------------------------------------------------- tensors */
+typedef enum ctx_dtype { CTX_F32 = 0 } ctx_dtype;
+
+typedef struct ctx_tensor {
+    float* data;       /* host memory, row-major, contiguous */
+    int32_t dtype;     /* ctx_dtype; always CTX_F32 in ABI 1.x */
+    int32_t ndim;      /* 1..4 */
+    int64_t shape[4];  /* unused trailing entries are 1 */
+} ctx_tensor;
+
+/* ---------------------------------------------------------------- options */
+typedef enum ctx_option_type {
+    CTX_OPT_NUMBER = 1,  /* Lua number (integers accepted) */
+    CTX_OPT_INTEGER = 2, /* Lua integer, or a float with an integral value */
+    CTX_OPT_BOOL = 3,
+    CTX_OPT_STRING = 4,
+    CTX_OPT_NUMBER_LIST = 5 /* Lua sequence of numbers */
+} ctx_option_type;
+
+/* A declared option. The host validates the recipe's table against this list before create():
+ * unknown keys and wrong types are reported with the recipe's file:line. */
+typedef struct ctx_option_desc {
+    const char* name;
+    int32_t type;              /* ctx_option_type */
+    const char* default_value; /* printable default for --list-plugins, may be NULL */
+    const char* help;
+} ctx_option_desc;
+
+typedef struct ctx_options ctx_options; /* opaque, owned by the host */
+
+/* ---------------------------------------------------------------- host services */
+typedef enum ctx_log_level {
+    CTX_LOG_DEBUG = 0,
+    CTX_LOG_INFO = 1,
+    CTX_LOG_WARN = 2,
+    CTX_LOG_ERROR = 3
+} ctx_log_level;
+
+typedef enum ctx_param_init {
+    CTX_INIT_ZEROS = 0,
+    CTX_INIT_NORMAL = 1,  /* N(0, init_scale^2) */
+    CTX_INIT_UNIFORM = 2, /* U(init_lo, init_hi) */
+    CTX_INIT_PLUGIN = 3   /* the plugin's init_params() fills it */
+} ctx_param_init;
+
+typedef struct ctx_param_desc {
+    uint32_t struct_size;
+    const char* name; /* unique within the plugin, e.g. "wpe" */
+    int32_t ndim;
+    int64_t shape[4];
+    int32_t init;           /* ctx_param_init */
+    float init_scale;       /* for CTX_INIT_NORMAL */
+    float init_lo, init_hi; /* for CTX_INIT_UNIFORM */
+    int32_t weight_decay;   /* 1: AdamW decays it; 0: it does not */
+} ctx_param_desc;
+
+typedef struct ctx_host_api {
+    uint32_t struct_size;
+    uint32_t abi_major, abi_minor; /* the host's version */
+    void* host;                    /* pass back as the first argument of every callback */
+
+    void (*log)(void* host, int32_t level, const char* message);
+
+    /* Options. Absent keys return the default. Types were validated against the descriptor. */
+    int32_t (*opt_has)(void* host, const ctx_options* opts, const char* key);
+    double (*opt_number)(void* host, const ctx_options* opts, const char* key, double dflt);
+    int64_t (*opt_integer)(void* host, const ctx_options* opts, const char* key, int64_t dflt);
+    int32_t (*opt_bool)(void* host, const ctx_options* opts, const char* key, int32_t dflt);
+    /* The returned string lives as long as opts. */
+    const char* (*opt_string)(void* host, const ctx_options* opts, const char* key, const char* dflt);
+    /* Copies up to cap numbers; returns the list's length (-1 if absent). */
+    int64_t (*opt_number_list)(void* host, const ctx_options* opts, const char* key, double* out,
+                               int64_t cap);
+
+    /* Declares a trainable parameter; valid only inside create() and extend(). Returns its index
+     * (0, 1, ... in declaration order) or -1 with a message in err. */
+    int32_t (*register_param)(void* host, const ctx_param_desc* desc, ctx_err* err);
+
+    /* Deterministic random numbers from the engine's seeded stream (for init). */
+    uint64_t (*rng_u64)(void* host);
+} ctx_host_api;
+
+/* ---------------------------------------------------------------- descriptor */
+typedef enum ctx_plugin_kind {
+    CTX_PLUGIN_PE = 1,
+    CTX_PLUGIN_SAMPLER = 2,
+    CTX_PLUGIN_EVAL = 3
+} ctx_plugin_kind;
+
+typedef struct ctx_plugin_descriptor {
+    uint32_t abi_major; /* must stay the first two fields in every ABI version */
+    uint32_t abi_minor;
+    uint32_t struct_size; /* sizeof(ctx_plugin_descriptor) as the plugin saw it */
+    int32_t kind;         /* ctx_plugin_kind */
+    const char* name;     /* "rope": registered as "<kind>/<name>", e.g. "pe/rope" */
+    const char* version;  /* the plugin's own version, free form */
+    const char* description;
+    const ctx_option_desc* options;
+    int32_t n_options;
+    const void* vtable; /* ctx_pe_vtable / ctx_sampler_vtable / ctx_eval_vtable by kind */
+} ctx_plugin_descriptor;
+
+typedef const ctx_plugin_descriptor* (*ctx_plugin_query_fn)(void);
+#define CTX_PLUGIN_QUERY_SYMBOL "ctx_plugin_query"
+
+/* ================================================================= positional encodings
+ * A PE plugin uses any of three hooks (DESIGN.md decision 4), announced in pe_vtable.hooks:
+ *   input : a vector added to each token embedding, either a learned table the engine looks up
+ *           with linear interpolation at fractional positions (CTX_INPUT_TABLE) or values the plugin
+ *           computes from the positions (CTX_INPUT_GENERIC);
+ *   rotary: frequencies and scales; the engine rotates q and k;
+ *   bias  : a per-head additive attention-logit bias of p_i - p_j, from a family the engine
+ *           evaluates inside attention (and differentiates w.r.t. its per-head parameters).
+ */
+typedef struct ctx_model_info {
+    uint32_t struct_size;
+    int32_t d_model, n_head, head_dim, n_layer, vocab_size;
+    int32_t context_length; /* Lt: the training context the model was built for */
+} ctx_model_info;
+
+enum { CTX_PE_HOOK_INPUT = 1u, CTX_PE_HOOK_ROTARY = 2u, CTX_PE_HOOK_BIAS = 4u };
+
+typedef enum ctx_input_kind {
+    CTX_INPUT_TABLE = 1,  /* engine: x += interp(params[table_param], p) */
+    CTX_INPUT_GENERIC = 2 /* plugin: input_forward() adds into x */
+} ctx_input_kind;
+
+typedef struct ctx_input_spec {
+    uint32_t struct_size;
+    int32_t kind;        /* ctx_input_kind */
+    int32_t table_param; /* CTX_INPUT_TABLE: index of a (rows, d_model) parameter */
+} ctx_input_spec;
+
+typedef enum ctx_rotary_layout {
+    CTX_ROTARY_HALF = 0,       /* NeoX/LLaMA: dim k pairs with k + dr/2 */
+    CTX_ROTARY_INTERLEAVED = 1 /* GPT-J: dim 2k pairs with 2k+1 */
+} ctx_rotary_layout;
+
+/* With a = (p * position_scale) * inv_freq[k] and R(a) the 2-D rotation of pair k, the engine sets
+ *     q' = attention_factor * zeta_k^( p / amp_scale_base) * R(a) q
+ *     k' = attention_factor * zeta_k^(-p / amp_scale_base) * R(a) k
+ * where zeta_k = amp_base[k] if amp_base != NULL (xPos) and 1 otherwise; v is not touched. */
+typedef struct ctx_rotary_spec {
+    uint32_t struct_size;
+    int32_t rotary_dims;      /* dr: even, 0 < dr <= head_dim; dims >= dr pass through */
+    int32_t layout;           /* ctx_rotary_layout */
+    const float* inv_freq;    /* (dr/2) theta_k; owned by the plugin instance */
+    float position_scale;     /* linear position interpolation: 1/s; 1 otherwise */
+    float attention_factor;   /* YaRN's m; 1 otherwise */
+    const float* amp_base;    /* (dr/2) xPos zeta_k, or NULL */
+    float amp_scale_base;     /* xPos B (e.g. 512) */
+} ctx_rotary_spec;
+
+typedef enum ctx_bias_kind {
+    CTX_BIAS_NONE = 0,
+    CTX_BIAS_LINEAR = 1,       /* -slope[h] * (p_i - p_j)                     (ALiBi) */
+    CTX_BIAS_KERPLE_LOG = 2,   /* -r1[h] * log(1 + r2[h] * |p_i - p_j|)               */
+    CTX_BIAS_KERPLE_POWER = 3, /* -r1[h] * |p_i - p_j|^r2[h]                          */
+    CTX_BIAS_T5 = 4            /* table[h][bucket(p_i - p_j)]                         */
+} ctx_bias_kind;
+
+typedef struct ctx_bias_spec {
+    uint32_t struct_size;
+    int32_t kind;           /* ctx_bias_kind */
+    /* LINEAR with fixed slopes: slopes points at (n_head) floats owned by the plugin and
+     * param_a = -1. Learnable families name parameters instead: */
+    const float* slopes;
+    int32_t param_a;        /* LINEAR (learnable slope) / KERPLE r1 / T5 table: param index or -1 */
+    int32_t param_b;        /* KERPLE r2: param index or -1 */
+    int32_t num_buckets;    /* T5 */
+    int32_t max_distance;   /* T5 */
+} ctx_bias_spec;
+
+typedef struct ctx_pe_vtable {
+    uint32_t struct_size;
+    uint32_t hooks; /* CTX_PE_HOOK_* bits */
+
+    /* Reads options, declares parameters (host->register_param), returns an instance. */
+    ctx_status (*create)(const ctx_host_api* host, const ctx_model_info* model,
+                         const ctx_options* options, void** instance, ctx_err* err);
+    void (*destroy)(void* instance);
+
+    /* Fills parameters declared with CTX_INIT_PLUGIN (may be NULL if none). */
+    ctx_status (*init_params)(void* instance, ctx_tensor* params, int32_t n_params, ctx_err* err);
+
+    /* input hook */
+    ctx_status (*input_spec)(void* instance, ctx_input_spec* spec, ctx_err* err);
+    /* CTX_INPUT_GENERIC only: x (n_tokens, d_model) += f(positions). */
+    ctx_status (*input_forward)(void* instance, const ctx_tensor* params, int32_t n_params,
+                                const float* positions, int64_t n_tokens, float* x, ctx_err* err);
+    /* CTX_INPUT_GENERIC with parameters: grads += d f / d params . dx (may be NULL). */
+    ctx_status (*input_backward)(void* instance, const ctx_tensor* params, ctx_tensor* grads,
+                                 int32_t n_params, const float* positions, int64_t n_tokens,
+                                 const float* dx, ctx_err* err);
+
+    /* rotary hook; seq_len is the length of the rows about to run (dynamic scaling uses it). */
+    ctx_status (*rotary_spec)(void* instance, int64_t seq_len, ctx_rotary_spec* spec, ctx_err* err);
+
+    /* bias hook */
+    ctx_status (*bias_spec)(void* instance, int64_t seq_len, ctx_bias_spec* spec, ctx_err* err);
+
+    /* Extend the context from old_len to new_len (Lt -> Le). A plugin whose parameters change
+     * shape re-declares them with host->register_param (same names, new shapes) and then, in
+     * extend_params, fills the new tensors from the old ones. */
+    ctx_status (*extend)(const ctx_host_api* host, void* instance, int64_t old_len,
+                         int64_t new_len, ctx_err* err);
+    ctx_status (*extend_params)(void* instance, const ctx_tensor* old_params,
+                                ctx_tensor* new_params, int32_t n_params, ctx_err* err);
+
+    /* Called after every optimizer update (e.g. KERPLE clamps r1, r2). May be NULL. */
+    ctx_status (*after_update)(void* instance, ctx_tensor* params, int32_t n_params, ctx_err* err);
+
+    /* Plugin state that is not a parameter (current length, scale), for checkpoints. Writes at
+     * most cap bytes and returns the size needed in *size. May be NULL if stateless. */
+    ctx_status (*save_state)(void* instance, void* buffer, size_t cap, size_t* size, ctx_err* err);
+    ctx_status (*load_state)(void* instance, const void* buffer, size_t size, ctx_err* err);
+} ctx_pe_vtable;
+
+/* ================================================================= samplers
+ * A sampler turns one window of a document (original positions 0..window_len-1) into one training
+ * row of row_len tokens with original float positions, targets and a loss mask (METHODS.md 2). */
+typedef struct ctx_sample_row {
+    int32_t* tokens;    /* (row_len) */
+    float* positions;   /* (row_len) original positions */
+    int32_t* targets;   /* (row_len) */
+    float* loss_mask;   /* (row_len) 1 trains the target, 0 does not */
+    int64_t row_len;
+} ctx_sample_row;
+
+typedef struct ctx_sampler_vtable {
+    uint32_t struct_size;
+    ctx_status (*create)(const ctx_host_api* host, const ctx_options* options, void** instance,
+                         ctx_err* err);
+    void (*destroy)(void* instance);
+    /* window: (window_len + 1) tokens, the last one only a target. rng_state: a 4 x u64 stream the
+     * host owns and checkpoints; use ctx_sampler_next_u64-compatible xoshiro256** on it. */
+    ctx_status (*sample)(void* instance, const int32_t* window, int64_t window_len,
+                         uint64_t rng_state[4], ctx_sample_row* row, ctx_err* err);
+} ctx_sampler_vtable;
+
+/* ================================================================= evaluation tasks */
+typedef struct ctx_eval_host ctx_eval_host; /* opaque: the model, tokenizer, data, metrics sink */
+
+typedef struct ctx_eval_api {
+    uint32_t struct_size;
+    /* Per-token log-probabilities of rows: tokens/positions (n_rows, row_len), logprobs out
+     * (n_rows, row_len) = log p(targets | prefix). */
+    ctx_status (*row_logprobs)(ctx_eval_host* host, const int32_t* tokens, const float* positions,
+                               const int32_t* targets, int64_t n_rows, int64_t row_len,
+                               float* logprobs, ctx_err* err);
+    /* Records one metric (written to the log and metrics.jsonl). */
+    void (*metric)(ctx_eval_host* host, const char* name, double value);
+} ctx_eval_api;
+
+typedef struct ctx_eval_vtable {
+    uint32_t struct_size;
+    ctx_status (*create)(const ctx_host_api* host, const ctx_options* options, void** instance,
+                         ctx_err* err);
+    void (*destroy)(void* instance);
+    ctx_status (*run)(void* instance, const ctx_eval_api* api, ctx_eval_host* eval_host,
+                      ctx_err* err);
+} ctx_eval_vtable;
+
+/* ---------------------------------------------------------------- helpers for plugin authors */
+static inline void ctx_err_set(ctx_err* err, const char* message) {
+    if (!err) return;
+    size_t i = 0;
+    for (; message && message[i] && i + 1 < CTX_ERR_MESSAGE_CAP; ++i) err->message[i] = message[i];
+    err->message[i] = '\0';
+}
+
+/* xoshiro256** step on a host-owned 4-word state (samplers use it so the host can checkpoint). */
+static inline uint64_t ctx_rng_next_u64(uint64_t s[4]) {
+    const uint64_t r = ((s[1] * 5) << 7 | (s[1] * 5) >> 57) * 9;
+    const uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    return r;
+}
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+#endif /* CTX_PLUGIN_H */

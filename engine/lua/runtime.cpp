@@ -1,0 +1,1 @@
+#include "lua/runtime.h"
