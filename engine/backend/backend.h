@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -78,6 +79,10 @@ public:
     virtual void copy_to_device(float* dst, const float* host_src, size_t n) = 0;
     virtual void copy_to_host(float* host_dst, const float* src, size_t n) = 0;
     virtual void zero(float* p, size_t n) = 0;
+    // dst (n) = src, both device memory. The default suits host-memory backends.
+    virtual void copy(float* dst, const float* src, size_t n) {
+        std::memcpy(dst, src, n * sizeof(float));
+    }
 
     // ---- elementwise
     // out (n) = a + b  (writes; out may alias a or b)

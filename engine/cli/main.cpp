@@ -1,1 +1,205 @@
-int main() { return 0; }
+// ctxengine: run a Lua recipe (under mpirun or alone), list plugins, benchmark.
+//
+// Exit codes: 0 success; 1 the recipe failed while running (or a subcommand failed);
+// 2 bad command line; 3 the recipe could not be loaded (missing file, syntax error).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "build_info.h"
+#include "cli/bench.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "lua/ctx_module.h"
+#include "lua/runtime.h"
+#include "parallel/comm.h"
+#include "plugin/registry.h"
+
+namespace {
+
+constexpr int kExitRunError = 1, kExitUsage = 2, kExitLoadError = 3;
+
+void print_help() {
+    std::printf(
+        "ctxengine %s: extend the context window of pretrained language models.\n\n"
+        "usage:\n"
+        "  ctxengine [options] RECIPE.lua [ARGS...]   run a recipe (also under mpirun -np N)\n"
+        "  ctxengine bench [--config NAME] ...        training throughput (bench --help)\n"
+        "  ctxengine --list-plugins                   plugins found: name, kind, version, file\n"
+        "  ctxengine --version | --help\n\n"
+        "options:\n"
+        "  --threads N            CPU threads for the CPU backend (default: all cores)\n"
+        "  --plugin PATH          load one more plugin library (repeatable)\n"
+        "  --plugin-dir DIR       search one more plugin directory (repeatable)\n"
+        "  --log-level LEVEL      trace, debug, info (default), warn, error, off\n"
+        "  --unsafe               run the recipe without the sandbox (allows os.execute,\n"
+        "                         io.popen, package.loadlib, binary chunks, ...)\n"
+        "  --max-instructions N   stop a recipe after N Lua VM instructions (default 1e10;\n"
+        "                         0 = no limit; time inside training does not count)\n"
+        "  --max-lua-memory BYTES Lua heap limit (default 1 GiB; 0 = no limit; model\n"
+        "                         tensors are not on the Lua heap)\n\n"
+        "Plugin directories: $CTX_PLUGIN_PATH (colon-separated), then the build tree or the\n"
+        "installed lib/ctxengine/plugins. Recipes: see recipes/ and docs/ARCHITECTURE.md.\n"
+        "Exit codes: 0 ok, 1 run error, 2 usage error, 3 recipe load error.\n",
+        CTX_VERSION_STRING);
+}
+
+struct CliOptions {
+    int threads = 0;
+    std::vector<std::string> plugins, plugin_dirs;
+    std::string log_level = "info";
+    ctx::lua::SandboxOptions sandbox;
+    bool list_plugins = false, help = false, version = false;
+    std::string command;  // "bench" or a recipe path
+    std::vector<std::string> args;
+};
+
+int64_t parse_count(const std::string& flag, const std::string& v) {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);  // accepts 1e10
+    if (end == v.c_str() || *end != '\0' || x < 0 || x != static_cast<double>(static_cast<int64_t>(x)))
+        ctx::fail("{} expects a non-negative integer, got '{}'", flag, v);
+    return static_cast<int64_t>(x);
+}
+
+CliOptions parse_args(int argc, char** argv) {
+    CliOptions o;
+    o.sandbox.sandboxed = true;
+    o.sandbox.max_instructions = 10'000'000'000ull;
+    o.sandbox.max_memory_bytes = size_t{1} << 30;
+    int i = 1;
+    for (; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) ctx::fail("{} needs a value", a);
+            return argv[++i];
+        };
+        if (a == "--help" || a == "-h") o.help = true;
+        else if (a == "--version") o.version = true;
+        else if (a == "--list-plugins") o.list_plugins = true;
+        else if (a == "--threads") o.threads = static_cast<int>(parse_count(a, value()));
+        else if (a == "--plugin") o.plugins.push_back(value());
+        else if (a == "--plugin-dir") o.plugin_dirs.push_back(value());
+        else if (a == "--log-level") o.log_level = value();
+        else if (a == "--unsafe") o.sandbox.sandboxed = false;
+        else if (a == "--max-instructions") o.sandbox.max_instructions = parse_count(a, value());
+        else if (a == "--max-lua-memory") o.sandbox.max_memory_bytes = parse_count(a, value());
+        else if (a.size() > 1 && a[0] == '-') ctx::fail("unknown option '{}' (see --help)", a);
+        else break;
+    }
+    if (i < argc) {
+        o.command = argv[i++];
+        for (; i < argc; ++i) o.args.emplace_back(argv[i]);
+    }
+    return o;
+}
+
+void list_plugins(const ctx::PluginRegistry& reg) {
+    const auto list = reg.list();
+    std::printf("%-20s %-8s %-9s %s\n", "NAME", "KIND", "VERSION", "FILE");
+    for (const ctx::LoadedPlugin* p : list)
+        std::printf("%-20s %-8s %-9s %s\n", p->full_name.c_str(), ctx::plugin_kind_name(p->kind()),
+                    p->version(), p->path.c_str());
+    if (list.empty()) std::printf("(no plugins found; searched: see --help)\n");
+    for (const auto& r : reg.rejected())
+        std::printf("rejected: %s: %s\n", r.path.c_str(), r.reason.c_str());
+}
+
+int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
+    CliOptions o;
+    try {
+        o = parse_args(argc, argv);
+    } catch (const ctx::Error& e) {
+        std::fprintf(stderr, "ctxengine: %s\n", e.what());
+        return kExitUsage;
+    }
+    if (o.help) {
+        print_help();
+        return 0;
+    }
+    if (o.version) {
+        std::printf("ctxengine %s (plugin ABI %d.%d)\n", CTX_VERSION_STRING, CTX_PLUGIN_ABI_MAJOR,
+                    CTX_PLUGIN_ABI_MINOR);
+        return 0;
+    }
+    if (!o.list_plugins && o.command.empty()) {
+        print_help();
+        return kExitUsage;
+    }
+
+    ctx::mpi_init(&argc, &argv);
+    comm = ctx::make_mpi_comm();
+    try {
+        ctx::log::init(comm->rank(), comm->size(), o.log_level);
+    } catch (const ctx::Error& e) {
+        std::fprintf(stderr, "ctxengine: %s\n", e.what());
+        return kExitUsage;
+    }
+
+    ctx::PluginRegistry registry;
+    try {
+        for (const auto& d : o.plugin_dirs) registry.scan_directory(d);
+        for (const auto& d : ctx::default_plugin_dirs()) registry.scan_directory(d);
+        for (const auto& p : o.plugins) registry.load_file(p);
+    } catch (const ctx::Error& e) {
+        spdlog::error("{}", e.what());
+        return kExitRunError;
+    }
+    if (o.list_plugins) {
+        if (comm->rank() == 0) list_plugins(registry);
+        return 0;
+    }
+    if (o.command == "bench") {
+        try {
+            return ctx::run_bench(o.args, registry, o.threads);
+        } catch (const ctx::Error& e) {
+            spdlog::error("{}", e.what());
+            return kExitRunError;
+        }
+    }
+
+    ctx::EngineContext engine;
+    engine.registry = &registry;
+    engine.comm = comm.get();
+    engine.threads = o.threads;
+    try {
+        ctx::lua::Runtime runtime(o.sandbox);
+        runtime.set_args(o.command, o.args);
+        ctx::open_ctx_module(runtime.state(), &engine);
+        runtime.run_file(o.command);
+    } catch (const ctx::lua::LoadError& e) {
+        spdlog::error("cannot load recipe: {}", e.what());
+        return kExitLoadError;
+    } catch (const ctx::lua::RunError& e) {
+        spdlog::error("recipe failed: {}", e.what());
+        return kExitRunError;
+    } catch (const ctx::Error& e) {
+        spdlog::error("{}", e.what());
+        return kExitRunError;
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::unique_ptr<ctx::Comm> comm;
+    int rc = 0;
+    try {
+        rc = run(argc, argv, comm);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "ctxengine: internal error: %s\n", e.what());
+        rc = kExitRunError;
+    }
+    // A failing rank must not leave the others waiting in a collective forever.
+    if (rc != 0 && comm && comm->size() > 1) {
+        std::fflush(nullptr);
+        ctx::mpi_abort(rc);
+    }
+    ctx::mpi_finalize();
+    return rc;
+}

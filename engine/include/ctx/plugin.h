@@ -80,7 +80,8 @@ typedef struct ctx_option_desc {
     const char* help;
 } ctx_option_desc;
 
-typedef struct ctx_options ctx_options; /* opaque, owned by the host */
+/* Opaque, owned by the host, and valid only during create(): read every option there. */
+typedef struct ctx_options ctx_options;
 
 /* ---------------------------------------------------------------- host services */
 typedef enum ctx_log_level {

@@ -1,0 +1,18 @@
+// `ctxengine bench`: training throughput (tokens/s), achieved GFLOP/s and MFU for named configs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plugin/registry.h"
+
+namespace ctx {
+
+// Runs `ctxengine bench ARGS...`; returns the process exit code.
+int run_bench(const std::vector<std::string>& args, PluginRegistry& registry, int threads);
+
+// Theoretical peak FP32 FLOP/s of `threads` cores of this CPU: cores x clock x FLOPs/cycle
+// (32 with AVX2 FMA: two 8-wide FMA pipes). `note` says how it was derived.
+double cpu_peak_flops(int threads, std::string* note);
+
+}  // namespace ctx

@@ -1,0 +1,447 @@
+// ctx module: PE specs, data and model userdata; ctx.model, ctx.train, ctx.evaluate.
+#include <lua.hpp>
+#include <spdlog/spdlog.h>
+
+#include <new>
+
+#include "core/error.h"
+#include "lua/ctx_module.h"
+#include "lua/ctx_types.h"
+#include "lua/lua_guard.h"
+#include "model/trainer.h"
+
+namespace ctx {
+namespace {
+
+using lua::guarded;
+using lua::OptSpec;
+using lua::OptType;
+
+constexpr const char* kPeSpecType = "ctx.PeSpec";
+constexpr const char* kDataType = "ctx.Data";
+constexpr const char* kModelType = "ctx.Model";
+
+// ---- userdata helpers: C++ objects placed in Lua memory, destroyed by __gc
+template <typename T>
+T* new_userdata(lua_State* L, const char* type) {
+    void* mem = lua_newuserdatauv(L, sizeof(T), 0);
+    T* obj = new (mem) T();
+    luaL_setmetatable(L, type);
+    return obj;
+}
+
+template <typename T>
+int gc_userdata(lua_State* L) {
+    static_cast<T*>(lua_touserdata(L, 1))->~T();
+    return 0;
+}
+
+template <typename T>
+T* test_userdata(lua_State* L, int index, const char* type) {
+    return static_cast<T*>(luaL_testudata(L, index, type));
+}
+
+using DataRef = std::shared_ptr<TokenSource>;
+using ModelRef = std::shared_ptr<ModelHandle>;
+
+// Value of a Table/Any option as a typed userdata, or a clear error naming the key.
+template <typename T>
+T& option_userdata(lua_State* L, const lua::Options& o, const std::string& key, const char* type,
+                   const char* expected) {
+    const lua::LuaRef* ref = o.ref(key);
+    CTX_CHECK(ref != nullptr, "{} {}: missing option '{}'", o.where(), o.context(), key);
+    ref->push();
+    T* obj = test_userdata<T>(L, -1, type);
+    lua_pop(L, 1);
+    if (!obj) o.fail_key(key, fmt::format("expects {}", expected));
+    return *obj;
+}
+
+ModelHandle& check_model(lua_State* L, int index) {
+    auto* ref = static_cast<ModelRef*>(luaL_checkudata(L, index, kModelType));
+    return **ref;
+}
+
+// ---- ctx.model
+const std::vector<OptSpec> kModelSchema = {
+    {"style", OptType::String, false, "gpt2 | neox | bloom: defaults for the other keys"},
+    {"vocab_size", OptType::Integer, false, "vocabulary size"},
+    {"d_model", OptType::Integer, false, "model width"},
+    {"n_layer", OptType::Integer, false, "transformer blocks"},
+    {"n_head", OptType::Integer, false, "attention heads"},
+    {"context_length", OptType::Integer, false, "training context Lt"},
+    {"ffn_hidden", OptType::Integer, false, "MLP width (0: 4*d_model)"},
+    {"norm_eps", OptType::Number, false, "layernorm epsilon"},
+    {"init_std", OptType::Number, false, "init standard deviation"},
+    {"activation", OptType::String, false, "gelu_tanh | gelu_erf"},
+    {"parallel_residual", OptType::Bool, false, "GPT-NeoX residual"},
+    {"tied_embeddings", OptType::Bool, false, "lm head shares the token embedding"},
+    {"embedding_layernorm", OptType::Bool, false, "BLOOM's layernorm after the embedding"},
+    {"attention_bias", OptType::Bool, false, "biases in attention"},
+    {"mlp_bias", OptType::Bool, false, "biases in the MLP"},
+    {"norm_bias", OptType::Bool, false, "layernorm bias"},
+    {"pe", OptType::Any, false, "positional encoding: a name or ctx.pe(name, options)"},
+    {"seed", OptType::Integer, false, "initialisation seed"},
+    {"backend", OptType::String, false, "cpu | cuda"},
+};
+
+std::string default_pe(const std::string& style) {
+    if (style == "neox") return "rope";
+    if (style == "bloom") return "alibi";
+    return "learned";
+}
+
+int l_model(lua_State* L) {
+    const std::string where = lua::caller_where(L);
+    const auto o = lua::Options::parse(L, 1, kModelSchema, "ctx.model", where);
+    const std::string style = o.choice("style", "gpt2", {"gpt2", "neox", "bloom"});
+    ModelConfig c = ModelConfig::from_style(style);
+    c.vocab_size = static_cast<int>(o.integer("vocab_size", c.vocab_size));
+    c.d_model = static_cast<int>(o.integer("d_model", c.d_model));
+    c.n_layer = static_cast<int>(o.integer("n_layer", c.n_layer));
+    c.n_head = static_cast<int>(o.integer("n_head", c.n_head));
+    c.context_length = static_cast<int>(o.integer("context_length", c.context_length));
+    c.ffn_hidden = static_cast<int>(o.integer("ffn_hidden", c.ffn_hidden));
+    c.norm_eps = static_cast<float>(o.number("norm_eps", c.norm_eps));
+    c.init_std = static_cast<float>(o.number("init_std", c.init_std));
+    c.activation = activation_from_name(
+        o.choice("activation", activation_name(c.activation), {"gelu_tanh", "gelu_erf"}));
+    c.parallel_residual = o.boolean("parallel_residual", c.parallel_residual);
+    c.tied_embeddings = o.boolean("tied_embeddings", c.tied_embeddings);
+    c.embedding_layernorm = o.boolean("embedding_layernorm", c.embedding_layernorm);
+    c.attention_bias = o.boolean("attention_bias", c.attention_bias);
+    c.mlp_bias = o.boolean("mlp_bias", c.mlp_bias);
+    c.norm_bias = o.boolean("norm_bias", c.norm_bias);
+    try {
+        c.validate();
+    } catch (const Error& e) {
+        fail("{} ctx.model: {}", where, e.what());
+    }
+    const uint64_t seed = static_cast<uint64_t>(o.integer("seed", 1));
+    const std::string backend = o.choice("backend", "cpu", {"cpu", "cuda"});
+
+    // The PE: a ctx.pe(...) spec, a plugin name, or the style's default.
+    PeSpec* spec = nullptr;
+    if (const lua::LuaRef* ref = o.ref("pe")) {
+        ref->push();
+        if (lua_type(L, -1) == LUA_TSTRING) {
+            const std::string name = lua_tostring(L, -1);
+            lua_pop(L, 1);
+            spec = &make_pe_spec(L, name, 0, where);
+        } else {
+            spec = test_userdata<PeSpec>(L, -1, kPeSpecType);
+            if (!spec) o.fail_key("pe", "expects a plugin name or ctx.pe(name, options)");
+        }
+    } else {
+        spec = &make_pe_spec(L, default_pe(style), 0, where);
+    }
+    // The spec stays on the stack (anchored) while the model is built.
+
+    EngineContext& engine = lua_detail::engine(L);
+    ctx_model_info info{};
+    info.struct_size = sizeof(info);
+    info.d_model = c.d_model;
+    info.n_head = c.n_head;
+    info.head_dim = c.head_dim();
+    info.n_layer = c.n_layer;
+    info.vocab_size = c.vocab_size;
+    info.context_length = c.context_length;
+    std::unique_ptr<PePlugin> pe;
+    if (spec->plugin != "none") {
+        const LoadedPlugin& lib = engine.registry->get(spec->plugin);
+        pe = std::make_unique<PePlugin>(lib, info, spec->options, seed);
+    }
+    auto handle = std::make_shared<ModelHandle>();
+    handle->style = style;
+    handle->pe_name = spec->plugin;
+    handle->model = std::make_unique<Model>(c, engine.backend(backend), std::move(pe), seed);
+    *new_userdata<ModelRef>(L, kModelType) = std::move(handle);
+    return 1;
+}
+
+// ---- model methods
+int m_num_params(lua_State* L) {
+    lua_pushinteger(L, static_cast<lua_Integer>(check_model(L, 1).model->num_params()));
+    return 1;
+}
+
+int m_config(lua_State* L) {
+    const ModelHandle& h = check_model(L, 1);
+    const ModelConfig& c = h.model->config();
+    lua_newtable(L);
+    auto seti = [&](const char* k, lua_Integer v) {
+        lua_pushinteger(L, v);
+        lua_setfield(L, -2, k);
+    };
+    auto setb = [&](const char* k, bool v) {
+        lua_pushboolean(L, v);
+        lua_setfield(L, -2, k);
+    };
+    auto sets = [&](const char* k, const std::string& v) {
+        lua_pushstring(L, v.c_str());
+        lua_setfield(L, -2, k);
+    };
+    sets("style", h.style);
+    sets("pe", h.pe_name);
+    seti("vocab_size", c.vocab_size);
+    seti("d_model", c.d_model);
+    seti("n_layer", c.n_layer);
+    seti("n_head", c.n_head);
+    seti("context_length", c.context_length);
+    seti("ffn_hidden", c.ffn());
+    lua_pushnumber(L, c.norm_eps);
+    lua_setfield(L, -2, "norm_eps");
+    sets("activation", activation_name(c.activation));
+    setb("parallel_residual", c.parallel_residual);
+    setb("tied_embeddings", c.tied_embeddings);
+    setb("embedding_layernorm", c.embedding_layernorm);
+    setb("attention_bias", c.attention_bias);
+    setb("mlp_bias", c.mlp_bias);
+    setb("norm_bias", c.norm_bias);
+    sets("backend", h.model->backend().name());
+    return 1;
+}
+
+// model:extend(Le): Lt -> Le through the PE plugin (APE interpolation, ...).
+int m_extend(lua_State* L) {
+    ModelHandle& h = check_model(L, 1);
+    const lua_Integer n = luaL_checkinteger(L, 2);
+    CTX_CHECK(n > 0 && n <= (1 << 24), "model:extend: the new length must be in [1, 2^24], got {}",
+              n);
+    Arena* m = h.optimizer ? &h.optimizer->m() : nullptr;
+    Arena* v = h.optimizer ? &h.optimizer->v() : nullptr;
+    const int old_len = h.model->config().context_length;
+    h.model->extend(static_cast<int>(n), m, v);
+    spdlog::info("extended the context {} -> {} ({})", old_len, n, h.pe_name);
+    return 0;
+}
+
+int m_tostring(lua_State* L) {
+    const ModelHandle& h = check_model(L, 1);
+    const ModelConfig& c = h.model->config();
+    lua_pushfstring(L, "ctx.Model(%s, %s, L=%d, C=%d, H=%d, Lt=%d, %d params)", h.style.c_str(),
+                    h.pe_name.c_str(), c.n_layer, c.d_model, c.n_head, c.context_length,
+                    static_cast<int>(h.model->num_params()));
+    return 1;
+}
+
+// ---- ctx.train / ctx.evaluate
+const std::vector<OptSpec> kOptimizerSchema = {
+    {"lr", OptType::Number, false, "peak learning rate"},
+    {"min_lr", OptType::Number, false, "final learning rate"},
+    {"warmup_steps", OptType::Integer, false, "linear warmup steps"},
+    {"total_steps", OptType::Integer, false, "schedule length (default: this call's steps)"},
+    {"schedule", OptType::String, false, "cosine | linear | constant"},
+    {"beta1", OptType::Number, false, "AdamW beta1"},
+    {"beta2", OptType::Number, false, "AdamW beta2"},
+    {"eps", OptType::Number, false, "AdamW epsilon"},
+    {"weight_decay", OptType::Number, false, "decoupled weight decay"},
+    {"grad_clip", OptType::Number, false, "max global gradient norm (0: off)"},
+};
+
+OptimizerConfig parse_optimizer(lua_State* L, const lua::Options& train, int64_t steps) {
+    OptimizerConfig c;
+    c.total_steps = steps;
+    const lua::LuaRef* ref = train.ref("optimizer");
+    if (!ref) return c;
+    ref->push();
+    const auto o = lua::Options::parse(L, -1, kOptimizerSchema, "ctx.train optimizer",
+                                       train.where());
+    lua_pop(L, 1);
+    c.lr = static_cast<float>(o.number("lr", c.lr));
+    c.min_lr = static_cast<float>(o.number("min_lr", c.min_lr));
+    c.warmup_steps = o.integer("warmup_steps", c.warmup_steps);
+    c.total_steps = o.integer("total_steps", steps);
+    c.schedule = lr_schedule_from_name(
+        o.choice("schedule", lr_schedule_name(c.schedule), {"cosine", "linear", "constant"}));
+    c.beta1 = static_cast<float>(o.number("beta1", c.beta1));
+    c.beta2 = static_cast<float>(o.number("beta2", c.beta2));
+    c.eps = static_cast<float>(o.number("eps", c.eps));
+    c.weight_decay = static_cast<float>(o.number("weight_decay", c.weight_decay));
+    c.grad_clip = static_cast<float>(o.number("grad_clip", c.grad_clip));
+    try {
+        c.validate();
+    } catch (const Error& e) {
+        fail("{} ctx.train optimizer: {}", train.where(), e.what());
+    }
+    return c;
+}
+
+BatchFn token_batches(const DataRef& data) {
+    return [data](BatchBuffers& out, int B, int T, Rng& rng) { data->sample(out, B, T, rng); };
+}
+
+void check_vocab(const lua::Options& o, const Model& model, const TokenSource& data) {
+    if (data.vocab_size() > model.config().vocab_size)
+        o.fail_key("data", fmt::format("has vocabulary size {} but the model's is {}",
+                                       data.vocab_size(), model.config().vocab_size));
+}
+
+int l_train(lua_State* L) {
+    const std::string where = lua::caller_where(L);
+    const auto o = lua::Options::parse(
+        L, 1,
+        {{"model", OptType::Any, true, "ctx.model"},
+         {"data", OptType::Any, true, "a ctx.data source"},
+         {"steps", OptType::Integer, true, "optimizer steps"},
+         {"batch_size", OptType::Integer, false, "rows per rank per step"},
+         {"seq_len", OptType::Integer, false, "row length (default: context_length)"},
+         {"optimizer", OptType::Table, false, "AdamW and schedule settings"},
+         {"seed", OptType::Integer, false, "data order seed"},
+         {"log_every", OptType::Integer, false, "progress line every N steps (0: none)"}},
+        "ctx.train", where);
+    ModelHandle& h = *option_userdata<ModelRef>(L, o, "model", kModelType, "a ctx.model");
+    DataRef data = option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source");
+    check_vocab(o, *h.model, *data);
+    TrainOptions t;
+    t.steps = o.integer("steps", 0);
+    if (t.steps <= 0) o.fail_key("steps", fmt::format("must be positive, got {}", t.steps));
+    t.batch_size = static_cast<int>(o.integer("batch_size", 8));
+    t.seq_len = static_cast<int>(o.integer("seq_len", h.model->config().context_length));
+    t.seed = static_cast<uint64_t>(o.integer("seed", 1));
+    t.log_every = static_cast<int>(o.integer("log_every", 10));
+    if (t.batch_size <= 0) o.fail_key("batch_size", fmt::format("must be positive, got {}", t.batch_size));
+    if (t.seq_len <= 0) o.fail_key("seq_len", fmt::format("must be positive, got {}", t.seq_len));
+    const OptimizerConfig oc = parse_optimizer(L, o, t.steps);
+    if (!h.optimizer)
+        h.optimizer = std::make_unique<Optimizer>(*h.model, oc);
+    else
+        h.optimizer->config() = oc;  // keep moments and step: training continues
+    EngineContext& engine = lua_detail::engine(L);
+    const TrainResult r = train(*h.model, *h.optimizer, token_batches(data), t, *engine.comm);
+
+    lua_newtable(L);
+    lua_createtable(L, static_cast<int>(r.steps.size()), 0);
+    for (size_t i = 0; i < r.steps.size(); ++i) {
+        lua_pushnumber(L, r.steps[i].loss);
+        lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+    }
+    lua_setfield(L, -2, "losses");
+    lua_pushnumber(L, r.steps.front().loss);
+    lua_setfield(L, -2, "first_loss");
+    lua_pushnumber(L, r.steps.back().loss);
+    lua_setfield(L, -2, "final_loss");
+    lua_pushinteger(L, h.optimizer->step());
+    lua_setfield(L, -2, "step");
+    lua_pushnumber(L, r.tokens_per_s);
+    lua_setfield(L, -2, "tokens_per_s");
+    lua_pushnumber(L, r.seconds);
+    lua_setfield(L, -2, "seconds");
+    return 1;
+}
+
+int l_evaluate(lua_State* L) {
+    const std::string where = lua::caller_where(L);
+    const auto o = lua::Options::parse(
+        L, 1,
+        {{"model", OptType::Any, true, "ctx.model"},
+         {"data", OptType::Any, true, "a ctx.data source"},
+         {"batch_size", OptType::Integer, false, "rows per batch"},
+         {"seq_len", OptType::Integer, false, "row length (default: context_length)"},
+         {"batches", OptType::Integer, false, "batches to average"},
+         {"seed", OptType::Integer, false, "row sampling seed"}},
+        "ctx.evaluate", where);
+    ModelHandle& h = *option_userdata<ModelRef>(L, o, "model", kModelType, "a ctx.model");
+    DataRef data = option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source");
+    check_vocab(o, *h.model, *data);
+    const int B = static_cast<int>(o.integer("batch_size", 8));
+    const int T = static_cast<int>(o.integer("seq_len", h.model->config().context_length));
+    const int batches = static_cast<int>(o.integer("batches", 4));
+    if (B <= 0) o.fail_key("batch_size", fmt::format("must be positive, got {}", B));
+    if (T <= 0) o.fail_key("seq_len", fmt::format("must be positive, got {}", T));
+    if (batches <= 0) o.fail_key("batches", fmt::format("must be positive, got {}", batches));
+    const double loss = evaluate_loss(*h.model, token_batches(data), batches, B, T,
+                                      static_cast<uint64_t>(o.integer("seed", 1234)),
+                                      *lua_detail::engine(L).comm);
+    lua_pushnumber(L, loss);
+    return 1;
+}
+
+int data_len(lua_State* L) {
+    auto* d = static_cast<DataRef*>(luaL_checkudata(L, 1, kDataType));
+    lua_pushinteger(L, static_cast<lua_Integer>((*d)->tokens().size()));
+    return 1;
+}
+
+int pe_tostring(lua_State* L) {
+    auto* s = static_cast<PeSpec*>(luaL_checkudata(L, 1, kPeSpecType));
+    lua_pushfstring(L, "ctx.PeSpec(%s)", s->plugin.c_str());
+    return 1;
+}
+
+void new_type(lua_State* L, const char* name, lua_CFunction gc, const luaL_Reg* methods,
+              lua_CFunction tostring, lua_CFunction len) {
+    luaL_newmetatable(L, name);
+    lua_pushcfunction(L, gc);
+    lua_setfield(L, -2, "__gc");
+    if (tostring) {
+        lua_pushcfunction(L, tostring);
+        lua_setfield(L, -2, "__tostring");
+    }
+    if (len) {
+        lua_pushcfunction(L, len);
+        lua_setfield(L, -2, "__len");
+    }
+    if (methods) {
+        lua_newtable(L);
+        luaL_setfuncs(L, methods, 0);
+        lua_setfield(L, -2, "__index");
+    }
+    lua_pop(L, 1);
+}
+
+}  // namespace
+
+void register_ctx_types(lua_State* L) {
+    new_type(L, kPeSpecType, gc_userdata<PeSpec>, nullptr, guarded<pe_tostring>, nullptr);
+    new_type(L, kDataType, gc_userdata<DataRef>, nullptr, nullptr, guarded<data_len>);
+    const luaL_Reg model_methods[] = {{"num_params", guarded<m_num_params>},
+                                      {"config", guarded<m_config>},
+                                      {"extend", guarded<m_extend>},
+                                      {nullptr, nullptr}};
+    new_type(L, kModelType, gc_userdata<ModelRef>, model_methods, guarded<m_tostring>, nullptr);
+}
+
+PeSpec& make_pe_spec(lua_State* L, const std::string& name, int opts_index,
+                     const std::string& where) {
+    EngineContext& engine = lua_detail::engine(L);
+    std::string full = name;
+    if (name != "none" && name.rfind("pe/", 0) != 0) full = "pe/" + name;
+    // opts_index 0: no options table; parse an explicit nil then.
+    if (opts_index == 0) lua_pushnil(L);
+    const int idx = opts_index == 0 ? lua_gettop(L) : opts_index;
+    PeSpec spec;
+    spec.plugin = full;
+    if (full == "none") {
+        spec.options = lua::Options::parse(L, idx, {}, "pe/none options", where);
+    } else {
+        const LoadedPlugin* lib = engine.registry->find(full);
+        if (!lib) {
+            try {
+                engine.registry->get(full);  // throws the helpful "available: ..." message
+            } catch (const Error& e) {
+                fail("{} {}", where, e.what());
+            }
+        }
+        spec.options = lua::Options::parse(L, idx, plugin_option_schema(*lib->descriptor),
+                                           full + " options", where);
+    }
+    if (opts_index == 0) lua_pop(L, 1);
+    PeSpec* ud = new_userdata<PeSpec>(L, kPeSpecType);
+    *ud = std::move(spec);
+    return *ud;
+}
+
+void push_data(lua_State* L, std::shared_ptr<TokenSource> data) {
+    *new_userdata<DataRef>(L, kDataType) = std::move(data);
+}
+
+void register_model_functions(lua_State* L) {
+    const luaL_Reg fns[] = {{"model", guarded<l_model>},
+                            {"train", guarded<l_train>},
+                            {"evaluate", guarded<l_evaluate>},
+                            {nullptr, nullptr}};
+    luaL_setfuncs(L, fns, 0);
+}
+
+}  // namespace ctx

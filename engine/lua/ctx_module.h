@@ -1,0 +1,35 @@
+// The `ctx` module recipes see (DESIGN.md decision 6): build models with PE plugins, in-memory
+// data, train, evaluate, log, rank/world info. Every table argument is checked against a schema
+// (unknown keys and wrong types are errors with the recipe's file:line).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "parallel/comm.h"
+#include "plugin/registry.h"
+
+struct lua_State;
+
+namespace ctx {
+
+// What the module needs from the executable; outlives the Lua state.
+struct EngineContext {
+    PluginRegistry* registry = nullptr;
+    Comm* comm = nullptr;
+    int threads = 0;  // CPU threads for the CPU backend (0: OpenMP's default)
+    // Backends are created on first use and shared by every model of the run.
+    std::map<std::string, std::unique_ptr<Backend>> backends;
+    Backend& backend(const std::string& kind);  // "cpu" | "cuda"
+};
+
+// Registers the global `ctx` table (and package.loaded.ctx).
+void open_ctx_module(lua_State* L, EngineContext* engine);
+
+namespace lua_detail {
+EngineContext& engine(lua_State* L);  // the context open_ctx_module registered
+}  // namespace lua_detail
+
+}  // namespace ctx

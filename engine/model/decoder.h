@@ -1,0 +1,99 @@
+// The decoder: explicit forward and backward over one parameter arena (llm.c), with positional
+// encodings supplied by a PE plugin through the input / rotary / bias hooks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/rng.h"
+#include "model/arena.h"
+#include "model/config.h"
+#include "plugin/pe_plugin.h"
+
+namespace ctx {
+
+// One step's rows, host memory. Positions are the tokens' ORIGINAL positions (floats).
+struct Batch {
+    int B = 0, T = 0;
+    const int32_t* tokens = nullptr;   // (B, T)
+    const float* positions = nullptr;  // (B, T)
+    const int32_t* targets = nullptr;  // (B, T)
+    const float* loss_mask = nullptr;  // (B, T) 1 = train this target
+};
+
+struct LossSums {
+    double loss_sum = 0;  // sum over tokens of mask * nll
+    double mask_sum = 0;  // sum of the mask
+    double mean() const { return mask_sum > 0 ? loss_sum / mask_sum : 0.0; }
+};
+
+class Model {
+public:
+    // pe may be null (NoPE). Parameters are initialised from seed (GPT-2 scheme; PE parameters
+    // by their declarations).
+    Model(const ModelConfig& config, Backend& backend, std::unique_ptr<PePlugin> pe,
+          uint64_t seed);
+    ~Model();
+
+    const ModelConfig& config() const { return config_; }
+    Backend& backend() const { return *backend_; }
+    PePlugin* pe() const { return pe_.get(); }
+    const ArenaLayout& layout() const { return layout_; }
+    Arena& params() { return params_; }
+    Arena& grads() { return grads_; }
+    // Number of trainable scalars (alignment padding excluded).
+    size_t num_params() const;
+
+    // Sizes activation buffers for rows of up to B x T tokens. Called by forward when needed;
+    // call it up front so no step allocates.
+    void reserve(int B, int T);
+
+    // Forward only: per-token losses (B*T) are kept (losses()), logits are not.
+    LossSums forward(const Batch& batch);
+    // Forward + backward. Gradients ACCUMULATE into grads() (the caller zeroes them); the loss
+    // gradient is grad_scale * d(sum of masked token losses), so grad_scale = 1 / (global number
+    // of trained tokens) gives the gradient of the mean loss.
+    LossSums forward_backward(const Batch& batch, float grad_scale);
+    // Per-token masked losses of the last forward, (B, T), host memory.
+    const float* losses() const { return losses_host_.data(); }
+
+    // Plugin hook after the optimizer changed parameters (e.g. KERPLE clamping).
+    void after_update();
+
+    // Extends the context Lt -> new_len through the PE plugin (APE interpolation, ...).
+    // Parameters whose shape changed are rebuilt; their AdamW moments in m, v (same layout as
+    // params) are reset to zero and the others are kept: pass the optimizer's moment arenas.
+    void extend(int new_len, Arena* adam_m, Arena* adam_v);
+
+    // Floating point operations of one training step per token (llm.c: 6N + 6 L C T).
+    double flops_per_token(int T) const;
+
+private:
+    struct Layer;  // views of one block's parameters
+    struct Acts;   // activation buffers
+    void build_layout();
+    void init_params(uint64_t seed);
+    Layer layer(int l, const Arena& a) const;
+    void check_batch(const Batch& b) const;
+    void forward_impl(const Batch& b);
+    void backward_impl(const Batch& b);
+    void upload_batch(const Batch& b);
+    std::vector<ctx_tensor> pe_tensors(const Arena& a) const;
+    BiasSpec bias_spec(int T);
+
+    ModelConfig config_;
+    Backend* backend_;
+    std::unique_ptr<PePlugin> pe_;
+    ArenaLayout layout_;
+    Arena params_, grads_;
+    std::vector<size_t> pe_view_index_;  // plugin parameter i -> index in layout_.views()
+    ctx_input_spec input_spec_{};
+    int reserved_B_ = 0, reserved_T_ = 0;
+    std::unique_ptr<Acts> acts_;
+    std::vector<float> losses_host_;
+};
+
+}  // namespace ctx

@@ -1,0 +1,95 @@
+#include "model/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "core/error.h"
+
+namespace ctx {
+
+static uint64_t rank_seed(uint64_t seed, int rank) {
+    return seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(rank) * 0xD1B54A32D192ED03ull;
+}
+
+TrainResult train(Model& model, Optimizer& opt, const BatchFn& next_batch,
+                  const TrainOptions& o, Comm& comm, double peak_flops) {
+    CTX_CHECK(o.steps > 0, "steps must be positive, got {}", o.steps);
+    CTX_CHECK(o.batch_size > 0, "batch_size must be positive, got {}", o.batch_size);
+    CTX_CHECK(o.seq_len > 0, "seq_len must be positive, got {}", o.seq_len);
+    model.reserve(o.batch_size, o.seq_len);
+    Rng rng(rank_seed(o.seed, comm.rank()));
+    BatchBuffers buf;
+    buf.resize(o.batch_size, o.seq_len);
+    TrainResult result;
+    result.steps.reserve(static_cast<size_t>(o.steps));
+    const double flops_per_token = model.flops_per_token(o.seq_len);
+    const auto t_start = std::chrono::steady_clock::now();
+    auto t_last = t_start;
+    double tokens_since_log = 0;
+    for (int64_t s = 0; s < o.steps; ++s) {
+        next_batch(buf, o.batch_size, o.seq_len, rng);
+        const Batch batch = buf.batch();
+        // The loss is the mean over every trained token of the global batch, so scale the
+        // gradient by the global count (all ranks' masks), known before the forward pass.
+        double counts[1] = {0};
+        for (float m : buf.mask) counts[0] += m;
+        comm.allreduce_sum(counts, 1);
+        CTX_CHECK(counts[0] > 0, "step {}: the batch trains no token (every loss mask is 0)",
+                  opt.step() + 1);
+        model.backend().zero(model.grads().data(), model.grads().size());
+        const LossSums local = model.forward_backward(batch, static_cast<float>(1.0 / counts[0]));
+        comm.allreduce_sum(model.grads().data(), model.grads().size());
+        double loss_sum[1] = {local.loss_sum};
+        comm.allreduce_sum(loss_sum, 1);
+        const Optimizer::StepInfo info = opt.update();
+
+        StepRecord rec;
+        rec.step = opt.step();
+        rec.loss = loss_sum[0] / counts[0];
+        rec.lr = info.lr;
+        rec.grad_norm = info.grad_norm;
+        tokens_since_log += static_cast<double>(o.batch_size) * o.seq_len * comm.size();
+        const auto now = std::chrono::steady_clock::now();
+        const double dt = std::chrono::duration<double>(now - t_last).count();
+        rec.tokens_per_s = dt > 0 ? tokens_since_log / dt : 0;
+        result.steps.push_back(rec);
+        const bool last = s + 1 == o.steps;
+        if (o.log_every > 0 && (rec.step % o.log_every == 0 || last || s == 0)) {
+            const double elapsed = std::chrono::duration<double>(now - t_start).count();
+            const double eta = elapsed / static_cast<double>(s + 1) * static_cast<double>(o.steps - s - 1);
+            if (comm.rank() == 0)
+                spdlog::info("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | "
+                             "{:.0f} tok/s | eta {:.0f}s",
+                             rec.step, opt.step() - s - 1 + o.steps, rec.loss, rec.lr,
+                             rec.grad_norm, rec.tokens_per_s, eta);
+            t_last = now;
+            tokens_since_log = 0;
+        }
+    }
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    const double tokens = static_cast<double>(o.steps) * o.batch_size * o.seq_len * comm.size();
+    result.tokens_per_s = result.seconds > 0 ? tokens / result.seconds : 0;
+    if (peak_flops > 0) result.mfu = result.tokens_per_s * flops_per_token / peak_flops;
+    return result;
+}
+
+double evaluate_loss(Model& model, const BatchFn& next_batch, int batches, int B, int T,
+                     uint64_t seed, Comm& comm) {
+    CTX_CHECK(batches > 0, "batches must be positive, got {}", batches);
+    Rng rng(rank_seed(seed, comm.rank()));
+    BatchBuffers buf;
+    buf.resize(B, T);
+    double sums[2] = {0, 0};
+    for (int i = 0; i < batches; ++i) {
+        next_batch(buf, B, T, rng);
+        const LossSums s = model.forward(buf.batch());
+        sums[0] += s.loss_sum;
+        sums[1] += s.mask_sum;
+    }
+    comm.allreduce_sum(sums, 2);
+    CTX_CHECK(sums[1] > 0, "evaluation trained-token count is 0 (every loss mask is 0)");
+    return sums[0] / sums[1];
+}
+
+}  // namespace ctx

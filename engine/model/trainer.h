@@ -1,0 +1,48 @@
+// The training loop: sample rows, forward + backward, all-reduce gradients across data-parallel
+// ranks, clip, AdamW, log. No allocation inside a step after the first.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/rng.h"
+#include "data/token_source.h"
+#include "model/decoder.h"
+#include "model/optimizer.h"
+#include "parallel/comm.h"
+
+namespace ctx {
+
+struct TrainOptions {
+    int64_t steps = 100;
+    int batch_size = 8;  // rows per rank per step
+    int seq_len = 128;
+    uint64_t seed = 1;   // each rank draws rows from Rng(seed, rank)
+    int log_every = 10;  // 0: no progress lines
+};
+
+struct StepRecord {
+    int64_t step = 0;  // 1-based optimizer step
+    double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
+};
+
+struct TrainResult {
+    std::vector<StepRecord> steps;
+    double seconds = 0;
+    double tokens_per_s = 0;  // over all ranks
+    double mfu = 0;           // against peak_flops when given
+};
+
+// Produces one batch of rows per call (rank-local); the default draws from a TokenSource.
+using BatchFn = std::function<void(BatchBuffers& out, int B, int T, Rng& rng)>;
+
+// peak_flops: the whole world's peak FLOP/s for the MFU column, 0 to skip.
+TrainResult train(Model& model, Optimizer& opt, const BatchFn& next_batch,
+                  const TrainOptions& options, Comm& comm, double peak_flops = 0);
+
+// Mean masked loss over `batches` deterministic batches drawn with Rng(seed).
+double evaluate_loss(Model& model, const BatchFn& next_batch, int batches, int B, int T,
+                     uint64_t seed, Comm& comm);
+
+}  // namespace ctx

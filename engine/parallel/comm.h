@@ -1,0 +1,34 @@
+// Collectives behind one interface (DESIGN.md decision 7). Processes come from mpirun; a single
+// process without mpirun gets a world of one.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+namespace ctx {
+
+class Comm {
+public:
+    virtual ~Comm() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    // In-place sums over all ranks.
+    virtual void allreduce_sum(float* data, size_t n) = 0;
+    virtual void allreduce_sum(double* data, size_t n) = 0;
+    virtual void barrier() = 0;
+};
+
+// A world of one: every collective is the identity.
+std::unique_ptr<Comm> make_single_comm();
+// MPI_COMM_WORLD. Requires mpi_init() first.
+std::unique_ptr<Comm> make_mpi_comm();
+
+// MPI_Init / MPI_Finalize for the executable. Safe to call once each; tests that never call
+// them use make_single_comm().
+void mpi_init(int* argc, char*** argv);
+void mpi_finalize();
+bool mpi_initialized();
+// Ends every rank (MPI_Abort) so a failure on one never leaves the others hanging.
+[[noreturn]] void mpi_abort(int code);
+
+}  // namespace ctx

@@ -1,0 +1,94 @@
+#include <mpi.h>
+
+#include <cstdlib>
+#include <limits>
+
+#include "core/error.h"
+#include "parallel/comm.h"
+
+namespace ctx {
+namespace {
+
+class SingleComm final : public Comm {
+public:
+    int rank() const override { return 0; }
+    int size() const override { return 1; }
+    void allreduce_sum(float*, size_t) override {}
+    void allreduce_sum(double*, size_t) override {}
+    void barrier() override {}
+};
+
+void check_mpi(int rc, const char* call) {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    fail("{} failed: {}", call, std::string(msg, len));
+}
+
+class MpiComm final : public Comm {
+public:
+    MpiComm() {
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+        MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    }
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+    void allreduce_sum(float* data, size_t n) override { reduce(data, n, MPI_FLOAT); }
+    void allreduce_sum(double* data, size_t n) override { reduce(data, n, MPI_DOUBLE); }
+    void barrier() override { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+
+private:
+    template <typename T>
+    void reduce(T* data, size_t n, MPI_Datatype type) {
+        if (size_ == 1) return;
+        // MPI counts are int: reduce in chunks so arenas over 2^31 elements still work.
+        const size_t chunk = static_cast<size_t>(std::numeric_limits<int>::max());
+        for (size_t off = 0; off < n; off += chunk) {
+            const int count = static_cast<int>(std::min(chunk, n - off));
+            check_mpi(MPI_Allreduce(MPI_IN_PLACE, data + off, count, type, MPI_SUM,
+                                    MPI_COMM_WORLD),
+                      "MPI_Allreduce");
+        }
+    }
+    int rank_ = 0, size_ = 1;
+};
+
+bool g_we_initialized = false;
+
+}  // namespace
+
+std::unique_ptr<Comm> make_single_comm() { return std::make_unique<SingleComm>(); }
+
+std::unique_ptr<Comm> make_mpi_comm() {
+    CTX_CHECK(mpi_initialized(), "internal: make_mpi_comm() before mpi_init()");
+    return std::make_unique<MpiComm>();
+}
+
+void mpi_init(int* argc, char*** argv) {
+    int flag = 0;
+    MPI_Initialized(&flag);
+    if (flag) return;
+    check_mpi(MPI_Init(argc, argv), "MPI_Init");
+    g_we_initialized = true;
+}
+
+void mpi_finalize() {
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    if (init && !fin && g_we_initialized) MPI_Finalize();
+}
+
+void mpi_abort(int code) {
+    if (mpi_initialized()) MPI_Abort(MPI_COMM_WORLD, code);
+    std::exit(code);
+}
+
+bool mpi_initialized() {
+    int flag = 0;
+    MPI_Initialized(&flag);
+    return flag != 0;
+}
+
+}  // namespace ctx
