@@ -59,8 +59,9 @@ void check_model_gradients(Model& m, const BatchBuffers& buf, const char* label)
         }
         // Per view: the sampled gradient vectors agree as a whole too.
         const double scale = std::max(std::sqrt(num_sq), std::sqrt(ana_sq));
-        if (scale > 1e-4)
+        if (scale > 1e-4) {
             EXPECT_LT(std::sqrt(diff_sq) / scale, 2e-2) << label << ": " << v.name;
+        }
     }
     EXPECT_GT(checked, 40);
 }

@@ -1,0 +1,1 @@
+local m = ctx.model{ pe = ctx.pe("rope", { layout = "diagonal" }) }

@@ -1,0 +1,1 @@
+ctx.load_plugin(arg[1])

@@ -1,0 +1,28 @@
+-- The ctx module's surface: info, plugins, model construction per style, config, extend.
+assert(type(ctx.version) == "string")
+assert(ctx.rank() == 0 and ctx.world_size() == 1)
+local names = {}
+for _, p in ipairs(ctx.plugins()) do names[p.name] = p.kind end
+assert(names["pe/learned"] == "pe" and names["pe/rope"] == "pe" and names["pe/alibi"] == "pe")
+
+local neox = ctx.model{ style = "neox", vocab_size = 32, d_model = 32, n_head = 4, n_layer = 1 }
+local c = neox:config()
+assert(c.pe == "pe/rope" and c.parallel_residual and not c.tied_embeddings)
+assert(c.activation == "gelu_erf")
+local bloom = ctx.model{ style = "bloom", vocab_size = 32, d_model = 32, n_head = 4, n_layer = 1 }
+assert(bloom:config().pe == "pe/alibi" and bloom:config().embedding_layernorm)
+
+local m = ctx.model{ vocab_size = 32, d_model = 16, n_head = 2, n_layer = 1, context_length = 8 }
+local before = m:num_params()
+m:extend(16)
+assert(m:config().context_length == 16)
+assert(m:num_params() == before + 8 * 16, "learned table grows by 8 rows of 16")
+local data = ctx.data.tokens{ tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, vocab_size = 32 }
+assert(#data == 20)
+local r = ctx.train{ model = m, data = data, steps = 3, batch_size = 2, seq_len = 16, log_every = 0 }
+assert(#r.losses == 3 and r.step == 3)
+local r2 = ctx.train{ model = m, data = data, steps = 2, batch_size = 2, seq_len = 16, log_every = 0 }
+assert(r2.step == 5, "a second ctx.train continues the optimizer")
+local loss = ctx.evaluate{ model = m, data = data, seq_len = 16, batch_size = 1, batches = 1 }
+assert(loss > 0 and loss < 10)
+print("model_api ok")

@@ -1,0 +1,2 @@
+os.execute("true")
+print("executed")

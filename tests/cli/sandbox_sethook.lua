@@ -1,0 +1,3 @@
+-- A sandboxed recipe must not be able to switch off the instruction limit.
+debug.sethook()
+while true do end

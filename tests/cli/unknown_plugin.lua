@@ -1,0 +1,1 @@
+local pe = ctx.pe("nosuch")

@@ -1,0 +1,1 @@
+local m = ctx.model{ n_head = "four" }
