@@ -2,12 +2,12 @@
 #include <lua.hpp>
 #include <spdlog/spdlog.h>
 
-#include <new>
 
 #include "core/error.h"
 #include "lua/ctx_module.h"
 #include "lua/ctx_types.h"
 #include "lua/lua_guard.h"
+#include "lua/userdata.h"
 #include "model/trainer.h"
 
 namespace ctx {
@@ -19,43 +19,14 @@ using lua::OptType;
 
 constexpr const char* kPeSpecType = "ctx.PeSpec";
 constexpr const char* kDataType = "ctx.Data";
-constexpr const char* kModelType = "ctx.Model";
 
-// ---- userdata helpers: C++ objects placed in Lua memory, destroyed by __gc
-template <typename T>
-T* new_userdata(lua_State* L, const char* type) {
-    void* mem = lua_newuserdatauv(L, sizeof(T), 0);
-    T* obj = new (mem) T();
-    luaL_setmetatable(L, type);
-    return obj;
-}
-
-template <typename T>
-int gc_userdata(lua_State* L) {
-    static_cast<T*>(lua_touserdata(L, 1))->~T();
-    return 0;
-}
-
-template <typename T>
-T* test_userdata(lua_State* L, int index, const char* type) {
-    return static_cast<T*>(luaL_testudata(L, index, type));
-}
+using lua::gc_userdata;
+using lua::new_type;
+using lua::new_userdata;
+using lua::option_userdata;
+using lua::test_userdata;
 
 using DataRef = std::shared_ptr<TokenSource>;
-using ModelRef = std::shared_ptr<ModelHandle>;
-
-// Value of a Table/Any option as a typed userdata, or a clear error naming the key.
-template <typename T>
-T& option_userdata(lua_State* L, const lua::Options& o, const std::string& key, const char* type,
-                   const char* expected) {
-    const lua::LuaRef* ref = o.ref(key);
-    CTX_CHECK(ref != nullptr, "{} {}: missing option '{}'", o.where(), o.context(), key);
-    ref->push();
-    T* obj = test_userdata<T>(L, -1, type);
-    lua_pop(L, 1);
-    if (!obj) o.fail_key(key, fmt::format("expects {}", expected));
-    return *obj;
-}
 
 ModelHandle& check_model(lua_State* L, int index) {
     auto* ref = static_cast<ModelRef*>(luaL_checkudata(L, index, kModelType));
@@ -154,6 +125,7 @@ int l_model(lua_State* L) {
     auto handle = std::make_shared<ModelHandle>();
     handle->style = style;
     handle->pe_name = spec->plugin;
+    handle->trained_length = c.context_length;
     handle->model = std::make_unique<Model>(c, engine.backend(backend), std::move(pe), seed);
     *new_userdata<ModelRef>(L, kModelType) = std::move(handle);
     return 1;
@@ -288,7 +260,8 @@ int l_train(lua_State* L) {
          {"seq_len", OptType::Integer, false, "row length (default: context_length)"},
          {"optimizer", OptType::Table, false, "AdamW and schedule settings"},
          {"seed", OptType::Integer, false, "data order seed"},
-         {"log_every", OptType::Integer, false, "progress line every N steps (0: none)"}},
+         {"log_every", OptType::Integer, false, "progress line every N steps (0: none)"},
+         {"out_dir", OptType::String, false, "write one metrics.jsonl line per step here"}},
         "ctx.train", where);
     ModelHandle& h = *option_userdata<ModelRef>(L, o, "model", kModelType, "a ctx.model");
     DataRef data = option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source");
@@ -308,7 +281,24 @@ int l_train(lua_State* L) {
     else
         h.optimizer->config() = oc;  // keep moments and step: training continues
     EngineContext& engine = lua_detail::engine(L);
-    const TrainResult r = train(*h.model, *h.optimizer, token_batches(data), t, *engine.comm);
+    StepCallback on_step;
+    if (o.has("out_dir")) {
+        MetricsWriter* metrics = &engine.metrics_for(o.string("out_dir", ""));
+        on_step = [metrics](const StepRecord& s) {
+            Record r = Record::object();
+            r["type"] = "train";
+            r["step"] = s.step;
+            r["loss"] = s.loss;
+            r["lr"] = s.lr;
+            r["grad_norm"] = s.grad_norm;
+            r["tokens"] = s.tokens;
+            r["step_seconds"] = s.seconds;
+            r["tokens_per_s"] = s.seconds > 0 ? s.tokens / s.seconds : 0.0;
+            metrics->jsonl(r);
+        };
+    }
+    const TrainResult r = train(*h.model, *h.optimizer, token_batches(data), t, *engine.comm, 0,
+                                on_step);
 
     lua_newtable(L);
     lua_createtable(L, static_cast<int>(r.steps.size()), 0);
@@ -367,27 +357,6 @@ int pe_tostring(lua_State* L) {
     auto* s = static_cast<PeSpec*>(luaL_checkudata(L, 1, kPeSpecType));
     lua_pushfstring(L, "ctx.PeSpec(%s)", s->plugin.c_str());
     return 1;
-}
-
-void new_type(lua_State* L, const char* name, lua_CFunction gc, const luaL_Reg* methods,
-              lua_CFunction tostring, lua_CFunction len) {
-    luaL_newmetatable(L, name);
-    lua_pushcfunction(L, gc);
-    lua_setfield(L, -2, "__gc");
-    if (tostring) {
-        lua_pushcfunction(L, tostring);
-        lua_setfield(L, -2, "__tostring");
-    }
-    if (len) {
-        lua_pushcfunction(L, len);
-        lua_setfield(L, -2, "__len");
-    }
-    if (methods) {
-        lua_newtable(L);
-        luaL_setfuncs(L, methods, 0);
-        lua_setfield(L, -2, "__index");
-    }
-    lua_pop(L, 1);
 }
 
 }  // namespace

@@ -28,6 +28,14 @@ Backend& EngineContext::backend(const std::string& kind) {
     return ref;
 }
 
+MetricsWriter& EngineContext::metrics_for(const std::string& out_dir) {
+    auto it = metrics.find(out_dir);
+    if (it == metrics.end())
+        it = metrics.emplace(out_dir, std::make_unique<MetricsWriter>(out_dir, comm->rank() == 0))
+                 .first;
+    return *it->second;
+}
+
 namespace lua_detail {
 
 static const char* kEngineKey = "ctx.engine";
@@ -193,6 +201,7 @@ void open_ctx_module(lua_State* L, EngineContext* engine) {
                             {nullptr, nullptr}};
     luaL_setfuncs(L, fns, 0);
     register_model_functions(L);  // ctx.model, ctx.train, ctx.evaluate
+    register_eval_functions(L);   // ctx.eval, ctx.run_eval
 
     lua_newtable(L);  // ctx.data
     const luaL_Reg data_fns[] = {{"text", guarded<l_data_text>},
@@ -200,6 +209,7 @@ void open_ctx_module(lua_State* L, EngineContext* engine) {
                                  {"synthetic", guarded<l_data_synthetic>},
                                  {nullptr, nullptr}};
     luaL_setfuncs(L, data_fns, 0);
+    register_eval_data_functions(L);
     lua_setfield(L, -2, "data");
 
     lua_pushvalue(L, -1);

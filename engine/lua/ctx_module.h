@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "io/metrics.h"
 #include "parallel/comm.h"
 #include "plugin/registry.h"
 
@@ -23,6 +24,9 @@ struct EngineContext {
     // Backends are created on first use and shared by every model of the run.
     std::map<std::string, std::unique_ptr<Backend>> backends;
     Backend& backend(const std::string& kind);  // "cpu" | "cuda"
+    // One metrics writer per output directory (rank 0 writes, others hold inactive writers).
+    std::map<std::string, std::unique_ptr<MetricsWriter>> metrics;
+    MetricsWriter& metrics_for(const std::string& out_dir);
 };
 
 // Registers the global `ctx` table (and package.loaded.ctx).

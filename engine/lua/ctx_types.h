@@ -25,6 +25,7 @@ struct ModelHandle {
     std::unique_ptr<Model> model;
     std::unique_ptr<Optimizer> optimizer;
     std::string style, pe_name;
+    int trained_length = 0;  // Lt at construction (evaluation multiples are relative to it)
 };
 
 void register_ctx_types(lua_State* L);
@@ -35,5 +36,14 @@ PeSpec& make_pe_spec(lua_State* L, const std::string& name, int opts_index,
 void push_data(lua_State* L, std::shared_ptr<TokenSource> data);
 // Sets ctx.model, ctx.train, ctx.evaluate on the table at the top of the stack.
 void register_model_functions(lua_State* L);
+// Sets ctx.eval and ctx.run_eval on the table at the top (ctx).
+void register_eval_functions(lua_State* L);
+// Sets documents on the table at the top (ctx.data).
+void register_eval_data_functions(lua_State* L);
+void push_documents(lua_State* L, std::shared_ptr<class DocumentSet> docs);
+
+inline constexpr const char* kModelType = "ctx.Model";
+inline constexpr const char* kDocumentsType = "ctx.Documents";
+using ModelRef = std::shared_ptr<ModelHandle>;
 
 }  // namespace ctx

@@ -13,7 +13,8 @@ static uint64_t rank_seed(uint64_t seed, int rank) {
 }
 
 TrainResult train(Model& model, Optimizer& opt, const BatchFn& next_batch,
-                  const TrainOptions& o, Comm& comm, double peak_flops) {
+                  const TrainOptions& o, Comm& comm, double peak_flops,
+                  const StepCallback& on_step) {
     CTX_CHECK(o.steps > 0, "steps must be positive, got {}", o.steps);
     CTX_CHECK(o.batch_size > 0, "batch_size must be positive, got {}", o.batch_size);
     CTX_CHECK(o.seq_len > 0, "seq_len must be positive, got {}", o.seq_len);
@@ -27,6 +28,7 @@ TrainResult train(Model& model, Optimizer& opt, const BatchFn& next_batch,
     const auto t_start = std::chrono::steady_clock::now();
     auto t_last = t_start;
     double tokens_since_log = 0;
+    auto t_step = t_start;
     for (int64_t s = 0; s < o.steps; ++s) {
         next_batch(buf, o.batch_size, o.seq_len, rng);
         const Batch batch = buf.batch();
@@ -53,7 +55,11 @@ TrainResult train(Model& model, Optimizer& opt, const BatchFn& next_batch,
         const auto now = std::chrono::steady_clock::now();
         const double dt = std::chrono::duration<double>(now - t_last).count();
         rec.tokens_per_s = dt > 0 ? tokens_since_log / dt : 0;
+        rec.tokens = static_cast<double>(o.batch_size) * o.seq_len * comm.size();
+        rec.seconds = std::chrono::duration<double>(now - t_step).count();
+        t_step = now;
         result.steps.push_back(rec);
+        if (on_step) on_step(rec);
         const bool last = s + 1 == o.steps;
         if (o.log_every > 0 && (rec.step % o.log_every == 0 || last || s == 0)) {
             const double elapsed = std::chrono::duration<double>(now - t_start).count();

@@ -22,9 +22,15 @@ struct TrainOptions {
     int log_every = 10;  // 0: no progress lines
 };
 
+struct StepRecord;
+// Called on every rank after every step (e.g. to write metrics.jsonl on rank 0).
+using StepCallback = std::function<void(const struct StepRecord&)>;
+
 struct StepRecord {
     int64_t step = 0;  // 1-based optimizer step
     double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
+    double tokens = 0;     // global tokens of this step
+    double seconds = 0;    // wall time of this step
 };
 
 struct TrainResult {
@@ -39,7 +45,8 @@ using BatchFn = std::function<void(BatchBuffers& out, int B, int T, Rng& rng)>;
 
 // peak_flops: the whole world's peak FLOP/s for the MFU column, 0 to skip.
 TrainResult train(Model& model, Optimizer& opt, const BatchFn& next_batch,
-                  const TrainOptions& options, Comm& comm, double peak_flops = 0);
+                  const TrainOptions& options, Comm& comm, double peak_flops = 0,
+                  const StepCallback& on_step = {});
 
 // Mean masked loss over `batches` deterministic batches drawn with Rng(seed).
 double evaluate_loss(Model& model, const BatchFn& next_batch, int batches, int B, int T,

@@ -293,18 +293,44 @@ typedef struct ctx_sampler_vtable {
                          uint64_t rng_state[4], ctx_sample_row* row, ctx_err* err);
 } ctx_sampler_vtable;
 
-/* ================================================================= evaluation tasks */
-typedef struct ctx_eval_host ctx_eval_host; /* opaque: the model, tokenizer, data, metrics sink */
+/* ================================================================= evaluation tasks
+ * An eval plugin reads held-out documents and scores the model through the host: it never sees
+ * the model itself. Results are records (flat key -> number/string rows): the host writes each to
+ * the log, to metrics.jsonl and to <out_dir>/<task>.csv, adding the recipe's tags (method, ...). */
+typedef struct ctx_eval_host ctx_eval_host; /* opaque: the model, data, metrics sink */
+
+typedef struct ctx_eval_model_info {
+    uint32_t struct_size;
+    int32_t vocab_size;
+    int32_t context_length; /* Lt the model was trained at (after any extend: the new length) */
+    int32_t trained_length; /* the original Lt before any extend() */
+} ctx_eval_model_info;
 
 typedef struct ctx_eval_api {
     uint32_t struct_size;
-    /* Per-token log-probabilities of rows: tokens/positions (n_rows, row_len), logprobs out
-     * (n_rows, row_len) = log p(targets | prefix). */
+    /* Per-token log-probabilities of rows: tokens/positions/targets (n_rows, row_len) row-major;
+     * logprobs out (n_rows, row_len) = log p(targets[r][t] | tokens[r][0..t]). */
     ctx_status (*row_logprobs)(ctx_eval_host* host, const int32_t* tokens, const float* positions,
                                const int32_t* targets, int64_t n_rows, int64_t row_len,
                                float* logprobs, ctx_err* err);
-    /* Records one metric (written to the log and metrics.jsonl). */
+    /* Records a single named number (a one-field record). */
     void (*metric)(ctx_eval_host* host, const char* name, double value);
+
+    void (*model_info)(ctx_eval_host* host, ctx_eval_model_info* info);
+    /* Held-out documents (the split the recipe passed): count, lengths, token copies. */
+    int64_t (*num_documents)(ctx_eval_host* host);
+    int64_t (*document_length)(ctx_eval_host* host, int64_t doc);
+    /* Copies tokens [start, start + n) of document doc into out; returns CTX_ERR_INVALID_ARGUMENT
+     * when the span is outside the document. */
+    ctx_status (*copy_tokens)(ctx_eval_host* host, int64_t doc, int64_t start, int64_t n,
+                              int32_t* out, ctx_err* err);
+    /* Structured results: begin, add fields, end. Field order is kept (CSV column order). */
+    void (*record_begin)(ctx_eval_host* host, const char* task);
+    void (*record_number)(ctx_eval_host* host, const char* key, double value);
+    void (*record_string)(ctx_eval_host* host, const char* key, const char* value);
+    ctx_status (*record_end)(ctx_eval_host* host, ctx_err* err);
+    /* Progress/log lines from the task. */
+    void (*log)(ctx_eval_host* host, int32_t level, const char* message);
 } ctx_eval_api;
 
 typedef struct ctx_eval_vtable {

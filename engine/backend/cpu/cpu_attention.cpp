@@ -1,0 +1,431 @@
+// CPU backend: rotary position embedding and causal multi-head attention with per-token float
+// positions and an additive per-head bias family (METHODS.md 1.3-1.6, backend.h).
+//
+// Attention works per (batch, head) pair, one pair per OpenMP iteration, with strided views into
+// qkv (B, T, 3C): q_bh row i is qkv[b, i, h*D : h*D + D] (leading dimension 3C), k_bh and v_bh are
+// the same at offsets C and 2C. Queries go in row blocks of kAttnBlock; a block [i0, i1) only
+// needs keys [j0, i1) (j0 = 0, or the window start of row i0), so every product is one sgemm on a
+// sub-block and causal attention does roughly half of the full (T, T) work.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_math.h"
+#include "core/error.h"
+
+namespace ctx::cpu {
+
+namespace {
+
+// ================================================================ rotary
+
+// Per-token tables of the rotation: cos, sin of a_k = (p * position_scale) * inv_freq[k] and the
+// scales of q and k, attention_factor * zeta_k^(+-p / amp_scale_base). Angles and powers are
+// computed in double (positions reach ~1e5, where a float angle would be off by ~1e-2 rad).
+struct RotaryTables {
+    float cs[kMaxRotaryPairs], sn[kMaxRotaryPairs], qs[kMaxRotaryPairs], ks[kMaxRotaryPairs];
+};
+
+void fill_rotary_tables(RotaryTables& t, float p, const RotarySpec& spec) {
+    const int half = spec.rotary_dims / 2;
+    const double ps = double(p) * double(spec.position_scale);
+    for (int k = 0; k < half; k++) {
+        const double a = ps * double(spec.inv_freq[k]);
+        t.cs[k] = float(std::cos(a));
+        t.sn[k] = float(std::sin(a));
+        double qs = spec.attention_factor, ks = spec.attention_factor;
+        if (spec.amp_base != nullptr) {
+            const double e = double(p) / double(spec.amp_scale_base);
+            qs *= std::pow(double(spec.amp_base[k]), e);
+            ks *= std::pow(double(spec.amp_base[k]), -e);
+        }
+        t.qs[k] = float(qs);
+        t.ks[k] = float(ks);
+    }
+}
+
+// Rotates the first dr dims of one head x (D) in place: (x0, x1) <- s * R(sign * a) (x0, x1).
+// sign = +1 is the forward map; sign = -1 with the same s is its transpose (the backward map).
+inline void rotate_head(float* x, int dr, RotaryLayout layout, const float* cs, const float* sn,
+                        const float* s, float sign) {
+    const int half = dr / 2;
+    const int stride = layout == RotaryLayout::Half ? 1 : 2;   // index of x0 of pair k
+    const int offset = layout == RotaryLayout::Half ? half : 1;  // x1 = x0 + offset
+    for (int k = 0; k < half; k++) {
+        float* p0 = x + k * stride;
+        float* p1 = p0 + offset;
+        const float x0 = *p0, x1 = *p1, c = cs[k], sa = sign * sn[k];
+        *p0 = s[k] * (c * x0 - sa * x1);
+        *p1 = s[k] * (sa * x0 + c * x1);
+    }
+}
+
+void check_rotary(int C, int H, const RotarySpec& spec) {
+    CTX_CHECK(H > 0 && C % H == 0, "rotary: d_model {} is not divisible by {} heads", C, H);
+    const int D = C / H;
+    CTX_CHECK(spec.rotary_dims >= 0 && spec.rotary_dims % 2 == 0 && spec.rotary_dims <= D,
+              "rotary: rotary_dims {} must be even and in [0, head_dim {}]", spec.rotary_dims, D);
+    CTX_CHECK(spec.rotary_dims / 2 <= kMaxRotaryPairs, "rotary: more than {} pairs",
+              kMaxRotaryPairs);
+    CTX_CHECK(spec.rotary_dims == 0 || spec.inv_freq != nullptr, "rotary: inv_freq is null");
+}
+
+void rotary_apply(float* qkv, const float* positions, int B, int T, int C, int H,
+                  const RotarySpec& spec, float sign) {
+    check_rotary(C, H, spec);
+    if (spec.rotary_dims == 0) return;
+    const int D = C / H, dr = spec.rotary_dims;
+#pragma omp parallel
+    {
+        RotaryTables tab;  // per thread, on the stack
+#pragma omp for schedule(static)
+        for (int bt = 0; bt < B * T; bt++) {
+            fill_rotary_tables(tab, positions[bt], spec);
+            float* q = qkv + size_t(bt) * 3 * C;  // (C) = H x D
+            float* k = q + C;                     // (C)
+            for (int h = 0; h < H; h++) {
+                rotate_head(q + h * D, dr, spec.layout, tab.cs, tab.sn, tab.qs, sign);
+                rotate_head(k + h * D, dr, spec.layout, tab.cs, tab.sn, tab.ks, sign);
+            }
+        }
+    }
+}
+
+// ================================================================ attention bias
+
+constexpr int kT5LutSize = 4096;
+
+// T5 bucket of d = p_i - p_j (METHODS.md 1.6), computed in double.
+int t5_bucket_direct(double d, int nb, int md) {
+    const double n = std::max(0.0, std::floor(d));
+    const int me = nb / 2;
+    if (n < me) return int(n);
+    const double v =
+        me + std::floor(std::log(n / me) / std::log(double(md) / me) * double(nb - me));
+    return int(std::min(double(nb - 1), v));
+}
+
+// T5 bucket lookup for one call: a table of bucket(n) for n = 0 .. max_distance, where the last
+// entry (n >= max_distance) is the last bucket. Distances are formed in double (exact for float
+// positions), so floor() at integer boundaries matches the reference bit for bit.
+struct BiasEval {
+    BiasKind kind = BiasKind::None;
+    int nb = 0, md = 0;
+    const int* lut = nullptr;  // (md + 1) when md <= kT5LutSize, else null (direct evaluation)
+
+    // n = max(0, floor(d)) clamped to md, as a table index; int() is floor for d >= 0 (and a NaN
+    // distance lands on 0 rather than outside the table).
+    static int clamped_n(double d, double md) { return int(d >= 0.0 ? (d < md ? d : md) : 0.0); }
+
+    int bucket(float pi, float pj) const {
+        const double d = double(pi) - double(pj);
+        return lut != nullptr ? lut[clamped_n(d, md)] : t5_bucket_direct(d, nb, md);
+    }
+};
+
+void check_attention(int T, int C, int H, const AttentionOptions& opt) {
+    CTX_CHECK(T >= 1, "attention: T must be >= 1, got {}", T);
+    CTX_CHECK(H > 0 && C % H == 0, "attention: d_model {} is not divisible by {} heads", C, H);
+    CTX_CHECK(opt.window >= 0, "attention: window must be >= 0, got {}", opt.window);
+    const BiasSpec& bs = opt.bias;
+    if (bs.kind == BiasKind::None) return;
+    CTX_CHECK(bs.a != nullptr, "attention: bias kind {} needs parameter a", int(bs.kind));
+    if (bs.kind == BiasKind::KerpleLog || bs.kind == BiasKind::KerplePower)
+        CTX_CHECK(bs.b != nullptr, "attention: KERPLE bias needs parameter b");
+    if (bs.kind == BiasKind::T5) {
+        CTX_CHECK(bs.num_buckets >= 2 && bs.num_buckets <= kMaxT5Buckets,
+                  "attention: T5 num_buckets {} must be in [2, {}]", bs.num_buckets,
+                  kMaxT5Buckets);
+        CTX_CHECK(bs.max_distance > bs.num_buckets / 2,
+                  "attention: T5 max_distance {} must exceed num_buckets / 2 = {}",
+                  bs.max_distance, bs.num_buckets / 2);
+    }
+}
+
+// Fills lut (kT5LutSize + 1) for T5 and returns the evaluator.
+BiasEval make_bias_eval(const BiasSpec& bs, int* lut) {
+    BiasEval be;
+    be.kind = bs.kind;
+    if (bs.kind == BiasKind::T5) {
+        be.nb = bs.num_buckets;
+        be.md = bs.max_distance;
+        if (be.md <= kT5LutSize) {
+            for (int n = 0; n <= be.md; n++) lut[n] = t5_bucket_direct(n, be.nb, be.md);
+            be.lut = lut;
+        }
+    }
+    return be;
+}
+
+// row[j] += bias_h(pos[i] - pos[j]) for j in [lo, i].
+void add_bias_row(float* row, const float* pos, int i, int lo, int h, const BiasSpec& bs,
+                  const BiasEval& be) {
+    const float pi = pos[i];
+    switch (bs.kind) {
+        case BiasKind::None:
+            break;
+        case BiasKind::Linear: {
+            const float a = bs.a[h];
+#pragma omp simd
+            for (int j = lo; j <= i; j++) row[j] -= a * (pi - pos[j]);
+            break;
+        }
+        case BiasKind::KerpleLog: {
+            const float a = bs.a[h], b = bs.b[h];
+#pragma omp simd
+            for (int j = lo; j <= i; j++) row[j] -= a * fast_log(1.0f + b * std::fabs(pi - pos[j]));
+            break;
+        }
+        case BiasKind::KerplePower: {
+            const float a = bs.a[h], b = bs.b[h];
+#pragma omp simd
+            for (int j = lo; j <= i; j++) {
+                const float d = std::fabs(pi - pos[j]);
+                const float pw = fast_exp(b * fast_log(d));
+                row[j] -= d > 0.0f ? a * pw : 0.0f;  // |d|^b, 0 at d = 0
+            }
+            break;
+        }
+        case BiasKind::T5: {
+            const float* table = bs.a + size_t(h) * be.nb;  // (num_buckets)
+            if (be.lut != nullptr) {
+                const int* lut = be.lut;
+                const double md = be.md;
+#pragma omp simd
+                for (int j = lo; j <= i; j++)
+                    row[j] += table[lut[BiasEval::clamped_n(double(pi) - double(pos[j]), md)]];
+            } else {
+                for (int j = lo; j <= i; j++) row[j] += table[be.bucket(pi, pos[j])];
+            }
+            break;
+        }
+    }
+}
+
+// Accumulates the bias parameter gradients of head h from the dlogits of row i over keys
+// j in [lo, i], held at ds[j - j0]: g[0] += dL/da, g[1] += dL/db (Linear, KERPLE) or
+// g[bucket] += dL/dtable (T5).
+void bias_grad_row(double* g, const float* ds_row, int j0, const float* pos, int i, int lo, int h,
+                   const BiasSpec& bs, const BiasEval& be) {
+    const float pi = pos[i];
+    const int n = i - lo + 1;              // keys lo .. i
+    const float* ds = ds_row + (lo - j0);  // (n) their dlogits
+    const float* pj = pos + lo;            // (n) their positions
+    switch (bs.kind) {
+        case BiasKind::None:
+            break;
+        case BiasKind::Linear: {  // d/da [-a d] = -d
+            float ga = 0.0f;
+#pragma omp simd reduction(+ : ga)
+            for (int k = 0; k < n; k++) ga -= ds[k] * (pi - pj[k]);
+            g[0] += ga;
+            break;
+        }
+        case BiasKind::KerpleLog: {  // -a log(1 + b|d|): d/da = -log(1 + b|d|), d/db = -a|d|/(1+b|d|)
+            const float a = bs.a[h], b = bs.b[h];
+            float ga = 0.0f, gb = 0.0f;
+#pragma omp simd reduction(+ : ga, gb)
+            for (int k = 0; k < n; k++) {
+                const float d = std::fabs(pi - pj[k]);
+                const float u = 1.0f + b * d;
+                ga -= ds[k] * fast_log(u);
+                gb -= ds[k] * a * d / u;
+            }
+            g[0] += ga;
+            g[1] += gb;
+            break;
+        }
+        case BiasKind::KerplePower: {  // -a |d|^b: d/da = -|d|^b, d/db = -a |d|^b log|d| (0 at d=0)
+            const float a = bs.a[h], b = bs.b[h];
+            float ga = 0.0f, gb = 0.0f;
+#pragma omp simd reduction(+ : ga, gb)
+            for (int k = 0; k < n; k++) {
+                const float d = std::fabs(pi - pj[k]);
+                const float ld = fast_log(d);  // garbage at d = 0, masked below
+                const float pw = fast_exp(b * ld);
+                const float w = d > 0.0f ? ds[k] : 0.0f;
+                ga -= w * pw;
+                gb -= w * a * pw * ld;
+            }
+            g[0] += ga;
+            g[1] += gb;
+            break;
+        }
+        case BiasKind::T5:
+            for (int k = 0; k < n; k++) g[be.bucket(pi, pj[k])] += ds[k];
+            break;
+    }
+}
+
+// First key row i may attend to.
+inline int key_start(int i, int window) { return window > 0 ? std::max(0, i - window + 1) : 0; }
+
+// Per-thread dP/dS buffer: one query block against all keys it may need.
+inline size_t attn_buffer_floats(int T) {
+    return (size_t(std::min(T, kAttnBlock)) * size_t(T) + 15) / 16 * 16;
+}
+
+}  // namespace
+
+// ================================================================ rotary ops
+
+void CpuBackend::rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,
+                                const RotarySpec& spec) {
+    rotary_apply(qkv, positions, B, T, C, H, spec, +1.0f);
+}
+
+void CpuBackend::rotary_backward(float* dqkv, const float* positions, int B, int T, int C, int H,
+                                 const RotarySpec& spec) {
+    // The forward map per pair is s * R(a); its transpose is s * R(-a).
+    rotary_apply(dqkv, positions, B, T, C, H, spec, -1.0f);
+}
+
+// ================================================================ attention ops
+
+size_t CpuBackend::attention_scratch_floats(int B, int T, int /*C*/, int H) const {
+    // [threads_ x (kAttnBlock, T) dP/dS buffers][(B*H) x kMaxT5Buckets bias-gradient slots]
+    return size_t(threads_) * attn_buffer_floats(T) + size_t(B) * H * kMaxT5Buckets;
+}
+
+void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
+                                   const float* positions, int B, int T, int C, int H,
+                                   const AttentionOptions& opt) {
+    check_attention(T, C, H, opt);
+    const int D = C / H, C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(float(D));
+    int lut[kT5LutSize + 1];
+    const BiasEval be = make_bias_eval(opt.bias, lut);
+
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (int bh = 0; bh < B * H; bh++) {
+        const int b = bh / H, h = bh % H;
+        const float* q = qkv + size_t(b) * T * C3 + size_t(h) * D;  // (T, D), ld 3C
+        const float* k = q + C;                                     // (T, D), ld 3C
+        const float* v = q + 2 * C;                                 // (T, D), ld 3C
+        const float* pos = positions + size_t(b) * T;               // (T)
+        float* att_bh = att + size_t(bh) * T * T;                   // (T, T)
+        float* out_bh = out + size_t(b) * T * C + size_t(h) * D;    // (T, D), ld C
+        for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
+            const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_start(i0, opt.window);
+            const int M = i1 - i0, Nk = i1 - j0;
+            float* s_blk = att_bh + size_t(i0) * T + j0;  // (M, Nk), ld T
+            // logits = q k^T / sqrt(D)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Nk, D, scale,
+                        q + size_t(i0) * C3, C3, k + size_t(j0) * C3, C3, 0.0f, s_blk, T);
+            for (int i = i0; i < i1; i++) {
+                float* row = att_bh + size_t(i) * T;  // (T)
+                const int lo = key_start(i, opt.window);
+                for (int j = 0; j < lo; j++) row[j] = 0.0f;
+                for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+                add_bias_row(row, pos, i, lo, h, opt.bias, be);
+                // softmax over [lo, i]
+                float mx = row[lo];
+#pragma omp simd reduction(max : mx)
+                for (int j = lo + 1; j <= i; j++) mx = std::max(mx, row[j]);
+                float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+                for (int j = lo; j <= i; j++) {
+                    const float e = fast_exp(row[j] - mx);
+                    row[j] = e;
+                    sum += e;
+                }
+                const float inv = 1.0f / sum;
+#pragma omp simd
+                for (int j = lo; j <= i; j++) row[j] *= inv;
+            }
+            // out[i0:i1] = P[i0:i1, j0:i1] v[j0:i1]
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, Nk, 1.0f, s_blk, T,
+                        v + size_t(j0) * C3, C3, 0.0f, out_bh + size_t(i0) * C, C);
+        }
+    }
+}
+
+void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* dout,
+                                    const float* qkv, const float* att, const float* positions,
+                                    int B, int T, int C, int H, const AttentionOptions& opt) {
+    check_attention(T, C, H, opt);
+    const int D = C / H, C3 = 3 * C;
+    const float scale = 1.0f / std::sqrt(float(D));
+    const BiasSpec& bs = opt.bias;
+    int lut[kT5LutSize + 1];
+    const BiasEval be = make_bias_eval(bs, lut);
+    const bool bias_grads = bs.kind != BiasKind::None && (bs.da != nullptr || bs.db != nullptr);
+    const int n_bias_grads = bs.kind == BiasKind::T5 ? bs.num_buckets : 2;
+    const size_t buf_floats = attn_buffer_floats(T);
+    float* slots = scratch + size_t(threads_) * buf_floats;  // (B*H, kMaxT5Buckets)
+
+#pragma omp parallel num_threads(threads_)
+    {
+        float* buf = scratch + size_t(omp_get_thread_num()) * buf_floats;  // (kAttnBlock, T)
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * H; bh++) {
+            const int b = bh / H, h = bh % H;
+            const size_t head = size_t(b) * T * C3 + size_t(h) * D;
+            const float* q = qkv + head;                                    // (T, D), ld 3C
+            const float* k = q + C;                                         // (T, D), ld 3C
+            const float* v = q + 2 * C;                                     // (T, D), ld 3C
+            float* dq = dqkv + head;                                        // (T, D), ld 3C
+            float* dk = dq + C;                                             // (T, D), ld 3C
+            float* dv = dq + 2 * C;                                         // (T, D), ld 3C
+            const float* dout_bh = dout + size_t(b) * T * C + size_t(h) * D;  // (T, D), ld C
+            const float* att_bh = att + size_t(bh) * T * T;                 // (T, T)
+            const float* pos = positions + size_t(b) * T;                   // (T)
+            double g[kMaxT5Buckets];  // this pair's bias-parameter gradients
+            if (bias_grads) std::fill(g, g + n_bias_grads, 0.0);
+
+            for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
+                const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_start(i0, opt.window);
+                const int M = i1 - i0, Nk = i1 - j0;
+                const float* p_blk = att_bh + size_t(i0) * T + j0;  // (M, Nk), ld T
+                // dP (M, Nk) = dout[i0:i1] v[j0:i1]^T
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Nk, D, 1.0f,
+                            dout_bh + size_t(i0) * C, C, v + size_t(j0) * C3, C3, 0.0f, buf, Nk);
+                // dv[j0:i1] += P^T dout[i0:i1]
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Nk, D, M, 1.0f, p_blk, T,
+                            dout_bh + size_t(i0) * C, C, 1.0f, dv + size_t(j0) * C3, C3);
+                // dlogit = P * (dP - sum_j P dP), in place in buf (P = 0 outside the mask)
+                for (int i = i0; i < i1; i++) {
+                    const float* p = att_bh + size_t(i) * T + j0;  // (Nk) keys j0 .. i1-1
+                    float* ds = buf + size_t(i - i0) * Nk;         // (Nk) keys j0 .. i1-1
+                    float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+                    for (int j = 0; j < Nk; j++) dot += p[j] * ds[j];
+#pragma omp simd
+                    for (int j = 0; j < Nk; j++) ds[j] = p[j] * (ds[j] - dot);
+                    if (bias_grads)
+                        bias_grad_row(g, ds, j0, pos, i, key_start(i, opt.window), h, bs, be);
+                }
+                // dq[i0:i1] += dS k[j0:i1] / sqrt(D);  dk[j0:i1] += dS^T q[i0:i1] / sqrt(D)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, Nk, scale, buf, Nk,
+                            k + size_t(j0) * C3, C3, 1.0f, dq + size_t(i0) * C3, C3);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Nk, D, M, scale, buf, Nk,
+                            q + size_t(i0) * C3, C3, 1.0f, dk + size_t(j0) * C3, C3);
+            }
+            if (bias_grads) {
+                float* slot = slots + size_t(bh) * kMaxT5Buckets;
+                for (int x = 0; x < n_bias_grads; x++) slot[x] = float(g[x]);
+            }
+        }
+    }
+
+    // Reduce the per-(b, h) slots in a fixed order (deterministic for any thread count).
+    if (!bias_grads) return;
+    for (int h = 0; h < H; h++) {
+        for (int b = 0; b < B; b++) {
+            const float* slot = slots + (size_t(b) * H + h) * kMaxT5Buckets;
+            if (bs.kind == BiasKind::T5) {
+                if (bs.da != nullptr)
+                    for (int x = 0; x < bs.num_buckets; x++)
+                        bs.da[size_t(h) * bs.num_buckets + x] += slot[x];
+            } else {
+                if (bs.da != nullptr) bs.da[h] += slot[0];
+                if (bs.db != nullptr && bs.kind != BiasKind::Linear) bs.db[h] += slot[1];
+            }
+        }
+    }
+}
+
+}  // namespace ctx::cpu

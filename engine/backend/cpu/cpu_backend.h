@@ -1,0 +1,91 @@
+// CPU backend (private header): fp32 ops on host memory, OpenMP across rows / (batch, head) pairs,
+// OpenBLAS sgemm for every matrix product. The op contract and its math live in backend/backend.h.
+//
+// Threading: the backend remembers omp_get_max_threads() at construction (threads_). Parallel
+// regions that index per-thread scratch run with exactly threads_ threads, so the scratch sized by
+// attention_scratch_floats() always matches. BLAS calls made inside an OpenMP region run
+// single-threaded (OpenMP build of OpenBLAS); top-level BLAS calls use all threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace ctx::cpu {
+
+// Row-block size of the attention kernels: queries are processed in blocks of this many rows,
+// each against keys [window start of the block, end of the block), so causal attention does about
+// half the work of a full (T, T) product and the per-thread scratch is (kAttnBlock, T).
+inline constexpr int kAttnBlock = 64;
+// T5 tables with more buckets than this are refused (the per-(b, h) gradient slots are this big).
+inline constexpr int kMaxT5Buckets = 512;
+// Most rotary pairs (dr / 2) a head may have (per-token cos/sin tables live on the stack).
+inline constexpr int kMaxRotaryPairs = 1024;
+
+class CpuBackend final : public Backend {
+public:
+    explicit CpuBackend(int threads);
+
+    DeviceKind kind() const override { return DeviceKind::CPU; }
+    std::string name() const override;
+
+    // ---- memory (cpu_backend.cpp)
+    float* alloc_floats(size_t n) override;
+    void free_floats(float* p) override;
+    void copy_to_device(float* dst, const float* host_src, size_t n) override;
+    void copy_to_host(float* host_dst, const float* src, size_t n) override;
+    void zero(float* p, size_t n) override;
+
+    // ---- elementwise (cpu_backend.cpp)
+    void add(float* out, const float* a, const float* b, size_t n) override;
+    void accumulate(float* y, const float* x, size_t n) override;
+    void scale(float* x, float s, size_t n) override;
+    double sum_squares(const float* x, size_t n) override;
+
+    // ---- embedding, layernorm, matmul, activation (cpu_dense.cpp)
+    void embedding_forward(float* out, const int32_t* tokens, const float* positions,
+                           const float* wte, const float* wpe, int N, int C, int V,
+                           int P) override;
+    void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                            const float* positions, int N, int C, int V, int P) override;
+    void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
+                           const float* b, int N, int C, float eps) override;
+    void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                            const float* inp, const float* w, const float* mean,
+                            const float* rstd, int N, int C) override;
+    void matmul_forward(float* out, const float* inp, const float* W, const float* bias, int N,
+                        int IC, int OC) override;
+    void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
+                         const float* inp, const float* W, int N, int IC, int OC) override;
+    void activation_forward(float* out, const float* inp, size_t n, Activation act) override;
+    void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
+                             Activation act) override;
+
+    // ---- rotary, attention (cpu_attention.cpp)
+    void rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,
+                        const RotarySpec& spec) override;
+    void rotary_backward(float* dqkv, const float* positions, int B, int T, int C, int H,
+                         const RotarySpec& spec) override;
+    void attention_forward(float* out, float* att, const float* qkv, const float* positions,
+                           int B, int T, int C, int H, const AttentionOptions& opt) override;
+    void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                            const float* att, const float* positions, int B, int T, int C, int H,
+                            const AttentionOptions& opt) override;
+    size_t attention_scratch_floats(int B, int T, int C, int H) const override;
+
+    // ---- loss, optimizer (cpu_loss.cpp)
+    void crossentropy_forward(float* losses, const float* logits, const int32_t* targets,
+                              const float* mask, int N, int V) override;
+    void crossentropy_forward_backward(float* logits_to_dlogits, float* losses,
+                                       const int32_t* targets, const float* mask, int N, int V,
+                                       float grad_scale) override;
+    void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                      const AdamWParams& hp) override;
+
+private:
+    int threads_;  // OpenMP threads of the regions that use per-thread scratch
+};
+
+}  // namespace ctx::cpu

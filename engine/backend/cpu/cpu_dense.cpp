@@ -1,0 +1,267 @@
+// CPU backend: token + position embedding, layer norm, dense layer (OpenBLAS sgemm), GELU.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_math.h"
+#include "core/error.h"
+
+namespace ctx::cpu {
+
+namespace {
+
+// Splits [0, n) into one contiguous block per thread of the current team, block starts rounded to
+// multiples of 16 floats (64 bytes) so threads never share a cache line of the output.
+inline void thread_block(int n, int& begin, int& end) {
+    const int nth = omp_get_num_threads(), tid = omp_get_thread_num();
+    int chunk = (n + nth - 1) / nth;
+    chunk = (chunk + 15) / 16 * 16;
+    begin = std::min(n, tid * chunk);
+    end = std::min(n, begin + chunk);
+}
+
+// Interpolated position-table lookup (backend.h): rows j0 = floor(p), j1 = min(j0 + 1, P - 1),
+// weights (1 - f), f.
+struct Interp {
+    int j0, j1;
+    float f;
+};
+inline Interp interp_rows(float p, int P) {
+    const int j0 = std::min(int(std::floor(p)), P - 1);
+    return {j0, std::min(j0 + 1, P - 1), p - float(j0)};
+}
+
+void check_tokens(const int32_t* tokens, const float* positions, int N, int V, int P) {
+    for (int n = 0; n < N; n++) {
+        CTX_CHECK(tokens[n] >= 0 && tokens[n] < V,
+                  "embedding: token {} at row {} is outside the vocabulary [0, {})", tokens[n], n,
+                  V);
+        if (positions != nullptr) {
+            CTX_CHECK(positions[n] >= 0.0f && positions[n] <= float(P - 1),
+                      "embedding: position {} at row {} is outside the table [0, {}]",
+                      positions[n], n, P - 1);
+        }
+    }
+}
+
+constexpr float kGeluTanhScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCubic = 0.044715f;
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;  // 1 / sqrt(2 pi)
+
+}  // namespace
+
+// ---------------------------------------------------------------- embedding
+
+void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const float* positions,
+                                   const float* wte, const float* wpe, int N, int C, int V,
+                                   int P) {
+    check_tokens(tokens, wpe != nullptr ? positions : nullptr, N, V, P);
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* out_n = out + size_t(n) * C;                  // (C)
+        const float* wte_t = wte + size_t(tokens[n]) * C;    // (C)
+        if (wpe == nullptr) {
+            for (int c = 0; c < C; c++) out_n[c] = wte_t[c];
+            continue;
+        }
+        const Interp ip = interp_rows(positions[n], P);
+        const float* e0 = wpe + size_t(ip.j0) * C;  // (C)
+        const float* e1 = wpe + size_t(ip.j1) * C;  // (C)
+        const float w0 = 1.0f - ip.f, w1 = ip.f;
+#pragma omp simd
+        for (int c = 0; c < C; c++) out_n[c] = wte_t[c] + w0 * e0[c] + w1 * e1[c];
+    }
+}
+
+void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                    const int32_t* tokens, const float* positions, int N, int C,
+                                    int V, int P) {
+    check_tokens(tokens, dwpe != nullptr ? positions : nullptr, N, V, P);
+    // Race-free scatter: each thread owns a block of channels and walks all rows in order (so the
+    // result is also independent of the thread count).
+#pragma omp parallel
+    {
+        int c0, c1;
+        thread_block(C, c0, c1);
+        for (int n = 0; n < N && c0 < c1; n++) {
+            const float* d = dout + size_t(n) * C;  // (C)
+            float* g = dwte + size_t(tokens[n]) * C;
+            for (int c = c0; c < c1; c++) g[c] += d[c];
+            if (dwpe != nullptr) {
+                const Interp ip = interp_rows(positions[n], P);
+                float* g0 = dwpe + size_t(ip.j0) * C;
+                float* g1 = dwpe + size_t(ip.j1) * C;
+                const float w0 = 1.0f - ip.f, w1 = ip.f;
+                for (int c = c0; c < c1; c++) g0[c] += w0 * d[c];
+                for (int c = c0; c < c1; c++) g1[c] += w1 * d[c];
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- layer norm
+
+void CpuBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                   const float* w, const float* b, int N, int C, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + size_t(n) * C;  // (C)
+        float* y = out + size_t(n) * C;        // (C)
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int c = 0; c < C; c++) sum += x[c];
+        const float m = sum / float(C);
+        float var = 0.0f;
+#pragma omp simd reduction(+ : var)
+        for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
+        const float s = 1.0f / std::sqrt(var / float(C) + eps);
+        if (b != nullptr) {
+#pragma omp simd
+            for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * w[c] + b[c];
+        } else {
+#pragma omp simd
+            for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * w[c];
+        }
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void CpuBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                                    const float* inp, const float* w, const float* mean,
+                                    const float* rstd, int N, int C) {
+#pragma omp parallel
+    {
+        // dinp: rows are independent.
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float* x = inp + size_t(n) * C;   // (C)
+            const float* dy = dout + size_t(n) * C; // (C)
+            float* dx = dinp + size_t(n) * C;       // (C)
+            const float m = mean[n], s = rstd[n];
+            float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+            for (int c = 0; c < C; c++) {
+                const float dnorm = w[c] * dy[c];
+                dnorm_mean += dnorm;
+                dnorm_norm_mean += dnorm * (x[c] - m) * s;
+            }
+            dnorm_mean /= float(C);
+            dnorm_norm_mean /= float(C);
+#pragma omp simd
+            for (int c = 0; c < C; c++) {
+                const float norm = (x[c] - m) * s;
+                dx[c] += (w[c] * dy[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
+            }
+        }
+        // dw, db: reductions over rows; each thread owns a block of channels.
+        int c0, c1;
+        thread_block(C, c0, c1);
+        for (int n = 0; n < N && c0 < c1; n++) {
+            const float* x = inp + size_t(n) * C;
+            const float* dy = dout + size_t(n) * C;
+            const float m = mean[n], s = rstd[n];
+#pragma omp simd
+            for (int c = c0; c < c1; c++) dw[c] += (x[c] - m) * s * dy[c];
+            if (db != nullptr) {
+#pragma omp simd
+                for (int c = c0; c < c1; c++) db[c] += dy[c];
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- dense layer
+
+void CpuBackend::matmul_forward(float* out, const float* inp, const float* W, const float* bias,
+                                int N, int IC, int OC) {
+    float beta = 0.0f;
+    if (bias != nullptr) {
+        // out (N, OC) starts as the bias in every row, then sgemm adds inp @ W^T.
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++) {
+            float* o = out + size_t(n) * OC;
+            for (int c = 0; c < OC; c++) o[c] = bias[c];
+        }
+        beta = 1.0f;
+    }
+    // out (N, OC) = inp (N, IC) @ W^T, W (OC, IC)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, W, IC, beta,
+                out, OC);
+}
+
+void CpuBackend::matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
+                                 const float* inp, const float* W, int N, int IC, int OC) {
+    // dinp (N, IC) += dout (N, OC) @ W (OC, IC)
+    if (dinp != nullptr) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, W, IC,
+                    1.0f, dinp, IC);
+    }
+    // dW (OC, IC) += dout^T (OC, N) @ inp (N, IC)
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
+                dW, IC);
+    // dbias (OC) += column sums of dout; each thread owns a block of output channels.
+    if (dbias != nullptr) {
+#pragma omp parallel
+        {
+            int c0, c1;
+            thread_block(OC, c0, c1);
+            for (int n = 0; n < N && c0 < c1; n++) {
+                const float* d = dout + size_t(n) * OC;
+#pragma omp simd
+                for (int c = c0; c < c1; c++) dbias[c] += d[c];
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- activation
+
+void CpuBackend::activation_forward(float* out, const float* inp, size_t n, Activation act) {
+    if (act == Activation::GeluTanh) {
+        // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            const float x = inp[i];
+            const float u = kGeluTanhScale * (x + kGeluCubic * x * x * x);
+            out[i] = 0.5f * x * (1.0f + fast_tanh(u));
+        }
+    } else {
+        // 0.5 x (1 + erf(x / sqrt 2))
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            const float x = inp[i];
+            out[i] = 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+        }
+    }
+}
+
+void CpuBackend::activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
+                                     Activation act) {
+    if (act == Activation::GeluTanh) {
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            const float x = inp[i];
+            const float u = kGeluTanhScale * (x + kGeluCubic * x * x * x);
+            const float t = fast_tanh(u);
+            const float du = kGeluTanhScale * (1.0f + 3.0f * kGeluCubic * x * x);
+            const float grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+            dinp[i] += grad * dout[i];
+        }
+    } else {
+        // d/dx [x Phi(x)] = Phi(x) + x phi(x)
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) {
+            const float x = inp[i];
+            const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+            const float pdf = kInvSqrt2Pi * fast_exp(-0.5f * x * x);
+            dinp[i] += (cdf + x * pdf) * dout[i];
+        }
+    }
+}
+
+}  // namespace ctx::cpu

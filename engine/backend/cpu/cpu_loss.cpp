@@ -1,0 +1,111 @@
+// CPU backend: softmax cross-entropy (with a loss mask) and the AdamW update.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_math.h"
+#include "core/error.h"
+
+namespace ctx::cpu {
+
+namespace {
+
+inline float mask_at(const float* mask, int n) { return mask != nullptr ? mask[n] : 1.0f; }
+
+// Targets of trained rows must index the vocabulary; checked up front (serially: it is N compares)
+// so no exception is thrown from inside a parallel region.
+void check_targets(const int32_t* targets, const float* mask, int N, int V) {
+    for (int n = 0; n < N; n++) {
+        if (mask_at(mask, n) == 0.0f) continue;
+        CTX_CHECK(targets[n] >= 0 && targets[n] < V,
+                  "crossentropy: target {} at row {} (mask {}) is outside the vocabulary [0, {})",
+                  targets[n], n, mask_at(mask, n), V);
+    }
+}
+
+inline float row_max(const float* x, int V) {
+    float m = x[0];
+#pragma omp simd reduction(max : m)
+    for (int i = 0; i < V; i++) m = std::max(m, x[i]);
+    return m;
+}
+
+}  // namespace
+
+void CpuBackend::crossentropy_forward(float* losses, const float* logits, const int32_t* targets,
+                                      const float* mask, int N, int V) {
+    check_targets(targets, mask, N, V);
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float mk = mask_at(mask, n);
+        if (mk == 0.0f) {
+            losses[n] = 0.0f;
+            continue;
+        }
+        const float* x = logits + size_t(n) * V;  // (V)
+        const float mx = row_max(x, V);
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int i = 0; i < V; i++) sum += fast_exp(x[i] - mx);
+        // -log softmax[t] = log(sum) + max - x[t]
+        losses[n] = mk * (std::log(sum) + mx - x[targets[n]]);
+    }
+}
+
+void CpuBackend::crossentropy_forward_backward(float* logits_to_dlogits, float* losses,
+                                               const int32_t* targets, const float* mask, int N,
+                                               int V, float grad_scale) {
+    check_targets(targets, mask, N, V);
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* x = logits_to_dlogits + size_t(n) * V;  // (V) logits in, dlogits out
+        const float mk = mask_at(mask, n);
+        if (mk == 0.0f) {
+            losses[n] = 0.0f;
+            for (int i = 0; i < V; i++) x[i] = 0.0f;
+            continue;
+        }
+        const int t = targets[n];
+        const float xt = x[t];
+        const float mx = row_max(x, V);
+        // x <- exp(x - max), summed on the way
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int i = 0; i < V; i++) {
+            const float e = fast_exp(x[i] - mx);
+            x[i] = e;
+            sum += e;
+        }
+        losses[n] = mk * (std::log(sum) + mx - xt);
+        // dlogits = grad_scale * mask * (softmax - onehot)
+        const float g = grad_scale * mk;
+        const float s = g / sum;
+#pragma omp simd
+        for (int i = 0; i < V; i++) x[i] *= s;
+        x[t] -= g;
+    }
+}
+
+void CpuBackend::adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                              const AdamWParams& hp) {
+    CTX_CHECK(hp.step >= 1, "adamw: step must be >= 1 (1-based), got {}", hp.step);
+    const float b1 = hp.beta1, b2 = hp.beta2;
+    const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(b1), double(hp.step))));
+    const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(b2), double(hp.step))));
+    const float lr = hp.lr, eps = hp.eps, wd = hp.weight_decay;
+#pragma omp parallel for simd schedule(static) if (n >= 4096)
+    for (size_t i = 0; i < n; i++) {
+        const float g = grads[i];
+        const float mi = b1 * m[i] + (1.0f - b1) * g;
+        const float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        const float mhat = mi * inv_bc1;
+        const float vhat = vi * inv_bc2;
+        params[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * params[i]);
+    }
+}
+
+}  // namespace ctx::cpu

@@ -1,0 +1,201 @@
+/* eval/perplexity: perplexity of held-out documents at several lengths (METHODS.md 3.3).
+ *
+ * For each evaluation length L, every held-out document of n tokens gives floor((n - 1) / L)
+ * non-overlapping windows; window k scores tokens kL+1 .. kL+L given everything before them in
+ * the window (positions 0 .. L-1, no sliding window, no cross-window context). Per window
+ *     ppl(x) = exp(-(1/L) * sum_i log p(x_i | x_<i)),
+ * reported as the mean over windows (the segmented-sequences paper's number) and as the
+ * token-weighted exp(mean NLL).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctx/plugin.h"
+
+#define MAX_LENGTHS 32
+
+typedef struct perplexity {
+    int64_t lengths[MAX_LENGTHS]; /* absolute lengths, or 0 while given as multiples */
+    double multiples[MAX_LENGTHS];
+    int n;
+    int by_multiple;
+    int64_t batch_size;
+    int64_t max_windows; /* per length; 0 = all */
+} perplexity;
+
+static const ctx_option_desc options[] = {
+    {"multiples", CTX_OPT_NUMBER_LIST, "{1, 2, 4}",
+     "evaluation lengths as multiples of the model's original training length Lt"},
+    {"lengths", CTX_OPT_NUMBER_LIST, NULL, "evaluation lengths in tokens (instead of multiples)"},
+    {"batch_size", CTX_OPT_INTEGER, "4", "windows scored per forward pass"},
+    {"max_windows", CTX_OPT_INTEGER, "0", "at most this many windows per length (0: all)"},
+};
+
+static ctx_status fail(ctx_err* err, const char* message) {
+    ctx_err_set(err, message);
+    return CTX_ERR_INVALID_ARGUMENT;
+}
+
+static ctx_status create(const ctx_host_api* host, const ctx_options* opts, void** instance,
+                         ctx_err* err) {
+    perplexity* p = calloc(1, sizeof(perplexity));
+    if (!p) return CTX_ERR_OUT_OF_MEMORY;
+    double values[MAX_LENGTHS];
+    char msg[CTX_ERR_MESSAGE_CAP];
+    const int has_lengths = host->opt_has(host->host, opts, "lengths");
+    const int has_multiples = host->opt_has(host->host, opts, "multiples");
+    if (has_lengths && has_multiples) {
+        free(p);
+        return fail(err, "give either 'lengths' or 'multiples', not both");
+    }
+    int64_t n;
+    if (has_lengths) {
+        n = host->opt_number_list(host->host, opts, "lengths", values, MAX_LENGTHS);
+        p->by_multiple = 0;
+    } else if (has_multiples) {
+        n = host->opt_number_list(host->host, opts, "multiples", values, MAX_LENGTHS);
+        p->by_multiple = 1;
+    } else {
+        values[0] = 1, values[1] = 2, values[2] = 4;
+        n = 3;
+        p->by_multiple = 1;
+    }
+    if (n < 1 || n > MAX_LENGTHS) {
+        snprintf(msg, sizeof msg, "option '%s' needs 1 to %d values, got %lld",
+                 p->by_multiple ? "multiples" : "lengths", MAX_LENGTHS, (long long)n);
+        free(p);
+        return fail(err, msg);
+    }
+    for (int i = 0; i < n; ++i) {
+        const double v = values[i];
+        const int bad = p->by_multiple ? !(v > 0) : !(v >= 1 && v == floor(v));
+        if (bad) {
+            snprintf(msg, sizeof msg, "option '%s' value %g at index %d must be %s",
+                     p->by_multiple ? "multiples" : "lengths", v, i + 1,
+                     p->by_multiple ? "positive" : "a positive integer");
+            free(p);
+            return fail(err, msg);
+        }
+        if (p->by_multiple) p->multiples[i] = v;
+        else p->lengths[i] = (int64_t)v;
+    }
+    p->n = (int)n;
+    p->batch_size = host->opt_integer(host->host, opts, "batch_size", 4);
+    p->max_windows = host->opt_integer(host->host, opts, "max_windows", 0);
+    if (p->batch_size < 1 || p->max_windows < 0) {
+        free(p);
+        return fail(err, "option 'batch_size' must be >= 1 and 'max_windows' >= 0");
+    }
+    *instance = p;
+    return CTX_OK;
+}
+
+static void destroy(void* instance) { free(instance); }
+
+typedef struct window_ref {
+    int64_t doc, start;
+} window_ref;
+
+/* Scores all windows of length L; writes one record. */
+static ctx_status eval_length(perplexity* p, const ctx_eval_api* api, ctx_eval_host* h,
+                              int64_t L, double multiple, ctx_err* err) {
+    const int64_t n_docs = api->num_documents(h);
+    int64_t n_windows = 0;
+    for (int64_t d = 0; d < n_docs; ++d) {
+        const int64_t len = api->document_length(h, d);
+        if (len > L) n_windows += (len - 1) / L;
+    }
+    if (p->max_windows > 0 && n_windows > p->max_windows) n_windows = p->max_windows;
+
+    double sum_ppl = 0, sum_nll = 0;
+    int64_t tokens = 0;
+    ctx_status st = CTX_OK;
+    if (n_windows > 0) {
+        window_ref* windows = malloc(sizeof(window_ref) * (size_t)n_windows);
+        const int64_t B = p->batch_size;
+        int32_t* buf = malloc(sizeof(int32_t) * (size_t)(L + 1));
+        int32_t* tok = malloc(sizeof(int32_t) * (size_t)(B * L));
+        int32_t* tgt = malloc(sizeof(int32_t) * (size_t)(B * L));
+        float* pos = malloc(sizeof(float) * (size_t)(B * L));
+        float* lp = malloc(sizeof(float) * (size_t)(B * L));
+        if (!windows || !buf || !tok || !tgt || !pos || !lp) {
+            st = CTX_ERR_OUT_OF_MEMORY;
+            ctx_err_set(err, "out of memory for evaluation buffers");
+        }
+        int64_t w = 0;
+        for (int64_t d = 0; st == CTX_OK && d < n_docs && w < n_windows; ++d) {
+            const int64_t len = api->document_length(h, d);
+            for (int64_t k = 0; len > L && k < (len - 1) / L && w < n_windows; ++k)
+                windows[w++] = (window_ref){d, k * L};
+        }
+        for (int64_t first = 0; st == CTX_OK && first < n_windows; first += B) {
+            const int64_t rows = n_windows - first < B ? n_windows - first : B;
+            for (int64_t r = 0; r < rows && st == CTX_OK; ++r) {
+                st = api->copy_tokens(h, windows[first + r].doc, windows[first + r].start, L + 1,
+                                      buf, err);
+                for (int64_t t = 0; t < L; ++t) {
+                    tok[r * L + t] = buf[t];
+                    tgt[r * L + t] = buf[t + 1];
+                    pos[r * L + t] = (float)t;
+                }
+            }
+            if (st == CTX_OK) st = api->row_logprobs(h, tok, pos, tgt, rows, L, lp, err);
+            for (int64_t r = 0; r < rows && st == CTX_OK; ++r) {
+                double nll = 0;
+                for (int64_t t = 0; t < L; ++t) nll -= lp[r * L + t];
+                sum_nll += nll;
+                sum_ppl += exp(nll / (double)L);
+                tokens += L;
+            }
+        }
+        free(windows);
+        free(buf);
+        free(tok);
+        free(tgt);
+        free(pos);
+        free(lp);
+        if (st != CTX_OK) return st;
+    } else {
+        char msg[160];
+        snprintf(msg, sizeof msg, "no held-out document is longer than %lld tokens",
+                 (long long)L);
+        api->log(h, CTX_LOG_WARN, msg);
+    }
+    api->record_begin(h, "perplexity");
+    api->record_number(h, "length", (double)L);
+    api->record_number(h, "multiple", multiple);
+    api->record_number(h, "windows", (double)n_windows);
+    api->record_number(h, "tokens", (double)tokens);
+    api->record_number(h, "mean_ppl", n_windows ? sum_ppl / (double)n_windows : NAN);
+    api->record_number(h, "token_ppl", tokens ? exp(sum_nll / (double)tokens) : NAN);
+    api->record_number(h, "mean_nll", tokens ? sum_nll / (double)tokens : NAN);
+    return api->record_end(h, err);
+}
+
+static ctx_status run(void* instance, const ctx_eval_api* api, ctx_eval_host* h, ctx_err* err) {
+    perplexity* p = instance;
+    ctx_eval_model_info info = {0};
+    api->model_info(h, &info);
+    const int64_t lt = info.trained_length > 0 ? info.trained_length : info.context_length;
+    for (int i = 0; i < p->n; ++i) {
+        const int64_t L = p->by_multiple ? (int64_t)llround(p->multiples[i] * (double)lt)
+                                         : p->lengths[i];
+        const double multiple = (double)L / (double)lt;
+        if (L < 1) return fail(err, "an evaluation length rounds to 0 tokens");
+        const ctx_status st = eval_length(p, api, h, L, multiple, err);
+        if (st != CTX_OK) return st;
+    }
+    return CTX_OK;
+}
+
+static const ctx_eval_vtable vtable = {sizeof(ctx_eval_vtable), create, destroy, run};
+
+static const ctx_plugin_descriptor descriptor = {
+    CTX_PLUGIN_ABI_MAJOR, CTX_PLUGIN_ABI_MINOR, sizeof(ctx_plugin_descriptor), CTX_PLUGIN_EVAL,
+    "perplexity", "1.0.0",
+    "mean per-window and token-weighted perplexity at multiples of Lt (METHODS.md 3.3)",
+    options, (int32_t)(sizeof options / sizeof options[0]), &vtable};
+
+CTX_PLUGIN_EXPORT const ctx_plugin_descriptor* ctx_plugin_query(void) { return &descriptor; }

@@ -1,0 +1,177 @@
+// eval/perplexity: its arithmetic against a mock host with known log-probabilities (model-free),
+// and the real host path against the model's own forward pass on the same windows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "model_fixtures.h"
+#include "plugin/eval_plugin.h"
+
+namespace ctx {
+namespace {
+
+using test::cpu;
+using test::make_pe;
+using test::plugins;
+
+// ---- a mock ctx_eval_api: documents of given lengths, log p = -0.01 * (position + 1)
+struct MockEval {
+    std::vector<int64_t> doc_lengths;
+    int32_t trained_length = 8;
+    std::vector<std::map<std::string, double>> records;
+    std::map<std::string, double> current;
+    int64_t rows_scored = 0;
+};
+MockEval* g_mock = nullptr;
+
+ctx_status mock_logprobs(ctx_eval_host*, const int32_t*, const float* positions, const int32_t*,
+                         int64_t n_rows, int64_t row_len, float* lp, ctx_err*) {
+    for (int64_t i = 0; i < n_rows * row_len; ++i) lp[i] = -0.01f * (positions[i] + 1.0f);
+    g_mock->rows_scored += n_rows;
+    return CTX_OK;
+}
+void mock_info(ctx_eval_host*, ctx_eval_model_info* info) {
+    info->vocab_size = 50;
+    info->context_length = g_mock->trained_length;
+    info->trained_length = g_mock->trained_length;
+}
+int64_t mock_ndocs(ctx_eval_host*) { return static_cast<int64_t>(g_mock->doc_lengths.size()); }
+int64_t mock_len(ctx_eval_host*, int64_t d) { return g_mock->doc_lengths[d]; }
+ctx_status mock_copy(ctx_eval_host*, int64_t d, int64_t start, int64_t n, int32_t* out, ctx_err* err) {
+    if (start < 0 || start + n > g_mock->doc_lengths[d]) {
+        ctx_err_set(err, "out of range");
+        return CTX_ERR_INVALID_ARGUMENT;
+    }
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>((start + i) % 50);
+    return CTX_OK;
+}
+void mock_begin(ctx_eval_host*, const char*) { g_mock->current.clear(); }
+void mock_number(ctx_eval_host*, const char* k, double v) { g_mock->current[k] = v; }
+void mock_string(ctx_eval_host*, const char*, const char*) {}
+ctx_status mock_end(ctx_eval_host*, ctx_err*) {
+    g_mock->records.push_back(g_mock->current);
+    return CTX_OK;
+}
+void mock_log(ctx_eval_host*, int32_t, const char*) {}
+void mock_metric(ctx_eval_host*, const char*, double) {}
+
+std::vector<std::map<std::string, double>> run_mock(const std::vector<int64_t>& docs,
+                                                    const std::string& options_lua) {
+    MockEval mock;
+    mock.doc_lengths = docs;
+    g_mock = &mock;
+    ctx_eval_api api{sizeof(ctx_eval_api), mock_logprobs, mock_metric, mock_info, mock_ndocs,
+                     mock_len, mock_copy, mock_begin, mock_number, mock_string, mock_end, mock_log};
+    const LoadedPlugin& lib = plugins().get("eval/perplexity");
+    lua::Runtime rt;
+    rt.run_string("opts = " + options_lua, "options");
+    lua_getglobal(rt.state(), "opts");
+    lua::Options o = lua::Options::parse(rt.state(), -1, plugin_option_schema(*lib.descriptor),
+                                         "eval/perplexity options", "test:");
+    auto* vt = static_cast<const ctx_eval_vtable*>(lib.descriptor->vtable);
+    PluginHostContext host("eval/perplexity", 1);
+    void* inst = nullptr;
+    ctx_err err{};
+    EXPECT_EQ(vt->create(&host.api, reinterpret_cast<const ctx_options*>(&o), &inst, &err), CTX_OK)
+        << err.message;
+    EXPECT_EQ(vt->run(inst, &api, nullptr, &err), CTX_OK) << err.message;
+    vt->destroy(inst);
+    g_mock = nullptr;
+    return mock.records;
+}
+
+// Expected values computed here from the definition: window NLL = 0.01 * sum_{t<L} (t + 1).
+TEST(PerplexityPlugin, MeanAndTokenWeightedPerplexityFromTheDefinition) {
+    const std::vector<int64_t> docs = {25, 8, 9, 40};  // Lt = 8
+    const auto recs = run_mock(docs, "{ multiples = {1, 2, 4} }");
+    ASSERT_EQ(recs.size(), 3u);
+    for (const auto& r : recs) {
+        const int64_t L = static_cast<int64_t>(r.at("length"));
+        int64_t windows = 0;
+        for (int64_t n : docs) windows += n > L ? (n - 1) / L : 0;
+        const double nll = 0.01 * L * (L + 1) / 2.0;  // every window has the same NLL here
+        EXPECT_EQ(r.at("windows"), windows) << "L=" << L;
+        EXPECT_EQ(r.at("tokens"), windows * L);
+        EXPECT_NEAR(r.at("mean_ppl"), std::exp(nll / L), 1e-6);
+        EXPECT_NEAR(r.at("token_ppl"), std::exp(nll / L), 1e-6);
+        EXPECT_NEAR(r.at("mean_nll"), nll / L, 1e-7);
+        EXPECT_DOUBLE_EQ(r.at("multiple"), L / 8.0);
+    }
+    EXPECT_EQ(recs[0].at("length"), 8);  // 25 -> 3, 8 -> 0 (needs a target after), 9 -> 1, 40 -> 4
+    EXPECT_EQ(recs[0].at("windows"), 3 + 0 + 1 + 4);
+    EXPECT_EQ(recs[2].at("windows"), 1);  // only the 40-token doc holds a 32-window (+1 target)
+}
+
+TEST(PerplexityPlugin, AbsoluteLengthsAndWindowCap) {
+    const auto recs = run_mock({100}, "{ lengths = {10, 33}, max_windows = 4, batch_size = 3 }");
+    ASSERT_EQ(recs.size(), 2u);
+    EXPECT_EQ(recs[0].at("length"), 10);
+    EXPECT_EQ(recs[0].at("windows"), 4);   // capped from 9
+    EXPECT_EQ(recs[1].at("windows"), 3);   // (100 - 1) / 33
+}
+
+TEST(PerplexityPlugin, NoLongEnoughDocumentGivesAnEmptyRecordNotACrash) {
+    const auto recs = run_mock({5, 6}, "{ lengths = {16} }");
+    ASSERT_EQ(recs.size(), 1u);
+    EXPECT_EQ(recs[0].at("windows"), 0);
+    EXPECT_TRUE(std::isnan(recs[0].at("mean_ppl")));
+}
+
+// ---- the real host: records equal exp(mean NLL) computed with Model::forward directly.
+TEST(PerplexityPlugin, RealHostMatchesTheModelsOwnLosses) {
+    ModelConfig c = test::tiny_config();
+    c.vocab_size = 40;
+    c.context_length = 6;
+    Model m(c, cpu(), make_pe("rope", c), 4);
+    std::vector<std::vector<int32_t>> docs = {{}, {}};
+    for (int i = 0; i < 31; ++i) docs[0].push_back((i * 7) % 40);
+    for (int i = 0; i < 14; ++i) docs[1].push_back((i * 3 + 1) % 40);
+    InMemoryDocuments set(docs);
+    auto comm = make_single_comm();
+    std::vector<Record> records;
+    EvalContext ctx;
+    ctx.model = &m;
+    ctx.documents = &set;
+    ctx.comm = comm.get();
+    ctx.trained_length = 6;
+    ctx.collected = &records;
+    ctx.tags["method"] = "test";
+    lua::Runtime rt;
+    rt.run_string("opts = { multiples = {1, 2} }", "options");
+    lua_getglobal(rt.state(), "opts");
+    const LoadedPlugin& lib = plugins().get("eval/perplexity");
+    lua::Options o = lua::Options::parse(rt.state(), -1, plugin_option_schema(*lib.descriptor),
+                                         "opts", "test:");
+    EvalPlugin plugin(lib, o, 1);
+    plugin.run(ctx);
+    ASSERT_EQ(records.size(), 2u);
+    for (const Record& r : records) {
+        EXPECT_EQ(r["method"], "test");
+        const int L = r["length"].get<int>();
+        double sum_ppl = 0, sum_nll = 0;
+        int windows = 0;
+        for (const auto& d : docs) {
+            for (size_t k = 0; k + L + 1 <= d.size(); k += L) {
+                BatchBuffers b;
+                b.resize(1, L);
+                for (int t = 0; t < L; ++t) {
+                    b.tokens[t] = d[k + t];
+                    b.targets[t] = d[k + t + 1];
+                    b.positions[t] = static_cast<float>(t);
+                    b.mask[t] = 1;
+                }
+                const double nll = m.forward(b.batch()).loss_sum;
+                sum_nll += nll;
+                sum_ppl += std::exp(nll / L);
+                ++windows;
+            }
+        }
+        EXPECT_EQ(r["windows"].get<int>(), windows);
+        EXPECT_NEAR(r["mean_ppl"].get<double>(), sum_ppl / windows, 1e-4 * sum_ppl / windows);
+        EXPECT_NEAR(r["token_ppl"].get<double>(), std::exp(sum_nll / (windows * L)), 1e-3);
+    }
+}
+
+}  // namespace
+}  // namespace ctx
