@@ -29,6 +29,8 @@ const std::map<std::string, BenchConfig> kConfigs = {
     {"cpu-ref-rope", {"cpu-ref with RoPE", 4, 256, 8, 4096, 256, 8, "rope"}},
     {"cpu-ref-alibi", {"cpu-ref with ALiBi", 4, 256, 8, 4096, 256, 8, "alibi"}},
     {"tiny", {"a seconds-long smoke config", 2, 64, 4, 256, 64, 4, "learned"}},
+    {"recipe-base", {"the default recipes' base model (byte-level, RoPE)", 4, 128, 4, 259, 128, 16,
+                     "rope"}},
 };
 
 void usage() {

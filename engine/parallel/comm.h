@@ -16,6 +16,10 @@ public:
     virtual void allreduce_sum(float* data, size_t n) = 0;
     virtual void allreduce_sum(double* data, size_t n) = 0;
     virtual void barrier() = 0;
+    // Every rank contributes `bytes` bytes; recv (size() * bytes) receives them in rank order.
+    virtual void allgather(const void* send, size_t bytes, void* recv) = 0;
+    // Rank `root`'s buffer is copied to every rank.
+    virtual void broadcast(void* data, size_t bytes, int root) = 0;
 };
 
 // A world of one: every collective is the identity.

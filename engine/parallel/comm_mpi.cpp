@@ -1,6 +1,7 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "core/error.h"
@@ -16,6 +17,10 @@ public:
     void allreduce_sum(float*, size_t) override {}
     void allreduce_sum(double*, size_t) override {}
     void barrier() override {}
+    void allgather(const void* send, size_t bytes, void* recv) override {
+        if (bytes) std::memcpy(recv, send, bytes);
+    }
+    void broadcast(void*, size_t, int) override {}
 };
 
 void check_mpi(int rc, const char* call) {
@@ -37,6 +42,21 @@ public:
     void allreduce_sum(float* data, size_t n) override { reduce(data, n, MPI_FLOAT); }
     void allreduce_sum(double* data, size_t n) override { reduce(data, n, MPI_DOUBLE); }
     void barrier() override { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+    void allgather(const void* send, size_t bytes, void* recv) override {
+        CTX_CHECK(bytes <= static_cast<size_t>(std::numeric_limits<int>::max()),
+                  "allgather of {} bytes is too large", bytes);
+        check_mpi(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv,
+                                static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD),
+                  "MPI_Allgather");
+    }
+    void broadcast(void* data, size_t bytes, int root) override {
+        const size_t chunk = static_cast<size_t>(std::numeric_limits<int>::max());
+        for (size_t off = 0; off < bytes; off += chunk)
+            check_mpi(MPI_Bcast(static_cast<char*>(data) + off,
+                                static_cast<int>(std::min(chunk, bytes - off)), MPI_BYTE, root,
+                                MPI_COMM_WORLD),
+                      "MPI_Bcast");
+    }
 
 private:
     template <typename T>

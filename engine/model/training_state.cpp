@@ -1,0 +1,70 @@
+#include "model/training_state.h"
+
+#include <fmt/ranges.h>
+
+#include <map>
+
+#include "core/error.h"
+#include "model/config_json.h"
+
+namespace ctx {
+
+void capture_model(const Model& model, const Optimizer* opt, TrainingState& state) {
+    Backend& be = model.backend();
+    Model& m = const_cast<Model&>(model);  // arenas are read, not changed
+    state.model_config_json = model_config_to_json(model.config()).dump();
+    if (opt) {
+        state.optimizer_config_json = optimizer_config_to_json(opt->config()).dump();
+        state.step = opt->step();
+    }
+    state.tensors.clear();
+    for (const ParamView& v : model.layout().views()) {
+        CheckpointTensor t;
+        t.name = v.name;
+        t.shape = v.shape;
+        t.weight_decay = v.weight_decay;
+        t.params.resize(v.numel);
+        be.copy_to_host(t.params.data(), m.params().at(v), v.numel);
+        if (opt) {
+            Optimizer& o = const_cast<Optimizer&>(*opt);
+            t.adam_m.resize(v.numel);
+            t.adam_v.resize(v.numel);
+            be.copy_to_host(t.adam_m.data(), o.m().at(v), v.numel);
+            be.copy_to_host(t.adam_v.data(), o.v().at(v), v.numel);
+        }
+        state.tensors.push_back(std::move(t));
+    }
+}
+
+void restore_model(Model& model, Optimizer* opt, const TrainingState& state) {
+    Backend& be = model.backend();
+    std::map<std::string, const CheckpointTensor*> by_name;
+    for (const CheckpointTensor& t : state.tensors) by_name[t.name] = &t;
+    CTX_CHECK(by_name.size() == model.layout().views().size(),
+              "the checkpoint holds {} tensors but the model has {} parameters", by_name.size(),
+              model.layout().views().size());
+    for (const ParamView& v : model.layout().views()) {
+        auto it = by_name.find(v.name);
+        CTX_CHECK(it != by_name.end(), "the checkpoint has no tensor '{}'", v.name);
+        const CheckpointTensor& t = *it->second;
+        CTX_CHECK(t.shape == v.shape, "tensor '{}' has shape [{}] in the checkpoint but [{}] in "
+                  "the model", v.name, fmt::join(t.shape, ", "), fmt::join(v.shape, ", "));
+        CTX_CHECK(t.params.size() == v.numel, "tensor '{}' holds {} values, expected {}", v.name,
+                  t.params.size(), v.numel);
+        be.copy_to_device(model.params().at(v), t.params.data(), v.numel);
+        if (opt) {
+            if (t.adam_m.empty()) {
+                be.zero(opt->m().at(v), v.numel);
+                be.zero(opt->v().at(v), v.numel);
+            } else {
+                CTX_CHECK(t.adam_m.size() == v.numel && t.adam_v.size() == v.numel,
+                          "tensor '{}' has moments of the wrong size", v.name);
+                be.copy_to_device(opt->m().at(v), t.adam_m.data(), v.numel);
+                be.copy_to_device(opt->v().at(v), t.adam_v.data(), v.numel);
+            }
+        }
+    }
+    if (opt) opt->set_step(state.step);
+}
+
+}  // namespace ctx
