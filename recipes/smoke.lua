@@ -15,7 +15,7 @@ ctx.log(tostring(model))
 
 local before = ctx.evaluate{ model = model, data = data, batch_size = 8, batches = 2 }
 local result = ctx.train{
-  model = model, data = data, steps = 150, batch_size = 8, seq_len = 64, seed = 1,
+  model = model, data = data, steps = 150, batch_size = 8, seq_len = 64,
   optimizer = { lr = 3e-3, warmup_steps = 10, min_lr = 3e-4, weight_decay = 0.0 },
   log_every = 25,
 }

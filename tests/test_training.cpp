@@ -112,13 +112,11 @@ std::vector<double> train_losses(uint64_t seed, int steps, std::vector<float>* p
     std::vector<int32_t> cycle(12), stream(2048);
     for (auto& t : cycle) t = static_cast<int32_t>(data_rng.below(32));
     for (size_t i = 0; i < stream.size(); ++i) stream[i] = cycle[i % cycle.size()];
-    TokenSource data(stream, 32);
-    BatchFn batches = [&](BatchBuffers& out, int B, int T, Rng& r) { data.sample(out, B, T, r); };
+    TokenStream batches(std::make_shared<TokenSource>(stream, 32), seed, 0);
     TrainOptions t;
     t.steps = steps;
     t.batch_size = 4;
     t.seq_len = 32;
-    t.seed = seed;
     t.log_every = 0;
     auto comm = make_single_comm();
     const TrainResult r = train(m, opt, batches, t, *comm);

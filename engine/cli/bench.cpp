@@ -138,8 +138,8 @@ int run_bench(const std::vector<std::string>& args, PluginRegistry& registry, in
     Rng rng(0);
     std::vector<int32_t> stream(1 << 20);
     for (auto& t : stream) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(bc.vocab)));
-    TokenSource data(std::move(stream), bc.vocab);
-    BatchFn batches = [&](BatchBuffers& out, int B, int T, Rng& r) { data.sample(out, B, T, r); };
+    auto source = std::make_shared<TokenSource>(std::move(stream), bc.vocab);
+    TokenStream batches(source, 1, 0);
     auto comm = make_single_comm();
     TrainOptions t;
     t.batch_size = bc.batch;

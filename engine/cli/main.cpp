@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -182,6 +184,10 @@ int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
     engine.registry = &registry;
     engine.comm = comm.get();
     engine.threads = o.threads;
+    {
+        std::ifstream recipe(o.command, std::ios::binary);  // a missing file fails in run_file
+        engine.recipe_text.assign(std::istreambuf_iterator<char>(recipe), {});
+    }
     try {
         ctx::lua::Runtime runtime(o.sandbox);
         runtime.set_args(o.command, o.args);

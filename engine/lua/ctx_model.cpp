@@ -10,6 +10,10 @@
 #include "lua/userdata.h"
 #include "model/trainer.h"
 
+#include <nlohmann/json.hpp>
+
+#include <cstring>
+
 namespace ctx {
 namespace {
 
@@ -18,7 +22,6 @@ using lua::OptSpec;
 using lua::OptType;
 
 constexpr const char* kPeSpecType = "ctx.PeSpec";
-constexpr const char* kDataType = "ctx.Data";
 
 using lua::gc_userdata;
 using lua::new_type;
@@ -26,7 +29,6 @@ using lua::new_userdata;
 using lua::option_userdata;
 using lua::test_userdata;
 
-using DataRef = std::shared_ptr<TokenSource>;
 
 ModelHandle& check_model(lua_State* L, int index) {
     auto* ref = static_cast<ModelRef*>(luaL_checkudata(L, index, kModelType));
@@ -108,6 +110,14 @@ int l_model(lua_State* L) {
     }
     // The spec stays on the stack (anchored) while the model is built.
 
+    *new_userdata<ModelRef>(L, kModelType) = build_model(L, c, style, *spec, seed, backend);
+    return 1;
+}
+
+}  // namespace
+
+ModelRef build_model(lua_State* L, const ModelConfig& c, const std::string& style,
+                     const PeSpec& spec, uint64_t seed, const std::string& backend) {
     EngineContext& engine = lua_detail::engine(L);
     ctx_model_info info{};
     info.struct_size = sizeof(info);
@@ -118,18 +128,71 @@ int l_model(lua_State* L) {
     info.vocab_size = c.vocab_size;
     info.context_length = c.context_length;
     std::unique_ptr<PePlugin> pe;
-    if (spec->plugin != "none") {
-        const LoadedPlugin& lib = engine.registry->get(spec->plugin);
-        pe = std::make_unique<PePlugin>(lib, info, spec->options, seed);
+    if (spec.plugin != "none") {
+        const LoadedPlugin& lib = engine.registry->get(spec.plugin);
+        pe = std::make_unique<PePlugin>(lib, info, spec.options, seed);
     }
     auto handle = std::make_shared<ModelHandle>();
     handle->style = style;
-    handle->pe_name = spec->plugin;
+    handle->pe_name = spec.plugin;
     handle->trained_length = c.context_length;
+    handle->pe_options_json = pe_options_to_json(spec, L);
     handle->model = std::make_unique<Model>(c, engine.backend(backend), std::move(pe), seed);
-    *new_userdata<ModelRef>(L, kModelType) = std::move(handle);
-    return 1;
+    return handle;
 }
+
+void push_model(lua_State* L, ModelRef model) {
+    *new_userdata<ModelRef>(L, kModelType) = std::move(model);
+}
+
+std::string pe_options_to_json(const PeSpec& spec, lua_State* L) {
+    nlohmann::json j = nlohmann::json::object();
+    if (spec.plugin == "none") return j.dump();
+    const LoadedPlugin& lib = lua_detail::engine(L).registry->get(spec.plugin);
+    for (const OptSpec& o : plugin_option_schema(*lib.descriptor)) {
+        if (!spec.options.has(o.name)) continue;
+        switch (o.type) {
+            case OptType::Integer: j[o.name] = spec.options.integer(o.name, 0); break;
+            case OptType::Bool: j[o.name] = spec.options.boolean(o.name, false); break;
+            case OptType::String: j[o.name] = spec.options.string(o.name, ""); break;
+            case OptType::NumberList: j[o.name] = spec.options.number_list(o.name); break;
+            default: j[o.name] = spec.options.number(o.name, 0); break;
+        }
+    }
+    return j.dump();
+}
+
+PeSpec& pe_spec_from_json(lua_State* L, const std::string& plugin, const std::string& text,
+                          const std::string& where) {
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        fail("the PE options in the checkpoint are not valid JSON: {}", e.what());
+    }
+    CTX_CHECK(j.is_object(), "the PE options in the checkpoint must be a JSON object");
+    lua_newtable(L);  // rebuild the recipe's table, then validate it like any recipe table
+    for (const auto& [k, v] : j.items()) {
+        if (v.is_boolean()) lua_pushboolean(L, v.get<bool>());
+        else if (v.is_number_integer()) lua_pushinteger(L, v.get<int64_t>());
+        else if (v.is_number()) lua_pushnumber(L, v.get<double>());
+        else if (v.is_string()) lua_pushstring(L, v.get<std::string>().c_str());
+        else if (v.is_array()) {
+            lua_createtable(L, static_cast<int>(v.size()), 0);
+            for (size_t i = 0; i < v.size(); ++i) {
+                lua_pushnumber(L, v[i].get<double>());
+                lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
+            }
+        } else fail("the PE option '{}' in the checkpoint has an unsupported type", k);
+        lua_setfield(L, -2, k.c_str());
+    }
+    const int opts = lua_gettop(L);
+    PeSpec& spec = make_pe_spec(L, plugin, opts, where);
+    lua_remove(L, opts);  // the spec userdata stays on top
+    return spec;
+}
+
+namespace {
 
 // ---- model methods
 int m_num_params(lua_State* L) {
@@ -188,6 +251,30 @@ int m_extend(lua_State* L) {
     return 0;
 }
 
+// model:fingerprint() -> 16 hex digits over the bits of the parameters, the AdamW moments and
+// the step: equal fingerprints mean bit-identical training states (to compare runs).
+int m_fingerprint(lua_State* L) {
+    const ModelHandle& h = check_model(L, 1);
+    uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a over 32-bit words
+    auto mix = [&](const Arena& a) {
+        std::vector<float> host(a.size());
+        h.model->backend().copy_to_host(host.data(), a.data(), a.size());
+        for (float f : host) {
+            uint32_t bits;
+            std::memcpy(&bits, &f, sizeof bits);
+            hash = (hash ^ bits) * 0x100000001b3ull;
+        }
+    };
+    mix(h.model->params());
+    if (h.optimizer) {
+        mix(h.optimizer->m());
+        mix(h.optimizer->v());
+        hash = (hash ^ static_cast<uint64_t>(h.optimizer->step())) * 0x100000001b3ull;
+    }
+    lua_pushstring(L, fmt::format("{:016x}", hash).c_str());
+    return 1;
+}
+
 int m_tostring(lua_State* L) {
     const ModelHandle& h = check_model(L, 1);
     const ModelConfig& c = h.model->config();
@@ -239,14 +326,10 @@ OptimizerConfig parse_optimizer(lua_State* L, const lua::Options& train, int64_t
     return c;
 }
 
-BatchFn token_batches(const DataRef& data) {
-    return [data](BatchBuffers& out, int B, int T, Rng& rng) { data->sample(out, B, T, rng); };
-}
-
-void check_vocab(const lua::Options& o, const Model& model, const TokenSource& data) {
-    if (data.vocab_size() > model.config().vocab_size)
+void check_vocab(const lua::Options& o, const Model& model, const DataHandle& data) {
+    if (data.vocab_size > model.config().vocab_size)
         o.fail_key("data", fmt::format("has vocabulary size {} but the model's is {}",
-                                       data.vocab_size(), model.config().vocab_size));
+                                       data.vocab_size, model.config().vocab_size));
 }
 
 int l_train(lua_State* L) {
@@ -259,7 +342,6 @@ int l_train(lua_State* L) {
          {"batch_size", OptType::Integer, false, "rows per rank per step"},
          {"seq_len", OptType::Integer, false, "row length (default: context_length)"},
          {"optimizer", OptType::Table, false, "AdamW and schedule settings"},
-         {"seed", OptType::Integer, false, "data order seed"},
          {"log_every", OptType::Integer, false, "progress line every N steps (0: none)"},
          {"out_dir", OptType::String, false, "write one metrics.jsonl line per step here"}},
         "ctx.train", where);
@@ -271,7 +353,6 @@ int l_train(lua_State* L) {
     if (t.steps <= 0) o.fail_key("steps", fmt::format("must be positive, got {}", t.steps));
     t.batch_size = static_cast<int>(o.integer("batch_size", 8));
     t.seq_len = static_cast<int>(o.integer("seq_len", h.model->config().context_length));
-    t.seed = static_cast<uint64_t>(o.integer("seed", 1));
     t.log_every = static_cast<int>(o.integer("log_every", 10));
     if (t.batch_size <= 0) o.fail_key("batch_size", fmt::format("must be positive, got {}", t.batch_size));
     if (t.seq_len <= 0) o.fail_key("seq_len", fmt::format("must be positive, got {}", t.seq_len));
@@ -297,8 +378,9 @@ int l_train(lua_State* L) {
             metrics->jsonl(r);
         };
     }
-    const TrainResult r = train(*h.model, *h.optimizer, token_batches(data), t, *engine.comm, 0,
+    const TrainResult r = train(*h.model, *h.optimizer, *data->stream, t, *engine.comm, 0,
                                 on_step);
+    for (const StepRecord& s : r.steps) h.tokens_seen += static_cast<int64_t>(s.tokens);
 
     lua_newtable(L);
     lua_createtable(L, static_cast<int>(r.steps.size()), 0);
@@ -340,7 +422,13 @@ int l_evaluate(lua_State* L) {
     if (B <= 0) o.fail_key("batch_size", fmt::format("must be positive, got {}", B));
     if (T <= 0) o.fail_key("seq_len", fmt::format("must be positive, got {}", T));
     if (batches <= 0) o.fail_key("batches", fmt::format("must be positive, got {}", batches));
-    const double loss = evaluate_loss(*h.model, token_batches(data), batches, B, T,
+    if (!data->tokens)
+        o.fail_key("data", "must be an in-memory source (ctx.data.text, tokens or synthetic)");
+    std::shared_ptr<TokenSource> tokens = data->tokens;
+    BatchFn sample = [tokens](BatchBuffers& out, int b, int t, Rng& rng) {
+        tokens->sample(out, b, t, rng);
+    };
+    const double loss = evaluate_loss(*h.model, sample, batches, B, T,
                                       static_cast<uint64_t>(o.integer("seed", 1234)),
                                       *lua_detail::engine(L).comm);
     lua_pushnumber(L, loss);
@@ -349,7 +437,7 @@ int l_evaluate(lua_State* L) {
 
 int data_len(lua_State* L) {
     auto* d = static_cast<DataRef*>(luaL_checkudata(L, 1, kDataType));
-    lua_pushinteger(L, static_cast<lua_Integer>((*d)->tokens().size()));
+    lua_pushinteger(L, (*d)->tokens ? static_cast<lua_Integer>((*d)->tokens->tokens().size()) : 0);
     return 1;
 }
 
@@ -367,6 +455,7 @@ void register_ctx_types(lua_State* L) {
     const luaL_Reg model_methods[] = {{"num_params", guarded<m_num_params>},
                                       {"config", guarded<m_config>},
                                       {"extend", guarded<m_extend>},
+                                      {"fingerprint", guarded<m_fingerprint>},
                                       {nullptr, nullptr}};
     new_type(L, kModelType, gc_userdata<ModelRef>, model_methods, guarded<m_tostring>, nullptr);
 }
@@ -401,7 +490,15 @@ PeSpec& make_pe_spec(lua_State* L, const std::string& name, int opts_index,
     return *ud;
 }
 
-void push_data(lua_State* L, std::shared_ptr<TokenSource> data) {
+void push_data(lua_State* L, std::shared_ptr<TokenSource> data, uint64_t seed) {
+    auto h = std::make_shared<DataHandle>();
+    h->vocab_size = data->vocab_size();
+    h->stream = std::make_unique<TokenStream>(data, seed, lua_detail::engine(L).comm->rank());
+    h->tokens = std::move(data);
+    push_data_handle(L, std::move(h));
+}
+
+void push_data_handle(lua_State* L, DataRef data) {
     *new_userdata<DataRef>(L, kDataType) = std::move(data);
 }
 

@@ -132,16 +132,20 @@ int l_pe(lua_State* L) {
 
 // ---- data sources
 int l_data_text(lua_State* L) {
-    const auto o = lua::Options::parse(L, 1, {{"text", OptType::String, true, "the text"}},
+    const auto o = lua::Options::parse(L, 1,
+                                       {{"text", OptType::String, true, "the text"},
+                                        {"seed", OptType::Integer, false, "row sampling seed"}},
                                        "ctx.data.text", lua::caller_where(L));
-    push_data(L, std::make_shared<TokenSource>(TokenSource::from_text(o.string("text", ""))));
+    push_data(L, std::make_shared<TokenSource>(TokenSource::from_text(o.string("text", ""))),
+              static_cast<uint64_t>(o.integer("seed", 1)));
     return 1;
 }
 
 int l_data_tokens(lua_State* L) {
     const auto o = lua::Options::parse(L, 1,
                                        {{"tokens", OptType::NumberList, true, "token ids"},
-                                        {"vocab_size", OptType::Integer, true, "vocabulary"}},
+                                        {"vocab_size", OptType::Integer, true, "vocabulary"},
+                                        {"seed", OptType::Integer, false, "row sampling seed"}},
                                        "ctx.data.tokens", lua::caller_where(L));
     std::vector<int32_t> tokens;
     for (double t : o.number_list("tokens")) {
@@ -150,7 +154,8 @@ int l_data_tokens(lua_State* L) {
         tokens.push_back(static_cast<int32_t>(t));
     }
     push_data(L, std::make_shared<TokenSource>(std::move(tokens),
-                                               static_cast<int>(o.integer("vocab_size", 0))));
+                                               static_cast<int>(o.integer("vocab_size", 0))),
+              static_cast<uint64_t>(o.integer("seed", 1)));
     return 1;
 }
 
@@ -164,7 +169,7 @@ int l_data_synthetic(lua_State* L) {
          {"length", OptType::Integer, true, "tokens in the stream"},
          {"period", OptType::Integer, false, "cycle length"},
          {"vocab_size", OptType::Integer, false, "vocabulary"},
-         {"seed", OptType::Integer, false, "random seed"}},
+         {"seed", OptType::Integer, false, "seed of the cycle and of row sampling"}},
         "ctx.data.synthetic", lua::caller_where(L));
     o.choice("kind", "cycle", {"cycle"});
     const int64_t length = o.integer("length", 0), period = o.integer("period", 16);
@@ -177,7 +182,8 @@ int l_data_synthetic(lua_State* L) {
     for (auto& t : cycle) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(vocab)));
     std::vector<int32_t> tokens(static_cast<size_t>(length));
     for (int64_t i = 0; i < length; ++i) tokens[i] = cycle[static_cast<size_t>(i % period)];
-    push_data(L, std::make_shared<TokenSource>(std::move(tokens), static_cast<int>(vocab)));
+    push_data(L, std::make_shared<TokenSource>(std::move(tokens), static_cast<int>(vocab)),
+              static_cast<uint64_t>(o.integer("seed", 1)));
     return 1;
 }
 
@@ -202,6 +208,7 @@ void open_ctx_module(lua_State* L, EngineContext* engine) {
     luaL_setfuncs(L, fns, 0);
     register_model_functions(L);  // ctx.model, ctx.train, ctx.evaluate
     register_eval_functions(L);   // ctx.eval, ctx.run_eval
+    register_checkpoint_functions(L);  // ctx.save, ctx.load, ...
 
     lua_newtable(L);  // ctx.data
     const luaL_Reg data_fns[] = {{"text", guarded<l_data_text>},

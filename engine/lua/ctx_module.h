@@ -21,6 +21,7 @@ struct EngineContext {
     PluginRegistry* registry = nullptr;
     Comm* comm = nullptr;
     int threads = 0;  // CPU threads for the CPU backend (0: OpenMP's default)
+    std::string recipe_text;  // the running recipe's source, stored in checkpoints
     // Backends are created on first use and shared by every model of the run.
     std::map<std::string, std::unique_ptr<Backend>> backends;
     Backend& backend(const std::string& kind);  // "cpu" | "cuda"

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "data/batch_source.h"
 #include "data/token_source.h"
 #include "lua/options.h"
 #include "model/decoder.h"
@@ -26,24 +27,49 @@ struct ModelHandle {
     std::unique_ptr<Optimizer> optimizer;
     std::string style, pe_name;
     int trained_length = 0;  // Lt at construction (evaluation multiples are relative to it)
+    std::string pe_options_json = "{}";  // the PE's options, to rebuild it from a checkpoint
+    int64_t tokens_seen = 0;             // global tokens trained on
 };
+
+inline constexpr const char* kModelType = "ctx.Model";
+using ModelRef = std::shared_ptr<ModelHandle>;
 
 void register_ctx_types(lua_State* L);
 // Resolves `name` ("rope", "pe/rope" or "none"), validates the options table at opts_index (may
 // be none/nil) against the plugin's declared options, pushes a PeSpec userdata.
 PeSpec& make_pe_spec(lua_State* L, const std::string& name, int opts_index,
                      const std::string& where);
-void push_data(lua_State* L, std::shared_ptr<TokenSource> data);
+// A training data source: the stream ctx.train draws from (it owns the position, saved by
+// checkpoints) and, for in-memory data, the tokens ctx.evaluate samples from.
+struct DataHandle {
+    std::shared_ptr<TokenSource> tokens;   // in-memory sources only
+    std::unique_ptr<BatchSource> stream;
+    int vocab_size = 0;
+};
+inline constexpr const char* kDataType = "ctx.Data";
+using DataRef = std::shared_ptr<DataHandle>;
+// Wraps an in-memory token source in a TokenStream seeded from (seed, rank).
+void push_data(lua_State* L, std::shared_ptr<TokenSource> data, uint64_t seed);
+void push_data_handle(lua_State* L, DataRef data);
 // Sets ctx.model, ctx.train, ctx.evaluate on the table at the top of the stack.
 void register_model_functions(lua_State* L);
+// Builds a model (the shared path of ctx.model and ctx.load). Pushes nothing.
+ModelRef build_model(lua_State* L, const ModelConfig& config, const std::string& style,
+                     const PeSpec& pe, uint64_t seed, const std::string& backend);
+// The recipe-visible options of a PE as JSON, and back to a validated PeSpec (pushed).
+std::string pe_options_to_json(const PeSpec& spec, lua_State* L);
+PeSpec& pe_spec_from_json(lua_State* L, const std::string& plugin, const std::string& json,
+                          const std::string& where);
+void push_model(lua_State* L, ModelRef model);
+// Sets ctx.save, ctx.load, ctx.save_checkpoint, ctx.latest_checkpoint on the table at the top.
+void register_checkpoint_functions(lua_State* L);
+
 // Sets ctx.eval and ctx.run_eval on the table at the top (ctx).
 void register_eval_functions(lua_State* L);
 // Sets documents on the table at the top (ctx.data).
 void register_eval_data_functions(lua_State* L);
 void push_documents(lua_State* L, std::shared_ptr<class DocumentSet> docs);
 
-inline constexpr const char* kModelType = "ctx.Model";
 inline constexpr const char* kDocumentsType = "ctx.Documents";
-using ModelRef = std::shared_ptr<ModelHandle>;
 
 }  // namespace ctx

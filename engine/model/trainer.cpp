@@ -8,18 +8,13 @@
 
 namespace ctx {
 
-static uint64_t rank_seed(uint64_t seed, int rank) {
-    return seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(rank) * 0xD1B54A32D192ED03ull;
-}
-
-TrainResult train(Model& model, Optimizer& opt, const BatchFn& next_batch,
+TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
                   const TrainOptions& o, Comm& comm, double peak_flops,
                   const StepCallback& on_step) {
     CTX_CHECK(o.steps > 0, "steps must be positive, got {}", o.steps);
     CTX_CHECK(o.batch_size > 0, "batch_size must be positive, got {}", o.batch_size);
     CTX_CHECK(o.seq_len > 0, "seq_len must be positive, got {}", o.seq_len);
     model.reserve(o.batch_size, o.seq_len);
-    Rng rng(rank_seed(o.seed, comm.rank()));
     BatchBuffers buf;
     buf.resize(o.batch_size, o.seq_len);
     TrainResult result;
@@ -30,7 +25,7 @@ TrainResult train(Model& model, Optimizer& opt, const BatchFn& next_batch,
     double tokens_since_log = 0;
     auto t_step = t_start;
     for (int64_t s = 0; s < o.steps; ++s) {
-        next_batch(buf, o.batch_size, o.seq_len, rng);
+        data.next(buf, o.batch_size, o.seq_len);
         const Batch batch = buf.batch();
         // The loss is the mean over every trained token of the global batch, so scale the
         // gradient by the global count (all ranks' masks), known before the forward pass.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "data/batch_source.h"
 #include "data/token_source.h"
 #include "model/decoder.h"
 #include "model/optimizer.h"
@@ -18,7 +19,6 @@ struct TrainOptions {
     int64_t steps = 100;
     int batch_size = 8;  // rows per rank per step
     int seq_len = 128;
-    uint64_t seed = 1;   // each rank draws rows from Rng(seed, rank)
     int log_every = 10;  // 0: no progress lines
 };
 
@@ -40,11 +40,11 @@ struct TrainResult {
     double mfu = 0;           // against peak_flops when given
 };
 
-// Produces one batch of rows per call (rank-local); the default draws from a TokenSource.
+// Produces one batch of rows per call from a caller-owned RNG (evaluation sampling).
 using BatchFn = std::function<void(BatchBuffers& out, int B, int T, Rng& rng)>;
 
 // peak_flops: the whole world's peak FLOP/s for the MFU column, 0 to skip.
-TrainResult train(Model& model, Optimizer& opt, const BatchFn& next_batch,
+TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
                   const TrainOptions& options, Comm& comm, double peak_flops = 0,
                   const StepCallback& on_step = {});
 

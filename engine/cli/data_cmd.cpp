@@ -1,0 +1,236 @@
+#include "cli/data_cmd.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "data/byte_tokenizer.h"
+#include "data/corpus.h"
+#include "data/shard.h"
+#include "data/windows.h"
+
+namespace ctx {
+namespace {
+
+struct UsageError : Error {
+    using Error::Error;
+};
+
+void usage(FILE* out) {
+    std::fprintf(
+        out,
+        "usage: ctxengine data generate --out DIR [--docs N] [--min-len N] [--max-len N]\n"
+        "                               [--seed N] [--val-fraction F] [--facts N]\n"
+        "                               [--recall-rate F] [--min-distance N]\n"
+        "                               [--max-distance N] [--le LIST]\n"
+        "       ctxengine data info FILE.shard [--le LIST]\n\n"
+        "generate  writes the synthetic long-document corpus (byte tokens, vocab 259) as\n"
+        "          DIR/train.shard and DIR/val.shard, split by document, and prints a summary.\n"
+        "          Defaults: --docs 1000 --min-len 2000 --max-len 12000 --seed 1\n"
+        "          --val-fraction 0.1 --facts 6 --recall-rate 0.9 --min-distance 192\n"
+        "          --max-distance 4096 (bytes from a fact's latest mention to its recall,\n"
+        "          log-uniform; choose them around the Lt and Le you will train with)\n"
+        "info      validates a shard and prints its header and document statistics.\n"
+        "--le      comma-separated window lengths to count windows for\n"
+        "          (default 64,128,256,512,1024,2048,4096).\n");
+}
+
+int64_t parse_int(const std::string& flag, const std::string& v) {
+    try {
+        size_t used = 0;
+        const long long x = std::stoll(v, &used);
+        if (used == v.size()) return x;
+    } catch (...) {
+    }
+    throw UsageError(fmt::format("{} expects an integer, got '{}'", flag, v));
+}
+
+double parse_double(const std::string& flag, const std::string& v) {
+    try {
+        size_t used = 0;
+        const double x = std::stod(v, &used);
+        if (used == v.size()) return x;
+    } catch (...) {
+    }
+    throw UsageError(fmt::format("{} expects a number, got '{}'", flag, v));
+}
+
+std::vector<int64_t> parse_le(const std::string& v) {
+    std::vector<int64_t> out;
+    std::stringstream ss(v);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        const int64_t le = parse_int("--le", item);
+        if (le <= 0) throw UsageError(fmt::format("--le values must be positive, got {}", le));
+        out.push_back(le);
+    }
+    if (out.empty()) throw UsageError("--le needs at least one window length");
+    return out;
+}
+
+// Flags of the form --name VALUE after the positional words.
+std::map<std::string, std::string> parse_flags(const std::vector<std::string>& args, size_t from,
+                                               const std::vector<std::string>& known) {
+    std::map<std::string, std::string> flags;
+    for (size_t i = from; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (std::find(known.begin(), known.end(), a) == known.end())
+            throw UsageError(fmt::format("unknown option '{}'", a));
+        if (i + 1 >= args.size()) throw UsageError(fmt::format("{} needs a value", a));
+        flags[a] = args[++i];
+    }
+    return flags;
+}
+
+// Documents, tokens, a power-of-two length histogram, and windows per Le.
+void print_summary(const std::string& name, const std::vector<int64_t>& lengths,
+                   const std::vector<int64_t>& les) {
+    int64_t tokens = 0, lo = lengths.empty() ? 0 : INT64_MAX, hi = 0;
+    std::map<int64_t, int64_t> hist;  // bucket floor (power of two) -> docs
+    for (int64_t n : lengths) {
+        tokens += n;
+        lo = std::min(lo, n);
+        hi = std::max(hi, n);
+        int64_t b = 1;
+        while (b * 2 <= n) b *= 2;
+        ++hist[n == 0 ? 0 : b];
+    }
+    std::printf("%s: %zu docs, %lld tokens (min %lld, mean %.1f, max %lld per doc)\n",
+                name.c_str(), lengths.size(), static_cast<long long>(tokens),
+                static_cast<long long>(lo),
+                lengths.empty() ? 0.0 : static_cast<double>(tokens) / lengths.size(),
+                static_cast<long long>(hi));
+    std::printf("  length histogram (tokens):\n");
+    for (const auto& [b, count] : hist)
+        std::printf("    [%6lld, %6lld)  %lld\n", static_cast<long long>(b),
+                    static_cast<long long>(b == 0 ? 1 : 2 * b), static_cast<long long>(count));
+    std::printf("  %8s %10s %10s %12s\n", "Le", "docs>Le", "windows", "tokens used");
+    for (int64_t le : les) {
+        int64_t docs = 0, windows = 0;
+        for (int64_t n : lengths) {
+            const int64_t w = windows_in_doc(n, le);
+            docs += w > 0;
+            windows += w;
+        }
+        std::printf("  %8lld %10lld %10lld %12lld\n", static_cast<long long>(le),
+                    static_cast<long long>(docs), static_cast<long long>(windows),
+                    static_cast<long long>(windows * le));
+    }
+}
+
+int cmd_generate(const std::vector<std::string>& args) {
+    const auto f = parse_flags(args, 1,
+                               {"--out", "--docs", "--min-len", "--max-len", "--seed",
+                                "--val-fraction", "--facts", "--recall-rate", "--min-distance",
+                                "--max-distance", "--le"});
+    if (!f.count("--out")) throw UsageError("data generate needs --out DIR");
+    CorpusOptions o;
+    if (f.count("--docs")) o.n_docs = parse_int("--docs", f.at("--docs"));
+    if (f.count("--min-len")) o.min_len = parse_int("--min-len", f.at("--min-len"));
+    if (f.count("--max-len")) o.max_len = parse_int("--max-len", f.at("--max-len"));
+    if (f.count("--seed")) o.seed = static_cast<uint64_t>(parse_int("--seed", f.at("--seed")));
+    if (f.count("--facts"))
+        o.facts_per_doc = static_cast<int>(parse_int("--facts", f.at("--facts")));
+    if (f.count("--recall-rate"))
+        o.recall_rate = parse_double("--recall-rate", f.at("--recall-rate"));
+    if (f.count("--min-distance"))
+        o.min_distance = parse_int("--min-distance", f.at("--min-distance"));
+    if (f.count("--max-distance"))
+        o.max_distance = parse_int("--max-distance", f.at("--max-distance"));
+    const double val_fraction =
+        f.count("--val-fraction") ? parse_double("--val-fraction", f.at("--val-fraction")) : 0.1;
+    const auto les = parse_le(f.count("--le") ? f.at("--le") : "64,128,256,512,1024,2048,4096");
+    try {
+        o.validate();
+    } catch (const Error& e) {
+        throw UsageError(e.what());
+    }
+    if (!(val_fraction >= 0.0 && val_fraction <= 1.0))
+        throw UsageError(fmt::format("--val-fraction must be in [0, 1], got {}", val_fraction));
+
+    const std::filesystem::path dir(f.at("--out"));
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    CTX_CHECK(!ec, "cannot create directory {}: {}", dir.string(), ec.message());
+
+    // The split uses the corpus seed, so (flags) -> (shards) is a pure function.
+    const DocSplit split = split_documents(o.n_docs, val_fraction, 0.0, o.seed);
+    std::vector<char> is_val(static_cast<size_t>(o.n_docs), 0);
+    for (int64_t d : split.val) is_val[static_cast<size_t>(d)] = 1;
+    ByteTokenizer tok;
+    std::vector<std::vector<int32_t>> train, val;
+    int64_t recalls = 0, far = 0;
+    std::vector<int64_t> distances;
+    for (int64_t i = 0; i < o.n_docs; ++i) {
+        const CorpusDoc doc = generate_document(o, i);
+        for (const RecallSpan& r : doc.recalls) distances.push_back(r.distance());
+        recalls += static_cast<int64_t>(doc.recalls.size());
+        (is_val[static_cast<size_t>(i)] ? val : train).push_back(tok.encode(doc.text));
+    }
+    const std::string train_path = (dir / "train.shard").string();
+    const std::string val_path = (dir / "val.shard").string();
+    write_shard(train_path, train, tok.vocab_size());
+    write_shard(val_path, val, tok.vocab_size());
+
+    std::printf("corpus: seed %llu, %lld docs, lengths [%lld, %lld] bytes, %d facts live, recall "
+                "rate %.2f\n", static_cast<unsigned long long>(o.seed),
+                static_cast<long long>(o.n_docs), static_cast<long long>(o.min_len),
+                static_cast<long long>(o.max_len), o.facts_per_doc, o.recall_rate);
+    if (!distances.empty()) {
+        std::sort(distances.begin(), distances.end());
+        for (int64_t d : distances) far += d > 256;
+        const auto q = [&](double p) {
+            return static_cast<long long>(distances[static_cast<size_t>(p * (distances.size() - 1))]);
+        };
+        std::printf("recalls: %lld, distance to the source mention (bytes): p10 %lld, median %lld, "
+                    "p90 %lld; %.1f%% beyond 256\n", static_cast<long long>(recalls), q(0.1),
+                    q(0.5), q(0.9), 100.0 * static_cast<double>(far) / distances.size());
+    }
+    std::vector<int64_t> tl, vl;
+    for (const auto& d : train) tl.push_back(static_cast<int64_t>(d.size()));
+    for (const auto& d : val) vl.push_back(static_cast<int64_t>(d.size()));
+    print_summary(train_path, tl, les);
+    print_summary(val_path, vl, les);
+    return 0;
+}
+
+int cmd_info(const std::vector<std::string>& args) {
+    if (args.size() < 2 || args[1].rfind("--", 0) == 0)
+        throw UsageError("data info needs a shard file");
+    const auto f = parse_flags(args, 2, {"--le"});
+    const auto les = parse_le(f.count("--le") ? f.at("--le") : "64,128,256,512,1024,2048,4096");
+    const ShardReader shard(args[1]);
+    std::printf("%s: shard version %u, %d-byte tokens, vocab_size %d, %lld docs, %lld tokens\n",
+                shard.path().c_str(), kShardVersion, shard.token_bytes(), shard.vocab_size(),
+                static_cast<long long>(shard.n_docs()), static_cast<long long>(shard.n_tokens()));
+    print_summary(shard.path(), shard.doc_lengths(), les);
+    return 0;
+}
+
+}  // namespace
+
+int run_data_command(const std::vector<std::string>& args) {
+    try {
+        if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+            usage(args.empty() ? stderr : stdout);
+            return args.empty() ? 2 : 0;
+        }
+        if (args[0] == "generate") return cmd_generate(args);
+        if (args[0] == "info") return cmd_info(args);
+        throw UsageError(fmt::format("unknown data command '{}' (known: generate, info)", args[0]));
+    } catch (const UsageError& e) {
+        std::fprintf(stderr, "ctxengine data: %s\n", e.what());
+        usage(stderr);
+        return 2;
+    } catch (const Error& e) {
+        std::fprintf(stderr, "ctxengine data: %s\n", e.what());
+        return 1;
+    }
+}
+
+}  // namespace ctx
