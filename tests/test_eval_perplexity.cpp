@@ -127,7 +127,7 @@ TEST(PerplexityPlugin, RealHostMatchesTheModelsOwnLosses) {
     std::vector<std::vector<int32_t>> docs = {{}, {}};
     for (int i = 0; i < 31; ++i) docs[0].push_back((i * 7) % 40);
     for (int i = 0; i < 14; ++i) docs[1].push_back((i * 3 + 1) % 40);
-    InMemoryDocuments set(docs);
+    MemoryDocs set(docs, 40);
     auto comm = make_single_comm();
     std::vector<Record> records;
     EvalContext ctx;

@@ -2,7 +2,7 @@
 #include <lua.hpp>
 
 #include "core/error.h"
-#include "data/document_set.h"
+#include "data/shard.h"
 #include "lua/ctx_module.h"
 #include "lua/ctx_types.h"
 #include "lua/lua_guard.h"
@@ -17,7 +17,7 @@ using lua::OptSpec;
 using lua::OptType;
 
 constexpr const char* kEvalSpecType = "ctx.EvalSpec";
-using DocumentsRef = std::shared_ptr<DocumentSet>;
+using DocumentsRef = std::shared_ptr<DocStore>;
 
 // ctx.eval(name, options): the task's plugin resolved and its options validated at this line.
 struct EvalSpec {
@@ -161,13 +161,13 @@ int l_documents(lua_State* L) {
     }
     lua_pop(L, 1);
     *lua::new_userdata<DocumentsRef>(L, kDocumentsType) =
-        std::make_shared<InMemoryDocuments>(std::move(docs));
+        std::make_shared<MemoryDocs>(std::move(docs), 256);
     return 1;
 }
 
 int documents_len(lua_State* L) {
     auto* d = static_cast<DocumentsRef*>(luaL_checkudata(L, 1, kDocumentsType));
-    lua_pushinteger(L, static_cast<lua_Integer>((*d)->size()));
+    lua_pushinteger(L, static_cast<lua_Integer>((*d)->n_docs()));
     return 1;
 }
 
@@ -179,7 +179,7 @@ int eval_tostring(lua_State* L) {
 
 }  // namespace
 
-void push_documents(lua_State* L, std::shared_ptr<DocumentSet> docs) {
+void push_documents(lua_State* L, std::shared_ptr<DocStore> docs) {
     *lua::new_userdata<DocumentsRef>(L, kDocumentsType) = std::move(docs);
 }
 

@@ -68,7 +68,7 @@ void register_checkpoint_functions(lua_State* L);
 void register_eval_functions(lua_State* L);
 // Sets documents on the table at the top (ctx.data).
 void register_eval_data_functions(lua_State* L);
-void push_documents(lua_State* L, std::shared_ptr<class DocumentSet> docs);
+void push_documents(lua_State* L, std::shared_ptr<class DocStore> docs);
 
 inline constexpr const char* kDocumentsType = "ctx.Documents";
 

@@ -75,23 +75,23 @@ void api_model_info(ctx_eval_host* h, ctx_eval_model_info* info) {
                                                           : c.context_length;
 }
 
-int64_t api_num_documents(ctx_eval_host* h) { return h->context->documents->size(); }
+int64_t api_num_documents(ctx_eval_host* h) { return h->context->documents->n_docs(); }
 
 int64_t api_document_length(ctx_eval_host* h, int64_t doc) {
-    const DocumentSet& d = *h->context->documents;
-    return doc >= 0 && doc < d.size() ? d.length(doc) : -1;
+    const DocStore& d = *h->context->documents;
+    return doc >= 0 && doc < d.n_docs() ? d.doc_len(doc) : -1;
 }
 
 ctx_status api_copy_tokens(ctx_eval_host* h, int64_t doc, int64_t start, int64_t n, int32_t* out,
                            ctx_err* err) {
-    const DocumentSet& d = *h->context->documents;
-    if (doc < 0 || doc >= d.size())
+    const DocStore& d = *h->context->documents;
+    if (doc < 0 || doc >= d.n_docs())
         return fail_status(err, fmt::format("document {} does not exist ({} documents)", doc,
-                                            d.size()));
-    if (start < 0 || n < 0 || start + n > d.length(doc))
+                                            d.n_docs()));
+    if (start < 0 || n < 0 || start + n > d.doc_len(doc))
         return fail_status(err, fmt::format("tokens [{}, {}) are outside document {} of length {}",
-                                            start, start + n, doc, d.length(doc)));
-    d.copy(doc, start, n, out);
+                                            start, start + n, doc, d.doc_len(doc)));
+    d.read(doc, start, n, out);
     return CTX_OK;
 }
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ctx/plugin.h"
-#include "data/document_set.h"
+#include "data/shard.h"
 #include "io/metrics.h"
 #include "lua/options.h"
 #include "model/decoder.h"
@@ -20,7 +20,7 @@ namespace ctx {
 // What one evaluation run sees. Lives for the duration of EvalPlugin::run.
 struct EvalContext {
     Model* model = nullptr;
-    const DocumentSet* documents = nullptr;
+    const DocStore* documents = nullptr;
     MetricsWriter* metrics = nullptr;
     Comm* comm = nullptr;
     int trained_length = 0;              // the model's original Lt

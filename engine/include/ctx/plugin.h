@@ -288,7 +288,7 @@ typedef struct ctx_sampler_vtable {
                          ctx_err* err);
     void (*destroy)(void* instance);
     /* window: (window_len + 1) tokens, the last one only a target. rng_state: a 4 x u64 stream the
-     * host owns and checkpoints; use ctx_sampler_next_u64-compatible xoshiro256** on it. */
+     * host owns and checkpoints; draw from it with ctx_rng_next_u64 (xoshiro256**). */
     ctx_status (*sample)(void* instance, const int32_t* window, int64_t window_len,
                          uint64_t rng_state[4], ctx_sample_row* row, ctx_err* err);
 } ctx_sampler_vtable;

@@ -1,0 +1,70 @@
+#include "plugin/sampler_plugin.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace ctx {
+
+SamplerPlugin::SamplerPlugin(const LoadedPlugin& lib, const lua::Options& options,
+                             int32_t vocab_size, uint64_t seed)
+    : lib_(&lib), vt_(static_cast<const ctx_sampler_vtable*>(lib.descriptor->vtable)),
+      name_(lib.full_name), vocab_(vocab_size) {
+    CTX_CHECK(lib.kind() == CTX_PLUGIN_SAMPLER, "plugin {} is not a sampler", name_);
+    CTX_CHECK(vocab_size > 0, "{}: vocab_size must be positive, got {}", name_, vocab_size);
+    host_ = std::make_unique<PluginHostContext>(name_, seed);
+    ctx_err err{};
+    // Samplers declare no parameters: registering stays null, so register_param fails cleanly.
+    const ctx_status st = vt_->create(&host_->api, reinterpret_cast<const ctx_options*>(&options),
+                                      &instance_, &err);
+    if (st != CTX_OK) {
+        instance_ = nullptr;
+        fail("{} {}: {}", options.where(), name_,
+             err.message[0] ? err.message : "create() failed without a message");
+    }
+}
+
+SamplerPlugin::~SamplerPlugin() {
+    if (instance_) vt_->destroy(instance_);
+}
+
+void SamplerPlugin::sample(const int32_t* window, int64_t window_len, uint64_t rng_state[4],
+                           ctx_sample_row& row) {
+    CTX_CHECK(window != nullptr && window_len > 0, "{}: sample needs a window (got {} tokens)",
+              name_, window_len);
+    CTX_CHECK(row.row_len > 0 && row.tokens && row.positions && row.targets && row.loss_mask,
+              "{}: sample needs row buffers of positive length (got {})", name_, row.row_len);
+    const int64_t row_len = row.row_len;
+    ctx_err err{};
+    const ctx_status st = vt_->sample(instance_, window, window_len, rng_state, &row, &err);
+    if (st != CTX_OK)
+        fail("{}: sample failed (status {}): {}", name_, static_cast<int>(st),
+             err.message[0] ? err.message : "no message");
+    CTX_CHECK(row.row_len == row_len, "{}: invalid row: the plugin changed row_len from {} to {}",
+              name_, row_len, row.row_len);
+    validate(row);
+}
+
+void SamplerPlugin::validate(const ctx_sample_row& row) const {
+    for (int64_t i = 0; i < row.row_len; ++i) {
+        CTX_CHECK(row.tokens[i] >= 0 && row.tokens[i] < vocab_,
+                  "{}: invalid row: token {} at index {} is outside the vocabulary [0, {})",
+                  name_, row.tokens[i], i, vocab_);
+        CTX_CHECK(row.targets[i] >= 0 && row.targets[i] < vocab_,
+                  "{}: invalid row: target {} at index {} is outside the vocabulary [0, {})",
+                  name_, row.targets[i], i, vocab_);
+        CTX_CHECK(std::isfinite(row.positions[i]), "{}: invalid row: position {} at index {} "
+                  "is not finite", name_, row.positions[i], i);
+        CTX_CHECK(row.loss_mask[i] == 0.0f || row.loss_mask[i] == 1.0f,
+                  "{}: invalid row: loss mask {} at index {} is not 0 or 1", name_,
+                  row.loss_mask[i], i);
+        if (i > 0) {
+            const float a = row.positions[i - 1], b = row.positions[i];
+            CTX_CHECK(strict_ ? a < b : a <= b,
+                      "{}: invalid row: positions must {}, but index {} has {} after {}", name_,
+                      strict_ ? "increase strictly" : "not decrease", i, b, a);
+        }
+    }
+}
+
+}  // namespace ctx

@@ -1,0 +1,55 @@
+// The host side of a sampler plugin (METHODS.md 2): creates the instance from validated options,
+// calls sample(), turns ctx_status errors into ctx::Error prefixed with the plugin's name, and
+// checks every row the plugin returns before the trainer sees it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ctx/plugin.h"
+#include "lua/options.h"
+#include "plugin/pe_plugin.h"
+#include "plugin/registry.h"
+
+namespace ctx {
+
+class SamplerPlugin {
+public:
+    // options must already be validated against plugin_option_schema(*lib.descriptor).
+    // vocab_size bounds the tokens and targets of every row. seed feeds host->rng_u64 (the
+    // per-row stream is the rng_state passed to sample(), not this).
+    SamplerPlugin(const LoadedPlugin& lib, const lua::Options& options, int32_t vocab_size,
+                  uint64_t seed = 0);
+    ~SamplerPlugin();
+    SamplerPlugin(const SamplerPlugin&) = delete;
+    SamplerPlugin& operator=(const SamplerPlugin&) = delete;
+
+    const std::string& name() const { return name_; }  // "sampler/chunk"
+    const std::string& path() const { return lib_->path; }
+
+    // Rows must have strictly increasing positions (true by default: every sampler of METHODS 2
+    // keeps tokens in their original order without repeats). With false, non-decreasing is
+    // enough (for a future sampler that repeats a position).
+    void set_strict_positions(bool strict) { strict_ = strict; }
+
+    // window: window_len + 1 tokens (the last only a target). row: caller-owned buffers of
+    // row.row_len entries. Throws ctx::Error "<name>: sample failed (status N): <message>" or
+    // "<name>: invalid row: <what>" (a token or target outside the vocabulary, a non-finite or
+    // decreasing position, a mask other than 0 or 1).
+    void sample(const int32_t* window, int64_t window_len, uint64_t rng_state[4],
+                ctx_sample_row& row);
+
+private:
+    void validate(const ctx_sample_row& row) const;
+
+    const LoadedPlugin* lib_;
+    const ctx_sampler_vtable* vt_;
+    std::string name_;
+    int32_t vocab_;
+    bool strict_ = true;
+    std::unique_ptr<PluginHostContext> host_;
+    void* instance_ = nullptr;
+};
+
+}  // namespace ctx

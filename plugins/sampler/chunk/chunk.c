@@ -1,0 +1,201 @@
+/*
+ * sampler/chunk: chunk-alpha of the segmented-sequences paper (METHODS.md 2.2).
+ *
+ * k = 1/alpha contiguous, non-overlapping segments of s = alpha*L tokens each (L = row_len) are
+ * placed in the window of W = window_len tokens, uniformly over all valid placements, kept in
+ * their original order and concatenated: row = x[a_0 .. a_0+s-1] x[a_1 .. a_1+s-1] ...
+ * Positions are the original ones (floats).
+ *
+ * Uniform placement (stars and bars). Placements are start sequences with a_0 >= 0,
+ * a_{i+1} >= a_i + s, a_{k-1} + s <= W. With free = W - k*s, v_i = a_i - i*s is a non-decreasing
+ * sequence in [0, free] (a multiset of size k), and u_i = v_i + i is a strictly increasing one,
+ * i.e. a k-subset of {0 .. free + k - 1}. That map is a bijection, so drawing a uniform k-subset
+ * (Floyd's algorithm) and setting a_i = u_i + i*(s - 1) is uniform over placements. (Sorting k
+ * independent uniform draws from [0, free] is NOT: it favours multisets with distinct values,
+ * e.g. k = 2, free = 1 gives {0,1} probability 1/2 instead of 1/3.)
+ *
+ * Targets: inside a segment, the next original token x[p+1], mask 1. At the last token of a
+ * segment that is not the row's last, by option `boundary`:
+ *   "concat" (default, the paper's plain causal objective on the concatenation): the first token
+ *            of the next segment, mask 1;
+ *   "next"   (ours): x[p+1], the true next token of the document, mask 1;
+ *   "mask"   (ours): x[p+1] with mask 0 (no loss on the discontinuity).
+ * The row's last token always predicts x[p+1] with mask 1.
+ */
+#include <ctx/plugin.h>
+
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
+
+enum { BOUNDARY_CONCAT = 0, BOUNDARY_NEXT = 1, BOUNDARY_MASK = 2 };
+
+typedef struct chunk_sampler {
+    double alpha;
+    int64_t k; /* 1/alpha segments */
+    int32_t boundary;
+} chunk_sampler;
+
+static ctx_status set_error(ctx_err* err, ctx_status status, const char* fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+/* Uniform integer in [0, n) without modulo bias (n > 0). */
+static uint64_t rng_below(uint64_t s[4], uint64_t n) {
+    const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
+    uint64_t r;
+    do r = ctx_rng_next_u64(s); while (r >= limit);
+    return r % n;
+}
+
+static ctx_status chunk_create(const ctx_host_api* host, const ctx_options* options,
+                               void** instance, ctx_err* err) {
+    double alpha, inv;
+    const char* boundary;
+    int32_t b;
+    chunk_sampler* c;
+    if (!host || !instance)
+        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host or instance");
+    if (host->struct_size < OFFSET_END(ctx_host_api, opt_string) || !host->opt_number ||
+        !host->opt_string)
+        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
+    *instance = NULL;
+
+    alpha = host->opt_number(host->host, options, "alpha", 0.25);
+    if (!(isfinite(alpha) && alpha > 0.0 && alpha <= 1.0))
+        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+                         "option 'alpha' must be in (0, 1], got %g", alpha);
+    inv = 1.0 / alpha;
+    /* 1/alpha must be an integer; the tolerance absorbs decimal inputs such as 0.1 or 1/3. */
+    if (fabs(inv - floor(inv + 0.5)) > 1e-9 * inv)
+        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+                         "option 'alpha' = %g: 1/alpha = %.10g must be an integer (the number "
+                         "of segments)", alpha, inv);
+
+    boundary = host->opt_string(host->host, options, "boundary", "concat");
+    if (boundary && strcmp(boundary, "concat") == 0)
+        b = BOUNDARY_CONCAT;
+    else if (boundary && strcmp(boundary, "next") == 0)
+        b = BOUNDARY_NEXT;
+    else if (boundary && strcmp(boundary, "mask") == 0)
+        b = BOUNDARY_MASK;
+    else
+        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+                         "option 'boundary' must be \"concat\", \"next\" or \"mask\", got \"%s\"",
+                         boundary ? boundary : "(null)");
+
+    c = (chunk_sampler*)calloc(1, sizeof *c);
+    if (!c) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    c->alpha = alpha;
+    c->k = (int64_t)floor(inv + 0.5);
+    c->boundary = b;
+    *instance = c;
+    return CTX_OK;
+}
+
+static void chunk_destroy(void* instance) { free(instance); }
+
+/* Inserts x into the sorted array a[0..n) unless present; returns 1 if inserted. */
+static int insert_sorted(int64_t* a, int64_t n, int64_t x) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (a[mid] < x) lo = mid + 1; else hi = mid;
+    }
+    if (lo < n && a[lo] == x) return 0;
+    memmove(a + lo + 1, a + lo, sizeof(int64_t) * (size_t)(n - lo));
+    a[lo] = x;
+    return 1;
+}
+
+static ctx_status chunk_sample(void* instance, const int32_t* window, int64_t window_len,
+                               uint64_t rng_state[4], ctx_sample_row* row, ctx_err* err) {
+    const chunk_sampler* c = (const chunk_sampler*)instance;
+    int64_t L, k, s, n_pick, j, i, o, n = 0;
+    int64_t* u; /* (k) the sorted k-subset, then the segment starts */
+    if (!c || !window || !row || !rng_state)
+        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "sample: NULL argument");
+    L = row->row_len;
+    k = c->k;
+    if (L <= 0 || L > window_len)
+        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+                         "row_len %lld must be in [1, window_len = %lld]", (long long)L,
+                         (long long)window_len);
+    if (L % k != 0)
+        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+                         "option 'alpha' = %g: alpha * row_len = %g must be an integer (segment "
+                         "length) for row_len %lld", c->alpha, c->alpha * (double)L, (long long)L);
+    s = L / k;
+    n_pick = window_len - L + k; /* free + k */
+
+    u = (int64_t*)malloc(sizeof(int64_t) * (size_t)k);
+    if (!u) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    /* Floyd: a uniform k-subset of {0 .. n_pick-1} with exactly k draws. */
+    for (j = n_pick - k; j < n_pick; ++j) {
+        const int64_t t = (int64_t)rng_below(rng_state, (uint64_t)(j + 1));
+        if (insert_sorted(u, n, t)) ++n;
+        else n += insert_sorted(u, n, j); /* j is new: every earlier pick is < j */
+    }
+    for (i = 0; i < k; ++i) u[i] += i * (s - 1);
+
+    for (i = 0; i < k; ++i) {
+        for (o = 0; o < s; ++o) {
+            const int64_t r = i * s + o, p = u[i] + o;
+            row->tokens[r] = window[p];
+            row->positions[r] = (float)p;
+            row->targets[r] = window[p + 1];
+            row->loss_mask[r] = 1.0f;
+            if (o == s - 1 && i + 1 < k) { /* a segment boundary inside the row */
+                if (c->boundary == BOUNDARY_CONCAT)
+                    row->targets[r] = window[u[i + 1]];
+                else if (c->boundary == BOUNDARY_MASK)
+                    row->loss_mask[r] = 0.0f;
+            }
+        }
+    }
+    free(u);
+    return CTX_OK;
+}
+
+static const ctx_option_desc chunk_options[] = {
+    {"alpha", CTX_OPT_NUMBER, "0.25",
+     "segment fraction: 1/alpha segments of alpha*row_len tokens; 1/alpha and alpha*row_len "
+     "must be integers (paper: 0.125, 0.25, 0.5)"},
+    {"boundary", CTX_OPT_STRING, "concat",
+     "target at a segment's last token: \"concat\" the next segment's first token (paper), "
+     "\"next\" the true next token, \"mask\" no loss"},
+};
+
+static const ctx_sampler_vtable chunk_vtable = {
+    sizeof(ctx_sampler_vtable),
+    chunk_create,
+    chunk_destroy,
+    chunk_sample,
+};
+
+static const ctx_plugin_descriptor chunk_descriptor = {
+    CTX_PLUGIN_ABI_MAJOR,
+    CTX_PLUGIN_ABI_MINOR,
+    sizeof(ctx_plugin_descriptor),
+    CTX_PLUGIN_SAMPLER,
+    "chunk",
+    "1.0.0",
+    "chunk-alpha: 1/alpha uniformly placed segments, concatenated, original positions (METHODS "
+    "2.2)",
+    chunk_options,
+    (int32_t)(sizeof chunk_options / sizeof chunk_options[0]),
+    &chunk_vtable,
+};
+
+CTX_PLUGIN_EXPORT const ctx_plugin_descriptor* ctx_plugin_query(void) { return &chunk_descriptor; }
