@@ -391,6 +391,10 @@ TEST(PluginRegistry, GetExplainsWhatIsMissing) {
     EXPECT_FALSE(contains(msg, "pe/rope")) << msg;
 
     msg = error_of([&] { reg.get("eval/zzz"); });
+    EXPECT_TRUE(contains(msg, "eval/perplexity")) << msg;
+    PluginRegistry only_test_plugins;  // holds no valid eval plugin
+    only_test_plugins.scan_directory(CTX_TEST_PLUGIN_DIR);
+    msg = error_of([&] { only_test_plugins.get("eval/zzz"); });
     EXPECT_TRUE(contains(msg, "no eval plugins")) << msg;
 
     // A rejected library whose file name matches says why it was rejected.

@@ -153,3 +153,22 @@ TEST(Training, LossCurveFallsFromUniformOnAPeriodicSequence) {
 
 }  // namespace
 }  // namespace ctx
+
+namespace ctx {
+namespace {
+
+TEST(LearningRate, ScheduleStartsWhereTheOptimizerStands) {
+    OptimizerConfig c;
+    c.lr = 1.0f;
+    c.min_lr = 0.0f;
+    c.warmup_steps = 4;
+    c.total_steps = 20;
+    c.schedule_start = 500;  // a second training phase after 500 steps
+    EXPECT_DOUBLE_EQ(learning_rate(c, 500), 0.25);
+    EXPECT_DOUBLE_EQ(learning_rate(c, 503), 1.0);
+    EXPECT_NEAR(learning_rate(c, 512), 0.5, 1e-12);  // cosine midpoint: (512-500-4)/16 = 0.5
+    EXPECT_NEAR(learning_rate(c, 520), 0.0, 1e-12);
+}
+
+}  // namespace
+}  // namespace ctx

@@ -58,21 +58,25 @@ int64_t parse_int(const std::string& flag, const std::string& v) {
 
 double cpu_peak_flops(int threads, std::string* note) {
     double mhz = 0;
+    bool avx512 = false, fma = false;
     std::ifstream cpuinfo("/proc/cpuinfo");
     std::string line;
     const std::regex mhz_re(R"(^cpu MHz\s*:\s*([0-9.]+))");
     std::smatch m;
     while (std::getline(cpuinfo, line)) {
-        if (std::regex_search(line, m, mhz_re)) {
-            mhz = std::stod(m[1]);
-            break;
+        if (mhz <= 0 && std::regex_search(line, m, mhz_re)) mhz = std::stod(m[1]);
+        if (line.rfind("flags", 0) == 0) {
+            avx512 = line.find(" avx512f") != std::string::npos;
+            fma = line.find(" fma") != std::string::npos;
+            if (mhz > 0) break;
         }
     }
     if (mhz <= 0) mhz = 2000;
-    const double flops_per_cycle = 32;  // AVX2/AVX-512 FP32 FMA on 2 pipes (x86-64 servers)
+    // FP32 FLOPs per cycle per core: two FMA pipes of 16 lanes (AVX-512) or 8 lanes (AVX2).
+    const double flops_per_cycle = avx512 ? 64 : (fma ? 32 : 16);
     if (note)
-        *note = fmt::format("{} threads x {:.0f} MHz x {} FLOP/cycle", threads, mhz,
-                            flops_per_cycle);
+        *note = fmt::format("{} threads x {:.0f} MHz x {} FLOP/cycle ({})", threads, mhz,
+                            flops_per_cycle, avx512 ? "AVX-512" : (fma ? "AVX2 FMA" : "SSE"));
     return threads * mhz * 1e6 * flops_per_cycle;
 }
 

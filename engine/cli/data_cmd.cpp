@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "data/byte_tokenizer.h"
 #include "data/corpus.h"
+#include "data/corpus_shards.h"
 #include "data/shard.h"
 #include "data/windows.h"
 
@@ -153,30 +154,13 @@ int cmd_generate(const std::vector<std::string>& args) {
     if (!(val_fraction >= 0.0 && val_fraction <= 1.0))
         throw UsageError(fmt::format("--val-fraction must be in [0, 1], got {}", val_fraction));
 
-    const std::filesystem::path dir(f.at("--out"));
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    CTX_CHECK(!ec, "cannot create directory {}: {}", dir.string(), ec.message());
-
-    // The split uses the corpus seed, so (flags) -> (shards) is a pure function.
-    const DocSplit split = split_documents(o.n_docs, val_fraction, 0.0, o.seed);
-    std::vector<char> is_val(static_cast<size_t>(o.n_docs), 0);
-    for (int64_t d : split.val) is_val[static_cast<size_t>(d)] = 1;
-    ByteTokenizer tok;
-    std::vector<std::vector<int32_t>> train, val;
-    int64_t recalls = 0, far = 0;
-    std::vector<int64_t> distances;
-    for (int64_t i = 0; i < o.n_docs; ++i) {
-        const CorpusDoc doc = generate_document(o, i);
-        for (const RecallSpan& r : doc.recalls) distances.push_back(r.distance());
-        recalls += static_cast<int64_t>(doc.recalls.size());
-        (is_val[static_cast<size_t>(i)] ? val : train).push_back(tok.encode(doc.text));
-    }
-    const std::string train_path = (dir / "train.shard").string();
-    const std::string val_path = (dir / "val.shard").string();
-    write_shard(train_path, train, tok.vocab_size());
-    write_shard(val_path, val, tok.vocab_size());
-
+    const CorpusShards shards = write_corpus_shards(f.at("--out"), o, val_fraction);
+    const std::string& train_path = shards.train_path;
+    const std::string& val_path = shards.val_path;
+    std::vector<int64_t> distances = shards.recall_distances;
+    const int64_t recalls = static_cast<int64_t>(distances.size());
+    int64_t far = 0;
+    if (shards.reused) std::printf("the shards in %s already hold this corpus\n", f.at("--out").c_str());
     std::printf("corpus: seed %llu, %lld docs, lengths [%lld, %lld] bytes, %d facts live, recall "
                 "rate %.2f\n", static_cast<unsigned long long>(o.seed),
                 static_cast<long long>(o.n_docs), static_cast<long long>(o.min_len),
@@ -191,11 +175,8 @@ int cmd_generate(const std::vector<std::string>& args) {
                     "p90 %lld; %.1f%% beyond 256\n", static_cast<long long>(recalls), q(0.1),
                     q(0.5), q(0.9), 100.0 * static_cast<double>(far) / distances.size());
     }
-    std::vector<int64_t> tl, vl;
-    for (const auto& d : train) tl.push_back(static_cast<int64_t>(d.size()));
-    for (const auto& d : val) vl.push_back(static_cast<int64_t>(d.size()));
-    print_summary(train_path, tl, les);
-    print_summary(val_path, vl, les);
+    print_summary(train_path, shards.train_lengths, les);
+    print_summary(val_path, shards.val_lengths, les);
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include "build_info.h"
 #include "cli/bench.h"
+#include "cli/data_cmd.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "lua/ctx_module.h"
@@ -32,6 +34,8 @@ void print_help() {
         "usage:\n"
         "  ctxengine [options] RECIPE.lua [ARGS...]   run a recipe (also under mpirun -np N)\n"
         "  ctxengine bench [--config NAME] ...        training throughput (bench --help)\n"
+        "  ctxengine data generate --out DIR ...      the default long-document corpus as shards\n"
+        "  ctxengine data info FILE.shard             a shard's documents and lengths\n"
         "  ctxengine --list-plugins                   plugins found: name, kind, version, file\n"
         "  ctxengine --version | --help\n\n"
         "options:\n"
@@ -171,6 +175,7 @@ int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
         if (comm->rank() == 0) list_plugins(registry);
         return 0;
     }
+    if (o.command == "data") return ctx::run_data_command(o.args);
     if (o.command == "bench") {
         try {
             return ctx::run_bench(o.args, registry, o.threads);
@@ -192,6 +197,7 @@ int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
         ctx::lua::Runtime runtime(o.sandbox);
         runtime.set_args(o.command, o.args);
         ctx::open_ctx_module(runtime.state(), &engine);
+        runtime.add_module_dir(std::filesystem::path(o.command).parent_path().string());
         runtime.run_file(o.command);
     } catch (const ctx::lua::LoadError& e) {
         spdlog::error("cannot load recipe: {}", e.what());

@@ -14,6 +14,10 @@ public:
     virtual ~BatchSource() = default;
     // This rank's B rows of the next global batch, each T tokens.
     virtual void next(BatchBuffers& out, int B, int T) = 0;
+    // Sources that always yield the same batch shape say so (and what it is).
+    virtual bool fixed_shape(int* /*B*/, int* /*T*/) const { return false; }
+    // Document windows the rows are drawn from (0 for sources that are not windowed).
+    virtual int64_t num_windows() const { return 0; }
     // Collective (every rank calls it): writes the position into state (cursor, per-rank RNGs).
     virtual void save(TrainingState& state, Comm& comm) const = 0;
     // Collective: continues from a saved position. Throws when the state cannot be used (e.g. it

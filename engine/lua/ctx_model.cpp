@@ -351,16 +351,25 @@ int l_train(lua_State* L) {
     TrainOptions t;
     t.steps = o.integer("steps", 0);
     if (t.steps <= 0) o.fail_key("steps", fmt::format("must be positive, got {}", t.steps));
-    t.batch_size = static_cast<int>(o.integer("batch_size", 8));
-    t.seq_len = static_cast<int>(o.integer("seq_len", h.model->config().context_length));
+    int fixed_B = 0, fixed_T = 0;
+    const bool fixed = data->stream->fixed_shape(&fixed_B, &fixed_T);
+    t.batch_size = static_cast<int>(o.integer("batch_size", fixed ? fixed_B : 8));
+    t.seq_len = static_cast<int>(o.integer("seq_len", fixed ? fixed_T : h.model->config().context_length));
+    if (fixed && (t.batch_size != fixed_B || t.seq_len != fixed_T))
+        o.fail_key(t.batch_size != fixed_B ? "batch_size" : "seq_len",
+                   fmt::format("differs from the data stream's rows ({} x {}): leave it out",
+                               fixed_B, fixed_T));
     t.log_every = static_cast<int>(o.integer("log_every", 10));
     if (t.batch_size <= 0) o.fail_key("batch_size", fmt::format("must be positive, got {}", t.batch_size));
     if (t.seq_len <= 0) o.fail_key("seq_len", fmt::format("must be positive, got {}", t.seq_len));
-    const OptimizerConfig oc = parse_optimizer(L, o, t.steps);
+    // A new optimizer table starts a new schedule at the current step (moments are kept); no
+    // table continues the existing schedule.
+    OptimizerConfig oc = parse_optimizer(L, o, t.steps);
+    oc.schedule_start = h.optimizer ? h.optimizer->step() : 0;
     if (!h.optimizer)
         h.optimizer = std::make_unique<Optimizer>(*h.model, oc);
-    else
-        h.optimizer->config() = oc;  // keep moments and step: training continues
+    else if (o.has("optimizer"))
+        h.optimizer->config() = oc;
     EngineContext& engine = lua_detail::engine(L);
     StepCallback on_step;
     if (o.has("out_dir")) {
@@ -441,6 +450,12 @@ int data_len(lua_State* L) {
     return 1;
 }
 
+int data_num_windows(lua_State* L) {
+    auto* d = static_cast<DataRef*>(luaL_checkudata(L, 1, kDataType));
+    lua_pushinteger(L, static_cast<lua_Integer>((*d)->stream->num_windows()));
+    return 1;
+}
+
 int pe_tostring(lua_State* L) {
     auto* s = static_cast<PeSpec*>(luaL_checkudata(L, 1, kPeSpecType));
     lua_pushfstring(L, "ctx.PeSpec(%s)", s->plugin.c_str());
@@ -451,7 +466,9 @@ int pe_tostring(lua_State* L) {
 
 void register_ctx_types(lua_State* L) {
     new_type(L, kPeSpecType, gc_userdata<PeSpec>, nullptr, guarded<pe_tostring>, nullptr);
-    new_type(L, kDataType, gc_userdata<DataRef>, nullptr, nullptr, guarded<data_len>);
+    const luaL_Reg data_methods[] = {{"num_windows", guarded<data_num_windows>},
+                                     {nullptr, nullptr}};
+    new_type(L, kDataType, gc_userdata<DataRef>, data_methods, nullptr, guarded<data_len>);
     const luaL_Reg model_methods[] = {{"num_params", guarded<m_num_params>},
                                       {"config", guarded<m_config>},
                                       {"extend", guarded<m_extend>},

@@ -217,6 +217,7 @@ void open_ctx_module(lua_State* L, EngineContext* engine) {
                                  {nullptr, nullptr}};
     luaL_setfuncs(L, data_fns, 0);
     register_eval_data_functions(L);
+    register_data_functions(L, lua_gettop(L) - 1, lua_gettop(L));
     lua_setfield(L, -2, "data");
 
     lua_pushvalue(L, -1);

@@ -66,6 +66,8 @@ void register_checkpoint_functions(lua_State* L);
 
 // Sets ctx.eval and ctx.run_eval on the table at the top (ctx).
 void register_eval_functions(lua_State* L);
+// Sets ctx.sampler and ctx.data.corpus / shard / rows (absolute stack indices of ctx, ctx.data).
+void register_data_functions(lua_State* L, int ctx_index, int data_index);
 // Sets documents on the table at the top (ctx.data).
 void register_eval_data_functions(lua_State* L);
 void push_documents(lua_State* L, std::shared_ptr<class DocStore> docs);

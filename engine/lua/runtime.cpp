@@ -496,6 +496,17 @@ void Runtime::load_and_run(int load_status) {
     throw RunError(msg);
 }
 
+void Runtime::add_module_dir(const std::string& dir) {
+    const std::string prefix = (dir.empty() ? std::string(".") : dir) + "/?.lua;";
+    lua_getglobal(L_, "package");
+    lua_getfield(L_, -1, "path");
+    const std::string path = prefix + (lua_isstring(L_, -1) ? lua_tostring(L_, -1) : "");
+    lua_pop(L_, 1);
+    lua_pushstring(L_, path.c_str());
+    lua_setfield(L_, -2, "path");
+    lua_pop(L_, 1);
+}
+
 size_t Runtime::memory_in_use() const { return limits_->used; }
 
 uint64_t Runtime::instructions_executed() const { return limits_->instructions; }

@@ -51,6 +51,10 @@ public:
     // Sets the global `arg` table like lua.c: arg[0] = script, arg[1..] = script arguments.
     void set_args(const std::string& script, const std::vector<std::string>& args);
 
+    // Lets `require` find Lua modules in dir (prepends "dir/?.lua" to package.path), so a recipe
+    // can share code with the recipes next to it.
+    void add_module_dir(const std::string& dir);
+
     // Loads then runs a file / a string. Throws LoadError or RunError.
     void run_file(const std::string& path);
     void run_string(const std::string& code, const std::string& chunk_name);

@@ -78,6 +78,7 @@ json optimizer_config_to_json(const OptimizerConfig& c) {
                 {"min_lr", c.min_lr},
                 {"warmup_steps", c.warmup_steps},
                 {"total_steps", c.total_steps},
+                {"schedule_start", c.schedule_start},
                 {"schedule", lr_schedule_name(c.schedule)},
                 {"beta1", c.beta1},
                 {"beta2", c.beta2},
@@ -94,6 +95,7 @@ OptimizerConfig optimizer_config_from_json(const json& j) {
     read(j, "min_lr", c.min_lr, seen);
     read(j, "warmup_steps", c.warmup_steps, seen);
     read(j, "total_steps", c.total_steps, seen);
+    read(j, "schedule_start", c.schedule_start, seen);
     read(j, "schedule", schedule, seen);
     read(j, "beta1", c.beta1, seen);
     read(j, "beta2", c.beta2, seen);

@@ -1,5 +1,6 @@
 #include "model/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -26,6 +27,7 @@ void OptimizerConfig::validate() const {
     CTX_CHECK(min_lr >= 0 && min_lr <= lr, "min_lr must be in [0, lr], got {}", min_lr);
     CTX_CHECK(warmup_steps >= 0, "warmup_steps must be >= 0, got {}", warmup_steps);
     CTX_CHECK(total_steps >= 0, "total_steps must be >= 0, got {}", total_steps);
+    CTX_CHECK(schedule_start >= 0, "schedule_start must be >= 0, got {}", schedule_start);
     CTX_CHECK(beta1 >= 0 && beta1 < 1, "beta1 must be in [0, 1), got {}", beta1);
     CTX_CHECK(beta2 >= 0 && beta2 < 1, "beta2 must be in [0, 1), got {}", beta2);
     CTX_CHECK(eps > 0, "eps must be positive, got {}", eps);
@@ -33,7 +35,8 @@ void OptimizerConfig::validate() const {
     CTX_CHECK(grad_clip >= 0, "grad_clip must be >= 0 (0 disables), got {}", grad_clip);
 }
 
-double learning_rate(const OptimizerConfig& c, int64_t step) {
+double learning_rate(const OptimizerConfig& c, int64_t optimizer_step) {
+    const int64_t step = std::max<int64_t>(0, optimizer_step - c.schedule_start);
     if (c.warmup_steps > 0 && step < c.warmup_steps)
         return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
     if (c.schedule == LrSchedule::Constant || c.total_steps <= c.warmup_steps) return c.lr;

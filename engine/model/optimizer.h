@@ -19,6 +19,8 @@ struct OptimizerConfig {
     float min_lr = 0.0f;        // where the decay ends
     int64_t warmup_steps = 0;   // linear warmup from lr/warmup_steps to lr
     int64_t total_steps = 0;    // schedule length (warmup included); 0: constant after warmup
+    int64_t schedule_start = 0; // the optimizer step at which this schedule began (a later
+                                // ctx.train with new settings starts a new schedule)
     LrSchedule schedule = LrSchedule::Cosine;
     float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
     float weight_decay = 0.1f;  // applied to parameters declared with weight decay only
@@ -26,9 +28,9 @@ struct OptimizerConfig {
     void validate() const;      // throws naming the bad field
 };
 
-// Learning rate at 0-based step `step`:
-//   step < warmup:  lr * (step + 1) / warmup
-//   after warmup, with progress q = (step - warmup) / (total - warmup) clamped to [0, 1]:
+// Learning rate at 0-based optimizer step `step`, with s = step - schedule_start:
+//   s < warmup:  lr * (s + 1) / warmup
+//   after warmup, with progress q = (s - warmup) / (total - warmup) clamped to [0, 1]:
 //     cosine:   min_lr + 0.5 (lr - min_lr)(1 + cos(pi q))
 //     linear:   lr + (min_lr - lr) q
 //     constant: lr

@@ -2,7 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 
 #include "core/error.h"
 
@@ -24,6 +27,7 @@ TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
     auto t_last = t_start;
     double tokens_since_log = 0;
     auto t_step = t_start;
+    const bool interactive = isatty(STDERR_FILENO) != 0;
     for (int64_t s = 0; s < o.steps; ++s) {
         data.next(buf, o.batch_size, o.seq_len);
         const Batch batch = buf.batch();
@@ -56,14 +60,27 @@ TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
         result.steps.push_back(rec);
         if (on_step) on_step(rec);
         const bool last = s + 1 == o.steps;
-        if (o.log_every > 0 && (rec.step % o.log_every == 0 || last || s == 0)) {
-            const double elapsed = std::chrono::duration<double>(now - t_start).count();
-            const double eta = elapsed / static_cast<double>(s + 1) * static_cast<double>(o.steps - s - 1);
-            if (comm.rank() == 0)
+        const double elapsed = std::chrono::duration<double>(now - t_start).count();
+        const double eta =
+            elapsed / static_cast<double>(s + 1) * static_cast<double>(o.steps - s - 1);
+        const int64_t final_step = opt.step() - s - 1 + o.steps;
+        const bool log_line = o.log_every > 0 && (rec.step % o.log_every == 0 || last || s == 0);
+        if (comm.rank() == 0 && o.log_every > 0 && interactive && !log_line) {
+            // Every step on a terminal: one line rewritten in place.
+            std::fprintf(stderr, "\r  step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | "
+                         "%.0f tok/s | eta %.0fs   ", static_cast<long long>(rec.step),
+                         static_cast<long long>(final_step), rec.loss, rec.lr, rec.grad_norm,
+                         rec.seconds > 0 ? rec.tokens / rec.seconds : 0.0, eta);
+            std::fflush(stderr);
+        }
+        if (log_line) {
+            if (comm.rank() == 0) {
+                if (interactive) std::fprintf(stderr, "\r\033[K");
                 spdlog::info("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | "
                              "{:.0f} tok/s | eta {:.0f}s",
-                             rec.step, opt.step() - s - 1 + o.steps, rec.loss, rec.lr,
-                             rec.grad_norm, rec.tokens_per_s, eta);
+                             rec.step, final_step, rec.loss, rec.lr, rec.grad_norm,
+                             rec.tokens_per_s, eta);
+            }
             t_last = now;
             tokens_since_log = 0;
         }

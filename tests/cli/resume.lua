@@ -17,7 +17,8 @@ local first = ctx.train{ model = b, data = db, steps = N // 2, batch_size = 4, o
 ctx.save(out .. "/half.h5", { model = b, data = db, metadata = { note = "resume test" } })
 local dc = data()
 local c = ctx.load(out .. "/half.h5", { data = dc })
-local second = ctx.train{ model = c, data = dc, steps = N - N // 2, batch_size = 4, optimizer = opt, log_every = 0 }
+-- No optimizer table: continue the saved schedule (a new table would start a new schedule).
+local second = ctx.train{ model = c, data = dc, steps = N - N // 2, batch_size = 4, log_every = 0 }
 
 local resumed = {}
 for _, l in ipairs(first.losses) do resumed[#resumed + 1] = l end

@@ -1,0 +1,83 @@
+#include "data/corpus_shards.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "data/byte_tokenizer.h"
+#include "data/shard.h"
+#include "data/windows.h"
+
+namespace ctx {
+
+static nlohmann::json manifest(const CorpusOptions& o, double val_fraction) {
+    return {{"generator", "ctxengine-corpus-1"},
+            {"n_docs", o.n_docs},
+            {"min_len", o.min_len},
+            {"max_len", o.max_len},
+            {"seed", o.seed},
+            {"facts_per_doc", o.facts_per_doc},
+            {"recall_rate", o.recall_rate},
+            {"max_recalls_per_fact", o.max_recalls_per_fact},
+            {"min_distance", o.min_distance},
+            {"max_distance", o.max_distance},
+            {"val_fraction", val_fraction},
+            {"tokenizer", "bytes+specials-259"}};
+}
+
+CorpusShards write_corpus_shards(const std::string& dir_name, const CorpusOptions& o,
+                                 double val_fraction) {
+    o.validate();
+    CTX_CHECK(val_fraction >= 0.0 && val_fraction <= 1.0,
+              "val_fraction must be in [0, 1], got {}", val_fraction);
+    const std::filesystem::path dir(dir_name);
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    CTX_CHECK(!ec, "cannot create directory {}: {}", dir.string(), ec.message());
+    CorpusShards out;
+    out.train_path = (dir / "train.shard").string();
+    out.val_path = (dir / "val.shard").string();
+    const std::string manifest_path = (dir / "corpus.json").string();
+    const nlohmann::json want = manifest(o, val_fraction);
+
+    if (std::filesystem::exists(out.train_path) && std::filesystem::exists(out.val_path) &&
+        std::filesystem::exists(manifest_path)) {
+        std::ifstream in(manifest_path);
+        const nlohmann::json have = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+        if (have == want) {
+            out.reused = true;
+            out.train_lengths = ShardReader(out.train_path).doc_lengths();
+            out.val_lengths = ShardReader(out.val_path).doc_lengths();
+            return out;
+        }
+    }
+
+    // The split uses the corpus seed, so (options) -> (shards) is a pure function.
+    const DocSplit split = split_documents(o.n_docs, val_fraction, 0.0, o.seed);
+    std::vector<char> is_val(static_cast<size_t>(o.n_docs), 0);
+    for (int64_t d : split.val) is_val[static_cast<size_t>(d)] = 1;
+    ByteTokenizer tok;
+    std::vector<std::vector<int32_t>> train, val;
+    for (int64_t i = 0; i < o.n_docs; ++i) {
+        const CorpusDoc doc = generate_document(o, i);
+        for (const RecallSpan& r : doc.recalls) out.recall_distances.push_back(r.distance());
+        (is_val[static_cast<size_t>(i)] ? val : train).push_back(tok.encode(doc.text));
+    }
+    std::filesystem::remove(manifest_path, ec);  // stale until both shards are rewritten
+    write_shard(out.train_path, train, tok.vocab_size());
+    write_shard(out.val_path, val, tok.vocab_size());
+    for (const auto& d : train) out.train_lengths.push_back(static_cast<int64_t>(d.size()));
+    for (const auto& d : val) out.val_lengths.push_back(static_cast<int64_t>(d.size()));
+    const std::string tmp = manifest_path + ".tmp";
+    {
+        std::ofstream m(tmp);
+        m << want.dump(2) << '\n';
+        CTX_CHECK(m.good(), "cannot write {}", tmp);
+    }
+    std::filesystem::rename(tmp, manifest_path);
+    return out;
+}
+
+}  // namespace ctx
