@@ -181,6 +181,7 @@ BiasSetup make_bias(ref::Rng& rng, const AttnCase& ac) {
     s.ref.max_distance = ac.max_distance;
     switch (ac.kind) {
         case ctx::BiasKind::None: break;
+        case ctx::BiasKind::Table: break;  // covered by test_ops_cpu_bias_table
         case ctx::BiasKind::Linear: s.ref.a = rng.uniforms(H, 0.02, 0.3); break;
         case ctx::BiasKind::KerpleLog:
             s.ref.a = rng.uniforms(H, 0.2, 2.0);

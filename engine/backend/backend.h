@@ -35,14 +35,19 @@ struct RotarySpec {
     float amp_scale_base = 512.0f;
 };
 
-enum class BiasKind { None = 0, Linear = 1, KerpleLog = 2, KerplePower = 3, T5 = 4 };
+enum class BiasKind { None = 0, Linear = 1, KerpleLog = 2, KerplePower = 3, T5 = 4, Table = 5 };
 
 // Additive attention-logit bias b_h(p_i - p_j) for query i, key j <= i. With d = p_i - p_j:
 //   Linear      : -a[h] * d
 //   KerpleLog   : -a[h] * log(1 + b[h] * |d|)
 //   KerplePower : -a[h] * |d|^b[h]
 //   T5          : a[h * num_buckets + bucket(d)], bucket per METHODS.md 1.6 (n = max(0, floor(d)))
-// Gradients w.r.t. a and b are accumulated into da, db when those are non-null.
+//   Table       : table[((b * H + h) * T + i) * T + j], an explicit bias the caller computed (the
+//                 generic PE path, CTX_BIAS_GENERIC); entries with j > i or outside the window
+//                 are never read.
+// Gradients w.r.t. a and b are accumulated into da, db when those are non-null. For Table the
+// backward op accumulates d(loss)/d(logit) into dtable (same layout) for every entry it reads,
+// when dtable is non-null, and leaves the other entries untouched.
 struct BiasSpec {
     BiasKind kind = BiasKind::None;
     const float* a = nullptr;  // (H) or (H, num_buckets) for T5; host or device per backend
@@ -51,6 +56,8 @@ struct BiasSpec {
     float* db = nullptr;       // same shape as b, or nullptr
     int num_buckets = 32;
     int max_distance = 128;
+    const float* table = nullptr;  // Table: (B, H, T, T)
+    float* dtable = nullptr;       // Table: (B, H, T, T) or nullptr
 };
 
 struct AttentionOptions {

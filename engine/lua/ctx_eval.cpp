@@ -117,6 +117,9 @@ int l_run_eval(lua_State* L) {
     ModelHandle& h = *lua::option_userdata<ModelRef>(L, o, "model", kModelType, "a ctx.model");
     DocumentsRef docs = lua::option_userdata<DocumentsRef>(L, o, "data", kDocumentsType,
                                                            "a document set");
+    if (docs->vocab_size() > h.model->config().vocab_size)
+        o.fail_key("data", fmt::format("has vocabulary size {} but the model's is {}",
+                                       docs->vocab_size(), h.model->config().vocab_size));
     EngineContext& engine = lua_detail::engine(L);
     std::vector<Record> records;
     EvalContext c;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 namespace ctx {
@@ -332,6 +333,27 @@ void check_vocab(const lua::Options& o, const Model& model, const DataHandle& da
                                        data.vocab_size, model.config().vocab_size));
 }
 
+// Positional-encoding parameters in each step's metrics line (KERPLE's r1/r2, T5 tables, ...):
+// mean, min and max per tensor, "pe.<name>.mean" etc., so their trajectories can be plotted.
+void add_pe_param_stats(const Model& model, Record& r) {
+    Model& m = const_cast<Model&>(model);
+    std::vector<float> host;
+    for (const ParamView& v : model.layout().views()) {
+        if (v.name.rfind("pe.", 0) != 0) continue;
+        host.resize(v.numel);
+        model.backend().copy_to_host(host.data(), m.params().at(v), v.numel);
+        double sum = 0, lo = host[0], hi = host[0];
+        for (float x : host) {
+            sum += x;
+            lo = std::min<double>(lo, x);
+            hi = std::max<double>(hi, x);
+        }
+        r[v.name + ".mean"] = sum / static_cast<double>(v.numel);
+        r[v.name + ".min"] = lo;
+        r[v.name + ".max"] = hi;
+    }
+}
+
 int l_train(lua_State* L) {
     const std::string where = lua::caller_where(L);
     const auto o = lua::Options::parse(
@@ -374,7 +396,8 @@ int l_train(lua_State* L) {
     StepCallback on_step;
     if (o.has("out_dir")) {
         MetricsWriter* metrics = &engine.metrics_for(o.string("out_dir", ""));
-        on_step = [metrics](const StepRecord& s) {
+        Model* model = h.model.get();
+        on_step = [metrics, model](const StepRecord& s) {
             Record r = Record::object();
             r["type"] = "train";
             r["step"] = s.step;
@@ -384,6 +407,7 @@ int l_train(lua_State* L) {
             r["tokens"] = s.tokens;
             r["step_seconds"] = s.seconds;
             r["tokens_per_s"] = s.seconds > 0 ? s.tokens / s.seconds : 0.0;
+            if (metrics->active()) add_pe_param_stats(*model, r);
             metrics->jsonl(r);
         };
     }
@@ -480,8 +504,9 @@ void register_ctx_types(lua_State* L) {
 PeSpec& make_pe_spec(lua_State* L, const std::string& name, int opts_index,
                      const std::string& where) {
     EngineContext& engine = lua_detail::engine(L);
-    std::string full = name;
-    if (name != "none" && name.rfind("pe/", 0) != 0) full = "pe/" + name;
+    std::string full = name.rfind("pe/", 0) == 0 ? name : "pe/" + name;
+    // NoPE is the pe/none plugin when installed; without it, the engine's built-in "no PE".
+    if (full == "pe/none" && !engine.registry->find(full)) full = "none";
     // opts_index 0: no options table; parse an explicit nil then.
     if (opts_index == 0) lua_pushnil(L);
     const int idx = opts_index == 0 ? lua_gettop(L) : opts_index;

@@ -53,6 +53,9 @@ struct Model::Acts {
     float* dfch_act;     // (B, T, F)
     float* demb;         // (B, T, C)
     float* attn_scratch;
+    // generic bias (CTX_BIAS_GENERIC) only, else empty: shared by every layer
+    float* bias_table;   // (B, H, T, T)  f_h(p_i - p_j, p_i) for j <= i
+    float* dbias_table;  // (B, H, T, T)  d(loss)/d(bias), summed over layers
     // the batch on the device
     float* positions;    // (B, T)
     float* loss_mask;    // (B, T)
@@ -68,6 +71,12 @@ Model::Model(const ModelConfig& config, Backend& backend, std::unique_ptr<PePlug
     grads_ = Arena(*backend_, layout_.total());
     init_params(seed);
     if (pe_ && pe_->has(CTX_PE_HOOK_INPUT)) input_spec_ = pe_->input_spec();
+    bias_generic_ = pe_bias_is_generic();
+}
+
+bool Model::pe_bias_is_generic() {
+    return pe_ && pe_->has(CTX_PE_HOOK_BIAS) &&
+           pe_->bias_spec(config_.context_length).kind == CTX_BIAS_GENERIC;
 }
 
 Model::~Model() = default;
@@ -186,6 +195,9 @@ void Model::reserve(int B, int T) {
     const size_t L = config_.n_layer, H = config_.n_head;
     const size_t N = static_cast<size_t>(B) * T;
     const size_t scratch = backend_->attention_scratch_floats(B, T, config_.d_model, config_.n_head);
+    // The generic bias costs 2 (B, H, T, T) tables (value and gradient; the saved attention
+    // probabilities are L of them) plus 3 packed pair arrays on the host.
+    const size_t table = bias_generic_ ? static_cast<size_t>(B) * H * T * T : 0;
     auto acts = std::make_unique<Acts>();
     // Sizes in the order of the struct; each rounded to 16 floats.
     const std::vector<size_t> sizes = {
@@ -195,6 +207,7 @@ void Model::reserve(int B, int T) {
         L * N * C, L * N, L * N, L * N * F, L * N * F,        // ln2, mean, rstd, fch, fch_act
         (L + 1) * N * C, N * C, N, N, N * V, N, N * C,        // resid, lnf, m, r, logits, losses, tmp
         N * C, N * C, N * C, N * C, N * 3 * C, N * F, N * F, N * C, scratch,  // grads, scratch
+        table, table,                                         // bias_table, dbias_table
         N, N};                                                // positions, loss_mask
     size_t total = 0;
     for (size_t s : sizes) total += (s + 15) / 16 * 16;
@@ -205,15 +218,21 @@ void Model::reserve(int B, int T) {
                        &acts->fch, &acts->fch_act, &acts->resid, &acts->lnf, &acts->lnf_mean,
                        &acts->lnf_rstd, &acts->logits, &acts->losses, &acts->tmp, &acts->dx,
                        &acts->dln, &acts->dln2, &acts->datty, &acts->dqkv, &acts->dfch,
-                       &acts->dfch_act, &acts->demb, &acts->attn_scratch, &acts->positions,
-                       &acts->loss_mask};
-    static_assert(sizeof(slots) / sizeof(slots[0]) == 34);
-    CTX_CHECK(sizes.size() == 34, "internal: activation slot count mismatch");
+                       &acts->dfch_act, &acts->demb, &acts->attn_scratch, &acts->bias_table,
+                       &acts->dbias_table, &acts->positions, &acts->loss_mask};
+    static_assert(sizeof(slots) / sizeof(slots[0]) == 36);
+    CTX_CHECK(sizes.size() == 36, "internal: activation slot count mismatch");
     size_t off = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
         *slots[i] = acts->buffer.data() + off;
         off += (sizes[i] + 15) / 16 * 16;
     }
+    if (!bias_generic_) acts->bias_table = acts->dbias_table = nullptr;
+    const size_t pairs = bias_generic_ ? N * (static_cast<size_t>(T) + 1) / 2 : 0;
+    pair_dist_.assign(pairs, 0.0f);
+    pair_qpos_.assign(pairs, 0.0f);
+    pair_val_.assign(pairs, 0.0f);
+    bias_stage_.assign(bias_generic_ && backend_->kind() != DeviceKind::CPU ? table : 0, 0.0f);
     acts->tokens.resize(N);
     acts->targets.resize(N);
     losses_host_.assign(N, 0.0f);
@@ -256,6 +275,15 @@ BiasSpec Model::bias_spec(int T) {
     BiasSpec s;
     if (!pe_ || !pe_->has(CTX_PE_HOOK_BIAS)) return s;
     const ctx_bias_spec c = pe_->bias_spec(T);
+    if (c.kind == CTX_BIAS_GENERIC) {
+        CTX_CHECK(bias_generic_ && acts_ && acts_->bias_table != nullptr,
+                  "{}: the bias kind changed to generic after the model was built", pe_->name());
+        s.kind = BiasKind::Table;
+        s.table = acts_->bias_table;
+        s.dtable = acts_->dbias_table;
+        return s;
+    }
+    CTX_CHECK(!bias_generic_, "{}: the bias kind changed from generic to {}", pe_->name(), c.kind);
     s.kind = static_cast<BiasKind>(c.kind);
     s.num_buckets = c.num_buckets;
     s.max_distance = c.max_distance;
@@ -267,6 +295,63 @@ BiasSpec Model::bias_spec(int T) {
     s.b = param(c.param_b, params_);
     s.db = param(c.param_b, grads_);
     return s;
+}
+
+// Packs every causal pair (b, i, j <= i) of the batch (row-major, the order the tables are
+// scattered in below), asks the plugin for each head's bias and scatters it into the (B, H, T, T)
+// table the attention op reads. Entries with j > i are never read.
+void Model::generic_bias_forward(const Batch& b) {
+    const int B = b.B, T = b.T, H = config_.n_head;
+    const size_t n = static_cast<size_t>(B) * T * (T + 1) / 2;
+    CTX_CHECK(n <= pair_dist_.size(), "internal: generic bias pair buffers are too small");
+    size_t k = 0;
+    for (int r = 0; r < B; ++r) {
+        const float* pos = b.positions + static_cast<size_t>(r) * T;  // (T)
+        for (int i = 0; i < T; ++i)
+            for (int j = 0; j <= i; ++j, ++k) {
+                pair_dist_[k] = static_cast<float>(static_cast<double>(pos[i]) - pos[j]);
+                pair_qpos_[k] = pos[i];
+            }
+    }
+    const bool direct = backend_->kind() == DeviceKind::CPU;  // host memory: write in place
+    float* table = direct ? acts_->bias_table : bias_stage_.data();  // (B, H, T, T)
+    const std::vector<ctx_tensor> params = pe_tensors(params_);
+    for (int h = 0; h < H; ++h) {
+        pe_->bias_forward(params, h, pair_dist_.data(), pair_qpos_.data(),
+                          static_cast<int64_t>(n), pair_val_.data());
+        k = 0;
+        for (int r = 0; r < B; ++r)
+            for (int i = 0; i < T; ++i) {
+                float* row = table + ((static_cast<size_t>(r) * H + h) * T + i) * T;  // (T)
+                for (int j = 0; j <= i; ++j) row[j] = pair_val_[k++];
+            }
+    }
+    if (!direct)
+        backend_->copy_to_device(acts_->bias_table, table, static_cast<size_t>(B) * H * T * T);
+}
+
+// Gathers d(loss)/d(bias) of every causal pair from dbias_table (the sum over layers) and hands
+// it to the plugin, head by head, with the pairs of the forward pass.
+void Model::generic_bias_backward(const Batch& b) {
+    const int B = b.B, T = b.T, H = config_.n_head;
+    const size_t n = static_cast<size_t>(B) * T * (T + 1) / 2;
+    const float* dtable = acts_->dbias_table;  // (B, H, T, T)
+    if (backend_->kind() != DeviceKind::CPU) {
+        backend_->copy_to_host(bias_stage_.data(), dtable, static_cast<size_t>(B) * H * T * T);
+        dtable = bias_stage_.data();
+    }
+    const std::vector<ctx_tensor> params = pe_tensors(params_);
+    std::vector<ctx_tensor> grads = pe_tensors(grads_);
+    for (int h = 0; h < H; ++h) {
+        size_t k = 0;
+        for (int r = 0; r < B; ++r)
+            for (int i = 0; i < T; ++i) {
+                const float* row = dtable + ((static_cast<size_t>(r) * H + h) * T + i) * T;
+                for (int j = 0; j <= i; ++j) pair_val_[k++] = row[j];
+            }
+        pe_->bias_backward(params, grads, h, pair_dist_.data(), pair_qpos_.data(),
+                           static_cast<int64_t>(n), pair_val_.data());
+    }
 }
 
 void Model::forward_impl(const Batch& b) {
@@ -304,6 +389,7 @@ void Model::forward_impl(const Batch& b) {
     if (pe_ && pe_->has(CTX_PE_HOOK_ROTARY)) rot = pe_->rotary_spec(T);
     AttentionOptions attn;
     attn.bias = bias_spec(T);
+    if (bias_generic_) generic_bias_forward(b);  // one table for every layer
 
     for (int l = 0; l < config_.n_layer; ++l) {
         const Layer w = layer(l, params_);
@@ -410,6 +496,7 @@ void Model::backward_impl(const Batch& b) {
     if (pe_ && pe_->has(CTX_PE_HOOK_ROTARY)) rot = pe_->rotary_spec(T);
     AttentionOptions attn;
     attn.bias = bias_spec(T);
+    if (bias_generic_) be.zero(a.dbias_table, static_cast<size_t>(B) * H * T * T);
 
     for (int l = config_.n_layer - 1; l >= 0; --l) {
         const Layer w = layer(l, params_);
@@ -461,6 +548,7 @@ void Model::backward_impl(const Batch& b) {
         be.layernorm_backward(a.dx, g.ln1_w, g.ln1_b, a.dln, xin, w.ln1_w, ln1_mean, ln1_rstd, N,
                               C);
     }
+    if (bias_generic_) generic_bias_backward(b);  // every layer has added into dbias_table
 
     // ---- embedding: dx is now d/d(x_0)
     const float* demb = a.dx;
@@ -525,6 +613,12 @@ void Model::extend(int new_len, Arena* adam_m, Arena* adam_v) {
     if (adam_m) *adam_m = std::move(new_m);
     if (adam_v) *adam_v = std::move(new_v);
     if (pe_->has(CTX_PE_HOOK_INPUT)) input_spec_ = pe_->input_spec();
+    const bool generic = pe_bias_is_generic();
+    if (generic != bias_generic_) {  // activation buffers are sized for the bias kind
+        bias_generic_ = generic;
+        acts_.reset();
+        reserved_B_ = reserved_T_ = 0;
+    }
 }
 
 double Model::flops_per_token(int T) const {

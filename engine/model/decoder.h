@@ -83,6 +83,9 @@ private:
     void upload_batch(const Batch& b);
     std::vector<ctx_tensor> pe_tensors(const Arena& a) const;
     BiasSpec bias_spec(int T);
+    bool pe_bias_is_generic();
+    void generic_bias_forward(const Batch& b);
+    void generic_bias_backward(const Batch& b);
 
     ModelConfig config_;
     Backend* backend_;
@@ -91,6 +94,12 @@ private:
     Arena params_, grads_;
     std::vector<size_t> pe_view_index_;  // plugin parameter i -> index in layout_.views()
     ctx_input_spec input_spec_{};
+    // Generic bias (CTX_BIAS_GENERIC): the plugin evaluates f_h on every causal (query, key) pair
+    // of the batch, packed row by row as (b, i, j <= i): distances p_i - p_j, query positions p_i
+    // and one head's values / gradients. Host memory, sized by reserve().
+    bool bias_generic_ = false;
+    std::vector<float> pair_dist_, pair_qpos_, pair_val_;  // (B * T (T + 1) / 2)
+    std::vector<float> bias_stage_;  // (B, H, T, T) host staging for non-CPU backends only
     int reserved_B_ = 0, reserved_T_ = 0;
     std::unique_ptr<Acts> acts_;
     std::vector<float> losses_host_;

@@ -2,12 +2,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "core/error.h"
 
 namespace ctx {
 namespace {
+
+// Bytes a plugin's vtable must have for the host to read `field` (slots appended in ABI 1.1 and
+// later lie beyond the struct_size of older plugins, and are then treated as NULL).
+#define CTX_PE_SLOT_END(field) (offsetof(ctx_pe_vtable, field) + sizeof(((ctx_pe_vtable*)nullptr)->field))
 
 lua::OptType opt_type_of(int32_t t, const char* plugin, const char* name) {
     switch (t) {
@@ -158,7 +163,7 @@ std::vector<lua::OptSpec> plugin_option_schema(const ctx_plugin_descriptor& d) {
 PePlugin::PePlugin(const LoadedPlugin& lib, const ctx_model_info& model,
                    const lua::Options& options, uint64_t seed)
     : lib_(&lib), vt_(static_cast<const ctx_pe_vtable*>(lib.descriptor->vtable)),
-      name_(lib.full_name), hooks_(vt_->hooks) {
+      name_(lib.full_name), model_(model), hooks_(vt_->hooks) {
     CTX_CHECK(lib.kind() == CTX_PLUGIN_PE, "plugin {} is not a positional encoding", name_);
     host_ = std::make_unique<PluginHostContext>(name_, seed);
     ctx_err err{};
@@ -285,13 +290,81 @@ ctx_bias_spec PePlugin::bias_spec(int64_t seq_len) {
     ctx_err err{};
     check(vt_->bias_spec(instance_, seq_len, &s, &err), "bias_spec", err);
     const int32_t n = static_cast<int32_t>(params_.size());
-    CTX_CHECK(s.kind >= CTX_BIAS_NONE && s.kind <= CTX_BIAS_T5, "{}: unknown bias kind {}", name_,
-              s.kind);
+    CTX_CHECK(s.kind >= CTX_BIAS_NONE && s.kind <= CTX_BIAS_GENERIC, "{}: unknown bias kind {}",
+              name_, s.kind);
     CTX_CHECK(s.param_a < n && s.param_b < n, "{}: bias parameter index out of range", name_);
-    if (s.kind == CTX_BIAS_LINEAR)
-        CTX_CHECK(s.slopes != nullptr || s.param_a >= 0,
-                  "{}: a linear bias needs fixed slopes or a slope parameter", name_);
+    // The attention op reads (n_head) or (n_head, num_buckets) floats from the named parameters.
+    auto numel = [&](int32_t i) {
+        int64_t k = 1;
+        for (int64_t d : params_[i].shape) k *= d;
+        return k;
+    };
+    auto per_head = [&](int32_t i, const char* what) {
+        CTX_CHECK(i >= 0, "{}: bias kind {} needs a parameter for {}", name_, s.kind, what);
+        CTX_CHECK(numel(i) == model_.n_head, "{}: bias parameter '{}' ({}) must have n_head = {} "
+                  "entries, it has {}", name_, params_[i].name, what, model_.n_head, numel(i));
+    };
+    switch (s.kind) {
+        case CTX_BIAS_LINEAR:
+            CTX_CHECK(s.slopes != nullptr || s.param_a >= 0,
+                      "{}: a linear bias needs fixed slopes or a slope parameter", name_);
+            if (s.param_a >= 0) per_head(s.param_a, "slopes");
+            break;
+        case CTX_BIAS_KERPLE_LOG:
+        case CTX_BIAS_KERPLE_POWER:
+            per_head(s.param_a, "r1");
+            per_head(s.param_b, "r2");
+            break;
+        case CTX_BIAS_T5:
+            CTX_CHECK(s.param_a >= 0, "{}: a T5 bias needs a table parameter", name_);
+            CTX_CHECK(s.num_buckets >= 2 && s.max_distance > s.num_buckets / 2,
+                      "{}: T5 num_buckets {} must be >= 2 and max_distance {} > num_buckets / 2",
+                      name_, s.num_buckets, s.max_distance);
+            CTX_CHECK(numel(s.param_a) == int64_t(model_.n_head) * s.num_buckets,
+                      "{}: the T5 table '{}' must have n_head x num_buckets = {} x {} entries, it "
+                      "has {}", name_, params_[s.param_a].name, model_.n_head, s.num_buckets,
+                      numel(s.param_a));
+            break;
+        case CTX_BIAS_GENERIC:
+            CTX_CHECK(has_generic_bias(),
+                      "{} asks for the generic bias (CTX_BIAS_GENERIC) but does not provide "
+                      "bias_forward and bias_backward: those vtable slots exist from plugin ABI "
+                      "{}.1 (this ctxengine supports {}.{}; the plugin was built for {}.{} and its "
+                      "vtable is {} bytes, {} are needed)", name_, CTX_PLUGIN_ABI_MAJOR,
+                      CTX_PLUGIN_ABI_MAJOR, CTX_PLUGIN_ABI_MINOR, lib_->descriptor->abi_major,
+                      lib_->descriptor->abi_minor, vt_->struct_size, CTX_PE_SLOT_END(bias_backward));
+            break;
+        default: break;
+    }
     return s;
+}
+
+bool PePlugin::has_generic_bias() const {
+    return vt_->struct_size >= CTX_PE_SLOT_END(bias_backward) && vt_->bias_forward != nullptr &&
+           vt_->bias_backward != nullptr;
+}
+
+void PePlugin::bias_forward(const std::vector<ctx_tensor>& params, int32_t head,
+                            const float* distance, const float* query_pos, int64_t n,
+                            float* bias) {
+    CTX_CHECK(has_generic_bias(), "{}: bias_forward is not provided", name_);
+    ctx_err err{};
+    check(vt_->bias_forward(instance_, params.data(), static_cast<int32_t>(params.size()), head,
+                            distance, query_pos, n, bias, &err),
+          "bias_forward", err);
+}
+
+void PePlugin::bias_backward(const std::vector<ctx_tensor>& params,
+                             std::vector<ctx_tensor>& grads, int32_t head, const float* distance,
+                             const float* query_pos, int64_t n, const float* dbias) {
+    CTX_CHECK(has_generic_bias(), "{}: bias_backward is not provided", name_);
+    CTX_CHECK(grads.size() == params.size(), "{}: {} gradient tensors for {} parameters", name_,
+              grads.size(), params.size());
+    ctx_err err{};
+    check(vt_->bias_backward(instance_, params.data(), grads.data(),
+                             static_cast<int32_t>(params.size()), head, distance, query_pos, n,
+                             dbias, &err),
+          "bias_backward", err);
 }
 
 const std::vector<PeParamDecl>& PePlugin::extend(int64_t old_len, int64_t new_len) {

@@ -65,7 +65,19 @@ public:
     // Backend form of the rotary spec for rows of seq_len tokens (inv_freq stays owned by the
     // plugin instance and is valid until the next call).
     RotarySpec rotary_spec(int64_t seq_len);
+    // Validated: known kind, parameter indices in range with the shapes the kind reads ((n_head)
+    // for learnable slopes and KERPLE r1, r2; (n_head, num_buckets) for the T5 table), and for
+    // CTX_BIAS_GENERIC the ABI 1.1 slots (refused, naming the plugin's ABI, when it lacks them).
     ctx_bias_spec bias_spec(int64_t seq_len);
+
+    // The generic bias (CTX_BIAS_GENERIC, ABI 1.1), one head per call; see ctx_pe_vtable.
+    // has_generic_bias(): the plugin's vtable is large enough and both slots are non-NULL.
+    bool has_generic_bias() const;
+    void bias_forward(const std::vector<ctx_tensor>& params, int32_t head, const float* distance,
+                      const float* query_pos, int64_t n, float* bias);
+    void bias_backward(const std::vector<ctx_tensor>& params, std::vector<ctx_tensor>& grads,
+                       int32_t head, const float* distance, const float* query_pos, int64_t n,
+                       const float* dbias);
 
     // Lt -> Le. Returns the parameter declarations after the call (shapes may have changed);
     // then the caller allocates new tensors and calls extend_params.
@@ -83,6 +95,7 @@ private:
     const LoadedPlugin* lib_;
     const ctx_pe_vtable* vt_;
     std::string name_;
+    ctx_model_info model_{};
     uint32_t hooks_ = 0;
     std::unique_ptr<PluginHostContext> host_;
     void* instance_ = nullptr;

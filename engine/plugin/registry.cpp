@@ -359,12 +359,18 @@ std::vector<std::string> default_plugin_dirs() {
     }
     std::error_code ec;
     const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    // The build tree's plugins only as a fallback (test executables live in build/tests/): an
+    // installed ctxengine must not also load the plugins of the tree it was built from.
+    bool found_next_to_exe = false;
     if (!ec && !exe.empty()) {
         const fs::path exe_dir = exe.parent_path();
-        candidates.push_back((exe_dir / "plugins").string());
-        candidates.push_back((exe_dir / ".." / CTX_PLUGIN_INSTALL_SUBDIR).string());
+        for (const fs::path& d : {exe_dir / "plugins", exe_dir / ".." / CTX_PLUGIN_INSTALL_SUBDIR}) {
+            std::error_code dec;
+            found_next_to_exe = found_next_to_exe || fs::is_directory(d, dec);
+            candidates.push_back(d.string());
+        }
     }
-    candidates.emplace_back(CTX_PLUGIN_BUILD_DIR);
+    if (!found_next_to_exe) candidates.emplace_back(CTX_PLUGIN_BUILD_DIR);
 
     std::vector<std::string> out;
     std::set<std::string> seen;

@@ -1,5 +1,6 @@
 // CPU backend: rotary position embedding and causal multi-head attention with per-token float
-// positions and an additive per-head bias family (METHODS.md 1.3-1.6, backend.h).
+// positions and an additive per-head bias: a family evaluated in-kernel (METHODS.md 1.4-1.6) or
+// an explicit (B, H, T, T) table from the generic PE path (backend.h).
 //
 // Attention works per (batch, head) pair, one pair per OpenMP iteration, with strided views into
 // qkv (B, T, 3C): q_bh row i is qkv[b, i, h*D : h*D + D] (leading dimension 3C), k_bh and v_bh are
@@ -132,6 +133,12 @@ void check_attention(int T, int C, int H, const AttentionOptions& opt) {
     CTX_CHECK(opt.window >= 0, "attention: window must be >= 0, got {}", opt.window);
     const BiasSpec& bs = opt.bias;
     if (bs.kind == BiasKind::None) return;
+    if (bs.kind == BiasKind::Table) {
+        CTX_CHECK(bs.table != nullptr, "attention: bias kind Table needs a (B, H, T, T) table");
+        return;
+    }
+    CTX_CHECK(int(bs.kind) >= 0 && int(bs.kind) <= int(BiasKind::Table),
+              "attention: unknown bias kind {}", int(bs.kind));
     CTX_CHECK(bs.a != nullptr, "attention: bias kind {} needs parameter a", int(bs.kind));
     if (bs.kind == BiasKind::KerpleLog || bs.kind == BiasKind::KerplePower)
         CTX_CHECK(bs.b != nullptr, "attention: KERPLE bias needs parameter b");
@@ -160,12 +167,17 @@ BiasEval make_bias_eval(const BiasSpec& bs, int* lut) {
     return be;
 }
 
-// row[j] += bias_h(pos[i] - pos[j]) for j in [lo, i].
-void add_bias_row(float* row, const float* pos, int i, int lo, int h, const BiasSpec& bs,
-                  const BiasEval& be) {
+// row[j] += bias_h(pos[i] - pos[j]) for j in [lo, i]; trow (T) is row i of the (b, h) slice of
+// an explicit Table bias (null for the other kinds).
+void add_bias_row(float* row, const float* trow, const float* pos, int i, int lo, int h,
+                  const BiasSpec& bs, const BiasEval& be) {
     const float pi = pos[i];
     switch (bs.kind) {
         case BiasKind::None:
+            break;
+        case BiasKind::Table:
+#pragma omp simd
+            for (int j = lo; j <= i; j++) row[j] += trow[j];
             break;
         case BiasKind::Linear: {
             const float a = bs.a[h];
@@ -216,6 +228,7 @@ void bias_grad_row(double* g, const float* ds_row, int j0, const float* pos, int
     const float* pj = pos + lo;            // (n) their positions
     switch (bs.kind) {
         case BiasKind::None:
+        case BiasKind::Table:  // handled by the caller (dtable)
             break;
         case BiasKind::Linear: {  // d/da [-a d] = -d
             float ga = 0.0f;
@@ -308,6 +321,9 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
         const float* pos = positions + size_t(b) * T;               // (T)
         float* att_bh = att + size_t(bh) * T * T;                   // (T, T)
         float* out_bh = out + size_t(b) * T * C + size_t(h) * D;    // (T, D), ld C
+        const float* table_bh = opt.bias.kind == BiasKind::Table
+                                    ? opt.bias.table + size_t(bh) * T * T  // (T, T)
+                                    : nullptr;
         for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
             const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_start(i0, opt.window);
             const int M = i1 - i0, Nk = i1 - j0;
@@ -320,7 +336,8 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
                 const int lo = key_start(i, opt.window);
                 for (int j = 0; j < lo; j++) row[j] = 0.0f;
                 for (int j = i + 1; j < T; j++) row[j] = 0.0f;
-                add_bias_row(row, pos, i, lo, h, opt.bias, be);
+                add_bias_row(row, table_bh ? table_bh + size_t(i) * T : nullptr, pos, i, lo, h,
+                             opt.bias, be);
                 // softmax over [lo, i]
                 float mx = row[lo];
 #pragma omp simd reduction(max : mx)
@@ -352,7 +369,9 @@ void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* do
     const BiasSpec& bs = opt.bias;
     int lut[kT5LutSize + 1];
     const BiasEval be = make_bias_eval(bs, lut);
-    const bool bias_grads = bs.kind != BiasKind::None && (bs.da != nullptr || bs.db != nullptr);
+    const bool bias_grads = bs.kind != BiasKind::None && bs.kind != BiasKind::Table &&
+                            (bs.da != nullptr || bs.db != nullptr);
+    const bool table_grads = bs.kind == BiasKind::Table && bs.dtable != nullptr;
     const int n_bias_grads = bs.kind == BiasKind::T5 ? bs.num_buckets : 2;
     const size_t buf_floats = attn_buffer_floats(T);
     float* slots = scratch + size_t(threads_) * buf_floats;  // (B*H, kMaxT5Buckets)
@@ -373,6 +392,7 @@ void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* do
             const float* dout_bh = dout + size_t(b) * T * C + size_t(h) * D;  // (T, D), ld C
             const float* att_bh = att + size_t(bh) * T * T;                 // (T, T)
             const float* pos = positions + size_t(b) * T;                   // (T)
+            float* dtable_bh = table_grads ? bs.dtable + size_t(bh) * T * T : nullptr;  // (T, T)
             double g[kMaxT5Buckets];  // this pair's bias-parameter gradients
             if (bias_grads) std::fill(g, g + n_bias_grads, 0.0);
 
@@ -397,6 +417,12 @@ void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* do
                     for (int j = 0; j < Nk; j++) ds[j] = p[j] * (ds[j] - dot);
                     if (bias_grads)
                         bias_grad_row(g, ds, j0, pos, i, key_start(i, opt.window), h, bs, be);
+                    if (dtable_bh != nullptr) {  // d logit / d table = 1 on the entries read
+                        float* drow = dtable_bh + size_t(i) * T;
+                        const int lo = key_start(i, opt.window);
+#pragma omp simd
+                        for (int j = lo; j <= i; j++) drow[j] += ds[j - j0];
+                    }
                 }
                 // dq[i0:i1] += dS k[j0:i1] / sqrt(D);  dk[j0:i1] += dS^T q[i0:i1] / sqrt(D)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, Nk, scale, buf, Nk,

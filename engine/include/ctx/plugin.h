@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 #define CTX_PLUGIN_ABI_MAJOR 1
-#define CTX_PLUGIN_ABI_MINOR 0
+#define CTX_PLUGIN_ABI_MINOR 1
 
 #if defined(_WIN32)
 #define CTX_PLUGIN_EXPORT __declspec(dllexport)
@@ -165,7 +165,9 @@ typedef const ctx_plugin_descriptor* (*ctx_plugin_query_fn)(void);
  *           computes from the positions (CTX_INPUT_GENERIC);
  *   rotary: frequencies and scales; the engine rotates q and k;
  *   bias  : a per-head additive attention-logit bias of p_i - p_j, from a family the engine
- *           evaluates inside attention (and differentiates w.r.t. its per-head parameters).
+ *           evaluates inside attention (and differentiates w.r.t. its per-head parameters), or
+ *           (ABI 1.1, CTX_BIAS_GENERIC) any function the plugin evaluates and differentiates
+ *           itself on tables of distances through bias_forward / bias_backward.
  */
 typedef struct ctx_model_info {
     uint32_t struct_size;
@@ -211,7 +213,8 @@ typedef enum ctx_bias_kind {
     CTX_BIAS_LINEAR = 1,       /* -slope[h] * (p_i - p_j)                     (ALiBi) */
     CTX_BIAS_KERPLE_LOG = 2,   /* -r1[h] * log(1 + r2[h] * |p_i - p_j|)               */
     CTX_BIAS_KERPLE_POWER = 3, /* -r1[h] * |p_i - p_j|^r2[h]                          */
-    CTX_BIAS_T5 = 4            /* table[h][bucket(p_i - p_j)]                         */
+    CTX_BIAS_T5 = 4,           /* table[h][bucket(p_i - p_j)]                         */
+    CTX_BIAS_GENERIC = 5       /* ABI 1.1: f_h(p_i - p_j, p_i) from bias_forward/backward */
 } ctx_bias_kind;
 
 typedef struct ctx_bias_spec {
@@ -269,6 +272,26 @@ typedef struct ctx_pe_vtable {
      * most cap bytes and returns the size needed in *size. May be NULL if stateless. */
     ctx_status (*save_state)(void* instance, void* buffer, size_t cap, size_t* size, ctx_err* err);
     ctx_status (*load_state)(void* instance, const void* buffer, size_t size, ctx_err* err);
+
+    /* ---- ABI 1.1: the generic bias (CTX_BIAS_GENERIC). The host reads these slots only when
+     * struct_size covers them, and refuses CTX_BIAS_GENERIC from a plugin that lacks them.
+     * Each call covers one head and n (query i, key j <= i) pairs of a batch: distance[k] =
+     * p_i - p_j and query_pos[k] = p_i for pair k (fp32; the host forms the difference in double
+     * before rounding). Every causal pair of every row is passed; the order of pairs is the
+     * host's and may change. A bias that reads only distance is relative (shifting all positions
+     * changes nothing); query_pos is there for functions that also normalise by the query's
+     * position (FIRE). The host calls these serially, never concurrently, once per head per
+     * forward / backward pass, with views of the plugin's parameters (and gradients).
+     *   bias_forward : bias[k] = f_head(distance[k], query_pos[k])                  (writes)
+     *   bias_backward: grads[p] += sum_k dbias[k] * d f_head(distance[k], query_pos[k]) / d params[p]
+     */
+    ctx_status (*bias_forward)(void* instance, const ctx_tensor* params, int32_t n_params,
+                               int32_t head, const float* distance, const float* query_pos,
+                               int64_t n, float* bias, ctx_err* err);
+    ctx_status (*bias_backward)(void* instance, const ctx_tensor* params, ctx_tensor* grads,
+                                int32_t n_params, int32_t head, const float* distance,
+                                const float* query_pos, int64_t n, const float* dbias,
+                                ctx_err* err);
 } ctx_pe_vtable;
 
 /* ================================================================= samplers

@@ -101,22 +101,14 @@ static ctx_status alibi_extend(const ctx_host_api* host, void* instance, int64_t
     return CTX_OK; /* ALiBi extrapolates as is */
 }
 
+/* Designated initializers: slots appended in later ABI minors stay NULL without warnings. */
 static const ctx_pe_vtable alibi_vtable = {
-    sizeof(ctx_pe_vtable),
-    CTX_PE_HOOK_BIAS,
-    alibi_create,
-    alibi_destroy,
-    NULL, /* init_params: no parameters */
-    NULL, /* input_spec */
-    NULL, /* input_forward */
-    NULL, /* input_backward */
-    NULL, /* rotary_spec */
-    alibi_bias_spec,
-    alibi_extend,
-    NULL, /* extend_params: no parameters */
-    NULL, /* after_update */
-    NULL, /* save_state: stateless */
-    NULL, /* load_state */
+    .struct_size = sizeof(ctx_pe_vtable),
+    .hooks = CTX_PE_HOOK_BIAS,
+    .create = alibi_create,
+    .destroy = alibi_destroy,
+    .bias_spec = alibi_bias_spec,
+    .extend = alibi_extend, /* stateless and parameter-free: nothing to save or interpolate */
 };
 
 static const ctx_plugin_descriptor alibi_descriptor = {

@@ -232,22 +232,19 @@ static const ctx_option_desc learned_options[] = {
     {"init_std", CTX_OPT_NUMBER, "0.02", "standard deviation of the table's N(0, std^2) init"},
 };
 
+/* Designated initializers: slots appended in later ABI minors stay NULL without warnings.
+ * init_params is NULL (the host draws the normal init); input_forward/backward are NULL (the
+ * engine looks the table up and scatters its gradient). */
 static const ctx_pe_vtable learned_vtable = {
-    sizeof(ctx_pe_vtable),
-    CTX_PE_HOOK_INPUT,
-    learned_create,
-    learned_destroy,
-    NULL, /* init_params: the host draws the normal init */
-    learned_input_spec,
-    NULL, /* input_forward: the engine looks the table up */
-    NULL, /* input_backward */
-    NULL, /* rotary_spec */
-    NULL, /* bias_spec */
-    learned_extend,
-    learned_extend_params,
-    NULL, /* after_update */
-    learned_save_state,
-    learned_load_state,
+    .struct_size = sizeof(ctx_pe_vtable),
+    .hooks = CTX_PE_HOOK_INPUT,
+    .create = learned_create,
+    .destroy = learned_destroy,
+    .input_spec = learned_input_spec,
+    .extend = learned_extend,
+    .extend_params = learned_extend_params,
+    .save_state = learned_save_state,
+    .load_state = learned_load_state,
 };
 
 static const ctx_plugin_descriptor learned_descriptor = {
