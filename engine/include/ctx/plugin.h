@@ -22,8 +22,10 @@
 #ifndef CTX_PLUGIN_H
 #define CTX_PLUGIN_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -365,12 +367,40 @@ typedef struct ctx_eval_vtable {
                       ctx_err* err);
 } ctx_eval_vtable;
 
-/* ---------------------------------------------------------------- helpers for plugin authors */
+/* ---------------------------------------------------------------- helpers for plugin authors
+ * Inline conveniences, not part of the ABI. */
 static inline void ctx_err_set(ctx_err* err, const char* message) {
     if (!err) return;
     size_t i = 0;
     for (; message && message[i] && i + 1 < CTX_ERR_MESSAGE_CAP; ++i) err->message[i] = message[i];
     err->message[i] = '\0';
+}
+
+/* printf-style error: formats into err and returns status, so `return ctx_err_setf(err,
+ * CTX_ERR_INVALID_ARGUMENT, "option 'alpha' must be in (0, 1], got %g", a);` reads as one step. */
+static inline ctx_status ctx_err_setf(ctx_err* err, ctx_status status, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline ctx_status ctx_err_setf(ctx_err* err, ctx_status status, const char* fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+/* printf-style logging through the host (no-op when host or its log callback is NULL). */
+static inline void ctx_host_logf(const ctx_host_api* host, int32_t level, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static inline void ctx_host_logf(const ctx_host_api* host, int32_t level, const char* fmt, ...) {
+    char buf[512];
+    va_list ap;
+    if (!host || !host->log) return;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    host->log(host->host, level, buf);
 }
 
 /* xoshiro256** step on a host-owned 4-word state (samplers use it so the host can checkpoint). */

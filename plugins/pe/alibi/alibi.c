@@ -22,16 +22,6 @@ typedef struct alibi {
     float* slopes; /* (n_head) */
 } alibi;
 
-static ctx_status set_error(ctx_err* err, ctx_status status, const char* fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 /* METHODS.md 1.4, in double precision. Slope h (1-based) of a power-of-two count c is
  * 2^(-8h/c); entry 2i (0-based) of the 2c-head list is h = 2i + 1, i.e. 2^(-8(2i+1)/(2c)). */
 static void alibi_slopes(int32_t n, float* out) {
@@ -47,19 +37,19 @@ static ctx_status alibi_create(const ctx_host_api* host, const ctx_model_info* m
     alibi* a;
     (void)options; /* no options */
     if (!host || !model || !instance)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
     if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     *instance = NULL;
     if (model->n_head <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "n_head must be positive, got %d",
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "n_head must be positive, got %d",
                          (int)model->n_head);
     a = (alibi*)calloc(1, sizeof *a);
-    if (!a) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!a) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     a->slopes = (float*)malloc(sizeof(float) * (size_t)model->n_head);
     if (!a->slopes) {
         free(a);
-        return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+        return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     }
     a->n_head = model->n_head;
     alibi_slopes(a->n_head, a->slopes);
@@ -79,9 +69,9 @@ static ctx_status alibi_bias_spec(void* instance, int64_t seq_len, ctx_bias_spec
     const alibi* a = (const alibi*)instance;
     (void)seq_len;
     if (!a || !spec)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
     if (spec->struct_size < OFFSET_END(ctx_bias_spec, param_b))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "bias_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = CTX_BIAS_LINEAR;
     spec->slopes = a->slopes;
@@ -93,9 +83,9 @@ static ctx_status alibi_bias_spec(void* instance, int64_t seq_len, ctx_bias_spec
 static ctx_status alibi_extend(const ctx_host_api* host, void* instance, int64_t old_len,
                                int64_t new_len, ctx_err* err) {
     (void)host;
-    if (!instance) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
+    if (!instance) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
     if (old_len <= 0 || new_len <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend: lengths must be positive, got %lld -> %lld", (long long)old_len,
                          (long long)new_len);
     return CTX_OK; /* ALiBi extrapolates as is */

@@ -62,26 +62,6 @@ typedef struct fire {
 
 #define FIRE_MEMO_BITS 12
 
-static ctx_status set_error(ctx_err* err, ctx_status status, const char* fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
-static void host_log(const ctx_host_api* host, int32_t level, const char* fmt, ...) {
-    char buf[512];
-    va_list ap;
-    if (!host || !host->log) return;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    host->log(host->host, level, buf);
-}
-
 static int32_t declare(const ctx_host_api* host, const char* name, int32_t ndim, int64_t d0,
                        int64_t d1, int32_t init, float bound, int32_t decay, ctx_err* err) {
     ctx_param_desc d;
@@ -107,15 +87,15 @@ static ctx_status fire_create(const ctx_host_api* host, const ctx_model_info* mo
     const char* act;
     int32_t i;
     if (!host || !model || !instance)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
     *instance = NULL;
     if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     if (host->struct_size < OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
         !host->opt_integer || !host->opt_string || !host->opt_bool || !host->register_param)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: host API is too old");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: host API is too old");
     if (model->n_head <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "n_head must be positive, got %d",
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "n_head must be positive, got %d",
                          (int)model->n_head);
     hidden = host->opt_integer(host->host, options, "hidden", 32);
     act = host->opt_string(host->host, options, "activation", "relu");
@@ -123,22 +103,22 @@ static ctx_status fire_create(const ctx_host_api* host, const ctx_model_info* mo
     threshold = host->opt_number(host->host, options, "threshold",
                                  model->context_length > 0 ? (double)model->context_length : 512.0);
     if (hidden < 1 || hidden > FIRE_MAX_HIDDEN)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option hidden must be in [1, %d], got %lld", FIRE_MAX_HIDDEN,
                          (long long)hidden);
     if (!act || (strcmp(act, "relu") != 0 && strcmp(act, "gelu") != 0))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option activation must be \"relu\" or \"gelu\", got \"%s\"",
                          act ? act : "(null)");
     if (!(init_c > 0.0) || !isfinite(init_c))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option init_c must be a finite number > 0, got %g", init_c);
     if (!(threshold > 0.0) || !isfinite(threshold))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option threshold must be a finite number > 0, got %g", threshold);
 
     f = (fire*)calloc(1, sizeof *f);
-    if (!f) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!f) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     f->acc = (double*)calloc((size_t)hidden * 3, sizeof(double));
     f->scratch = (float*)calloc((size_t)hidden * 4, sizeof(float));
     f->psi_memo = (struct psi_entry*)calloc((size_t)1 << FIRE_MEMO_BITS, sizeof(struct psi_entry));
@@ -147,7 +127,7 @@ static ctx_status fire_create(const ctx_host_api* host, const ctx_model_info* mo
         free(f->scratch);
         free(f->psi_memo);
         free(f);
-        return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+        return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     }
     f->n_head = model->n_head;
     f->hidden = (int32_t)hidden;
@@ -197,19 +177,19 @@ static ctx_status check_tensors(const fire* f, const ctx_tensor* params, const c
     want[P_B2] = f->n_head;
     want[P_C] = 1;
     want[P_S] = 1;
-    if (!params) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "%s: NULL params", call);
+    if (!params) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "%s: NULL params", call);
     for (i = 0; i < P_COUNT; ++i) {
         const int32_t k = f->idx[i];
         int64_t numel = 1;
         int32_t dd;
         if (k < 0) continue;
         if (k >= n_params)
-            return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+            return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                              "%s: expected at least %d parameters, got %d", call, (int)k + 1,
                              (int)n_params);
         for (dd = 0; dd < params[k].ndim && dd < 4; ++dd) numel *= params[k].shape[dd];
         if (!params[k].data || numel != want[i] || (grads && (!grads[k].data)))
-            return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+            return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                              "%s: parameter %d has %lld entries, expected %lld", call, (int)k,
                              (long long)numel, (long long)want[i]);
     }
@@ -219,7 +199,7 @@ static ctx_status check_tensors(const fire* f, const ctx_tensor* params, const c
 static ctx_status fire_init_params(void* instance, ctx_tensor* params, int32_t n_params,
                                    ctx_err* err) {
     const fire* f = (const fire*)instance;
-    if (!f) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "init_params: NULL instance");
+    if (!f) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "init_params: NULL instance");
     if (check_tensors(f, params, NULL, n_params, "init_params", err) != CTX_OK)
         return CTX_ERR_INVALID_ARGUMENT;
     params[f->idx[P_C]].data[0] = (float)f->init_c;
@@ -231,9 +211,9 @@ static ctx_status fire_bias_spec(void* instance, int64_t seq_len, ctx_bias_spec*
                                  ctx_err* err) {
     (void)seq_len;
     if (!instance || !spec)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
     if (spec->struct_size < OFFSET_END(ctx_bias_spec, param_b))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "bias_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = CTX_BIAS_GENERIC;
     spec->slopes = NULL;
@@ -346,14 +326,14 @@ static ctx_status check_call(const fire* f, const ctx_tensor* params, const ctx_
                              int32_t n_params, int32_t head, const float* distance,
                              const float* query_pos, int64_t n, const void* io, const char* call,
                              ctx_err* err) {
-    if (!f) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "%s: NULL instance", call);
+    if (!f) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "%s: NULL instance", call);
     if (check_tensors(f, params, grads, n_params, call, err) != CTX_OK)
         return CTX_ERR_INVALID_ARGUMENT;
     if (head < 0 || head >= f->n_head)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "%s: head %d is outside [0, %d)", call,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "%s: head %d is outside [0, %d)", call,
                          (int)head, (int)f->n_head);
     if (n < 0 || (n > 0 && (!distance || !query_pos || !io)))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "%s: bad pair arrays (n = %lld)", call,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "%s: bad pair arrays (n = %lld)", call,
                          (long long)n);
     return CTX_OK;
 }
@@ -416,7 +396,7 @@ static ctx_status fire_bias_backward(void* instance, const ctx_tensor* params, c
     if (check_call(f, params, grads, n_params, head, distance, query_pos, n, dbias,
                    "bias_backward", err) != CTX_OK)
         return CTX_ERR_INVALID_ARGUMENT;
-    if (!grads) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "bias_backward: NULL grads");
+    if (!grads) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "bias_backward: NULL grads");
     w1 = params[f->idx[P_W1]].data;
     b1 = params[f->idx[P_B1]].data;
     w2 = params[f->idx[P_W2]].data + (size_t)head * H;
@@ -479,12 +459,12 @@ static ctx_status fire_bias_backward(void* instance, const ctx_tensor* params, c
 static ctx_status fire_extend(const ctx_host_api* host, void* instance, int64_t old_len,
                               int64_t new_len, ctx_err* err) {
     const fire* f = (const fire*)instance;
-    if (!f) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
+    if (!f) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
     if (old_len <= 0 || new_len <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend: lengths must be positive, got %lld -> %lld", (long long)old_len,
                          (long long)new_len);
-    host_log(host, CTX_LOG_INFO,
+    ctx_host_logf(host, CTX_LOG_INFO,
              "extend %lld -> %lld: nothing to change (%s)", (long long)old_len,
              (long long)new_len,
              f->normalize ? "the query normalisation max(p_i, L) follows the positions"

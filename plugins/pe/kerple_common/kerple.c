@@ -69,26 +69,6 @@ static void alibi_slopes(int32_t n, float* out) {
 }
 #endif
 
-static ctx_status set_error(ctx_err* err, ctx_status status, const char* fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
-static void host_log(const ctx_host_api* host, int32_t level, const char* fmt, ...) {
-    char buf[512];
-    va_list ap;
-    if (!host || !host->log) return;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    host->log(host->host, level, buf);
-}
-
 /* plugin_init: init_params fills the values (power's init = "alibi_like"); else U(0, hi). */
 static int32_t declare(const ctx_host_api* host, const char* name, int32_t n_head, float hi,
                        int32_t plugin_init, ctx_err* err) {
@@ -112,19 +92,19 @@ static ctx_status kerple_create(const ctx_host_api* host, const ctx_model_info* 
     double min_value;
     int32_t alibi_like = 0;
     if (!host || !model || !instance)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
     *instance = NULL;
     if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     if (host->struct_size < OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
         !host->register_param)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: host API is too old");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: host API is too old");
     if (model->n_head <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "n_head must be positive, got %d",
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "n_head must be positive, got %d",
                          (int)model->n_head);
     min_value = host->opt_number(host->host, options, "min_value", 1e-2);
     if (!(min_value > 0.0) || !(min_value < 1.0))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option min_value must be in (0, 1), got %g", min_value);
 #if KERPLE_POWER
     {
@@ -137,14 +117,14 @@ static ctx_status kerple_create(const ctx_host_api* host, const ctx_model_info* 
         } else if (strcmp(init, "alibi_like") == 0) {
             alibi_like = 1;
         } else {
-            return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+            return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                              "option init must be \"reference\" or \"alibi_like\", got \"%s\"",
                              init);
         }
     }
 #endif
     k = (kerple*)calloc(1, sizeof *k);
-    if (!k) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!k) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     k->n_head = model->n_head;
     k->min_value = (float)min_value;
 #if KERPLE_POWER
@@ -167,7 +147,7 @@ static void kerple_destroy(void* instance) { free(instance); }
 static ctx_status check_param(const kerple* k, ctx_tensor* params, int32_t n_params, int32_t i,
                               const char* call, ctx_err* err) {
     if (i >= n_params || !params[i].data || params[i].ndim != 1 || params[i].shape[0] != k->n_head)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "%s: parameter %d must be a (%d) tensor (got %d parameters)", call, (int)i,
                          (int)k->n_head, (int)n_params);
     return CTX_OK;
@@ -179,7 +159,7 @@ static ctx_status kerple_init_params(void* instance, ctx_tensor* params, int32_t
     const kerple* k = (const kerple*)instance;
     int32_t h, raised = 0;
     if (!k || !params)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "init_params: NULL instance or params");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "init_params: NULL instance or params");
     if (check_param(k, params, n_params, k->r1, "init_params", err) != CTX_OK ||
         check_param(k, params, n_params, k->r2, "init_params", err) != CTX_OK)
         return CTX_ERR_INVALID_ARGUMENT;
@@ -192,7 +172,7 @@ static ctx_status kerple_init_params(void* instance, ctx_tensor* params, int32_t
         params[k->r2].data[h] = 1.0f;
     }
     if (raised)
-        host_log(k->host, CTX_LOG_WARN,
+        ctx_host_logf(k->host, CTX_LOG_WARN,
                  "init alibi_like: %d of %d ALiBi slopes are below min_value %g and start at %g "
                  "(pass a smaller min_value to keep them)",
                  (int)raised, (int)k->n_head, (double)k->min_value, (double)k->min_value);
@@ -205,9 +185,9 @@ static ctx_status kerple_bias_spec(void* instance, int64_t seq_len, ctx_bias_spe
     const kerple* k = (const kerple*)instance;
     (void)seq_len;
     if (!k || !spec)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
     if (spec->struct_size < OFFSET_END(ctx_bias_spec, param_b))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "bias_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = KERPLE_POWER ? CTX_BIAS_KERPLE_POWER : CTX_BIAS_KERPLE_LOG;
     spec->slopes = NULL;
@@ -218,12 +198,12 @@ static ctx_status kerple_bias_spec(void* instance, int64_t seq_len, ctx_bias_spe
 
 static ctx_status kerple_extend(const ctx_host_api* host, void* instance, int64_t old_len,
                                 int64_t new_len, ctx_err* err) {
-    if (!instance) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
+    if (!instance) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
     if (old_len <= 0 || new_len <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend: lengths must be positive, got %lld -> %lld", (long long)old_len,
                          (long long)new_len);
-    host_log(host, CTX_LOG_INFO,
+    ctx_host_logf(host, CTX_LOG_INFO,
              "extend %lld -> %lld: KERPLE is a function of p_i - p_j, nothing to change",
              (long long)old_len, (long long)new_len);
     return CTX_OK;
@@ -236,9 +216,9 @@ static ctx_status kerple_after_update(void* instance, ctx_tensor* params, int32_
     int32_t which[2], w;
     int64_t h;
     if (!k || !params)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "after_update: NULL instance or params");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "after_update: NULL instance or params");
     if (n_params <= k->r1 || n_params <= k->r2)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "after_update: expected at least %d parameters, got %d",
                          (int)(k->r2 > k->r1 ? k->r2 : k->r1) + 1, (int)n_params);
     which[0] = k->r1;
@@ -246,7 +226,7 @@ static ctx_status kerple_after_update(void* instance, ctx_tensor* params, int32_
     for (w = 0; w < 2; ++w) {
         ctx_tensor* t = &params[which[w]];
         if (t->ndim != 1 || t->shape[0] != k->n_head || !t->data)
-            return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+            return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                              "after_update: parameter %d must be (%d), got ndim %d shape[0] %lld",
                              (int)which[w], (int)k->n_head, (int)t->ndim, (long long)t->shape[0]);
         for (h = 0; h < k->n_head; ++h) {

@@ -33,26 +33,6 @@ typedef struct learned {
     int64_t pending_old, pending_new; /* set by extend(), consumed by extend_params() */
 } learned;
 
-static ctx_status set_error(ctx_err* err, ctx_status status, const char* fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
-static void host_log(const ctx_host_api* host, int32_t level, const char* fmt, ...) {
-    char buf[512];
-    va_list ap;
-    if (!host || !host->log) return;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    host->log(host->host, level, buf);
-}
-
 static int32_t declare_table(const ctx_host_api* host, const learned* l, int64_t rows,
                              ctx_err* err) {
     ctx_param_desc d;
@@ -77,25 +57,25 @@ static ctx_status learned_create(const ctx_host_api* host, const ctx_model_info*
     int32_t idx;
 
     if (!host || !model || !instance)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
     if (host->struct_size < OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
         !host->register_param)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
     if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     *instance = NULL;
     if (model->context_length <= 0 || model->d_model <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "context_length and d_model must be positive, got %d and %d",
                          (int)model->context_length, (int)model->d_model);
 
     init_std = host->opt_number(host->host, options, "init_std", 0.02);
     if (!(isfinite(init_std) && init_std >= 0.0))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'init_std' must be a finite number >= 0, got %g", init_std);
 
     l = (learned*)calloc(1, sizeof *l);
-    if (!l) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!l) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     l->rows = model->context_length;
     l->d_model = model->d_model;
     l->init_std = (float)init_std;
@@ -115,9 +95,9 @@ static void learned_destroy(void* instance) { free(instance); }
 static ctx_status learned_input_spec(void* instance, ctx_input_spec* spec, ctx_err* err) {
     const learned* l = (const learned*)instance;
     if (!l || !spec)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "input_spec: NULL instance or spec");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "input_spec: NULL instance or spec");
     if (spec->struct_size < OFFSET_END(ctx_input_spec, table_param))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "input_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = CTX_INPUT_TABLE;
     spec->table_param = l->table_param;
@@ -129,13 +109,13 @@ static ctx_status learned_extend(const ctx_host_api* host, void* instance, int64
     learned* l = (learned*)instance;
     int32_t idx;
     if (!l || !host || !host->register_param)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL host or instance");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL host or instance");
     if (old_len != l->rows)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend: old length %lld does not match the position table's %lld rows",
                          (long long)old_len, (long long)l->rows);
     if (new_len < old_len)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend: cannot shrink the position table from %lld to %lld rows (the "
                          "new length must be >= the current one)",
                          (long long)old_len, (long long)new_len);
@@ -144,7 +124,7 @@ static ctx_status learned_extend(const ctx_host_api* host, void* instance, int64
     l->table_param = idx;
     l->pending_old = old_len;
     l->pending_new = new_len;
-    host_log(host, CTX_LOG_INFO,
+    ctx_host_logf(host, CTX_LOG_INFO,
              "extend: interpolating the position table from %lld to %lld rows (beta = %g)",
              (long long)old_len, (long long)new_len, (double)new_len / (double)old_len);
     return CTX_OK;
@@ -161,12 +141,12 @@ static ctx_status learned_extend_params(void* instance, const ctx_tensor* old_pa
     const ctx_tensor *src, *dst_t;
     int64_t lt, le, d, i, c;
     if (!l || !old_params || !new_params)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "extend_params: NULL argument");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "extend_params: NULL argument");
     if (l->pending_new < 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend_params called without a preceding extend()");
     if (l->table_param < 0 || l->table_param >= n_params)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend_params: got %d parameters, the table is parameter %d",
                          (int)n_params, (int)l->table_param);
     lt = l->pending_old;
@@ -175,11 +155,11 @@ static ctx_status learned_extend_params(void* instance, const ctx_tensor* old_pa
     src = &old_params[l->table_param];
     dst_t = &new_params[l->table_param];
     if (!table_has_shape(src, lt, d))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend_params: old 'wpe' must be a (%lld, %lld) f32 table",
                          (long long)lt, (long long)d);
     if (!table_has_shape(dst_t, le, d))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend_params: new 'wpe' must be a (%lld, %lld) f32 table",
                          (long long)le, (long long)d);
     {
@@ -204,7 +184,7 @@ static ctx_status learned_extend_params(void* instance, const ctx_tensor* old_pa
 static ctx_status learned_save_state(void* instance, void* buffer, size_t cap, size_t* size,
                                      ctx_err* err) {
     const learned* l = (const learned*)instance;
-    if (!l || !size) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "save_state: NULL argument");
+    if (!l || !size) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "save_state: NULL argument");
     *size = sizeof(int64_t);
     if (buffer && cap >= sizeof(int64_t)) memcpy(buffer, &l->rows, sizeof(int64_t));
     return CTX_OK;
@@ -214,14 +194,14 @@ static ctx_status learned_load_state(void* instance, const void* buffer, size_t 
                                      ctx_err* err) {
     learned* l = (learned*)instance;
     int64_t rows;
-    if (!l) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "load_state: NULL instance");
+    if (!l) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "load_state: NULL instance");
     if (!buffer || size != sizeof(int64_t))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "load_state: expected %u bytes (the table length), got %llu",
                          (unsigned)sizeof(int64_t), (unsigned long long)size);
     memcpy(&rows, buffer, sizeof rows);
     if (rows <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "load_state: table length must be positive, got %lld", (long long)rows);
     l->rows = rows;
     l->pending_old = l->pending_new = -1;

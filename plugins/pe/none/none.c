@@ -25,27 +25,17 @@ typedef struct nope {
     int32_t n_head; /* kept only so the instance is a real allocation */
 } nope;
 
-static ctx_status set_error(ctx_err* err, ctx_status status, const char* fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 static ctx_status none_create(const ctx_host_api* host, const ctx_model_info* model,
                               const ctx_options* options, void** instance, ctx_err* err) {
     nope* n;
     (void)options; /* no options */
     if (!host || !model || !instance)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
     if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     *instance = NULL;
     n = (nope*)calloc(1, sizeof *n);
-    if (!n) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!n) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     n->n_head = model->n_head;
     *instance = n;
     return CTX_OK;
@@ -58,9 +48,9 @@ static ctx_status none_bias_spec(void* instance, int64_t seq_len, ctx_bias_spec*
                                  ctx_err* err) {
     (void)seq_len;
     if (!instance || !spec)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
     if (spec->struct_size < OFFSET_END(ctx_bias_spec, max_distance))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "bias_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = CTX_BIAS_NONE;
     spec->slopes = NULL;
@@ -72,9 +62,9 @@ static ctx_status none_bias_spec(void* instance, int64_t seq_len, ctx_bias_spec*
 static ctx_status none_extend(const ctx_host_api* host, void* instance, int64_t old_len,
                               int64_t new_len, ctx_err* err) {
     char buf[160];
-    if (!instance) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
+    if (!instance) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
     if (old_len <= 0 || new_len <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend: lengths must be positive, got %lld -> %lld", (long long)old_len,
                          (long long)new_len);
     if (host && host->log) {

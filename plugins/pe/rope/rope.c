@@ -123,26 +123,6 @@ typedef struct rope {
     float* amp_base;        /* (rotary_dims / 2), xpos only */
 } rope;
 
-static ctx_status set_error(ctx_err* err, ctx_status status, const char* fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
-static void host_log(const ctx_host_api* host, int32_t level, const char* fmt, ...) {
-    char buf[512];
-    va_list ap;
-    if (!host || !host->log) return;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    host->log(host->host, level, buf);
-}
-
 static int uses_factor(const rope* r) { return (FACTOR_MODES & BIT(r->scaling)) != 0; }
 
 /* theta_k = base^(-2k/dr) in double. */
@@ -207,7 +187,7 @@ static void truncated_defaults(rope* r) {
 
 static ctx_status check_factor(double s, const char* what, ctx_err* err) {
     if (!(isfinite(s) && s >= 1.0))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "%s 'factor' must be a finite number >= 1, got %g", what, s);
     return CTX_OK;
 }
@@ -218,7 +198,7 @@ static ctx_status read_number(const ctx_host_api* host, const ctx_options* optio
                               ctx_err* err) {
     const double v = host->opt_number(host->host, options, name, dflt);
     if (!isfinite(v) || (strict ? !(v > lo) : !(v >= lo)))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option '%s' must be a finite number %s %g, got %g", name,
                          strict ? ">" : ">=", lo, v);
     *out = v;
@@ -229,7 +209,7 @@ static ctx_status read_scaling_options(const ctx_host_api* host, const ctx_model
                                        const ctx_options* options, rope* r, ctx_err* err) {
     ctx_status st;
     if (!host->opt_has)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API lacks opt_has");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API lacks opt_has");
     r->factor = 1.0;
     r->factor_explicit = host->opt_has(host->host, options, "factor") != 0;
     if (uses_factor(r)) {
@@ -239,21 +219,21 @@ static ctx_status read_scaling_options(const ctx_host_api* host, const ctx_model
     r->original_length = model->context_length;
     if (host->opt_has(host->host, options, "original_length")) {
         if (!host->opt_integer)
-            return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API lacks opt_integer");
+            return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API lacks opt_integer");
         r->original_length = host->opt_integer(host->host, options, "original_length", 0);
         if (r->original_length < 1)
-            return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+            return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                              "option 'original_length' must be an integer >= 1, got %lld",
                              (long long)r->original_length);
     } else if ((uses_factor(r) || r->scaling == SCALE_GIRAFFE_TRUNCATED) &&
                r->original_length < 1) {
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "scaling = %s needs 'original_length' (the model's context_length is "
                          "%d)",
                          scaling_names[r->scaling], (int)model->context_length);
     }
     if ((r->scaling == SCALE_NTK || r->scaling == SCALE_DYNAMIC_NTK) && r->rotary_dims < 4)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "scaling = %s needs at least 4 rotary dims (its exponent is dr/(dr-2)), "
                          "got %d",
                          scaling_names[r->scaling], (int)r->rotary_dims);
@@ -264,7 +244,7 @@ static ctx_status read_scaling_options(const ctx_host_api* host, const ctx_model
             if ((st = read_number(host, options, "yarn_beta", 32.0, 0.0, 1, &r->yarn_beta, err)))
                 return st;
             if (!(r->yarn_alpha < r->yarn_beta))
-                return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+                return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                                  "scaling = yarn requires yarn_alpha < yarn_beta, got "
                                  "'yarn_alpha' = %g and 'yarn_beta' = %g",
                                  r->yarn_alpha, r->yarn_beta);
@@ -286,7 +266,7 @@ static ctx_status read_scaling_options(const ctx_host_api* host, const ctx_model
                                   err)))
                 return st;
             if (!(r->trunc_a < r->trunc_b))
-                return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+                return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                                  "scaling = giraffe_truncated requires a < b, got 'trunc_a' = %g "
                                  "and 'trunc_b' = %g",
                                  r->trunc_a, r->trunc_b);
@@ -321,30 +301,30 @@ static ctx_status rope_create(const ctx_host_api* host, const ctx_model_info* mo
     rope* r;
 
     if (!host || !model || !instance)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
     if (host->struct_size < OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
         !host->opt_string)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
     if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     *instance = NULL;
 
     base = host->opt_number(host->host, options, "base", 10000.0);
     if (!(isfinite(base) && base > 0.0))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'base' must be a finite number > 0, got %g", base);
 
     pct = host->opt_number(host->host, options, "rotary_pct", 1.0);
     if (!(pct > 0.0 && pct <= 1.0))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'rotary_pct' must be in (0, 1], got %g", pct);
     if (model->head_dim <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "head_dim must be positive, got %d",
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "head_dim must be positive, got %d",
                          (int)model->head_dim);
     dims = (int32_t)floor(pct * (double)model->head_dim);
     dims -= dims % 2;
     if (dims <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'rotary_pct' = %g gives %d rotary dims for head_dim %d "
                          "(need at least 2)",
                          pct, (int)dims, (int)model->head_dim);
@@ -355,7 +335,7 @@ static ctx_status rope_create(const ctx_host_api* host, const ctx_model_info* mo
     else if (layout_name && strcmp(layout_name, "interleaved") == 0)
         layout = CTX_ROTARY_INTERLEAVED;
     else
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'layout' must be \"half\" or \"interleaved\", got \"%s\"",
                          layout_name ? layout_name : "(null)");
 
@@ -363,7 +343,7 @@ static ctx_status rope_create(const ctx_host_api* host, const ctx_model_info* mo
     for (i = 0; i < SCALE_COUNT; ++i)
         if (scaling_name && strcmp(scaling_name, scaling_names[i]) == 0) scaling = i;
     if (scaling < 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'scaling' must be one of none, linear, ntk, dynamic_ntk, yarn, "
                          "giraffe_power, giraffe_truncated, xpos; got \"%s\"",
                          scaling_name ? scaling_name : "(null)");
@@ -387,14 +367,14 @@ static ctx_status rope_create(const ctx_host_api* host, const ctx_model_info* mo
                                       scaling_names[m]);
                 if (n >= sizeof modes) break;
             }
-            return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+            return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                              "option '%s' applies only to scaling = %s, not scaling = %s",
                              mode_options[j].name, modes, scaling_names[scaling]);
         }
     }
 
     r = (rope*)calloc(1, sizeof *r);
-    if (!r) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!r) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     r->rotary_dims = dims;
     r->layout = layout;
     r->scaling = scaling;
@@ -407,11 +387,11 @@ static ctx_status rope_create(const ctx_host_api* host, const ctx_model_info* mo
     if (scaling == SCALE_XPOS) r->amp_base = (float*)calloc((size_t)(dims / 2), sizeof(float));
     if (!r->inv_freq || (scaling == SCALE_XPOS && !r->amp_base)) {
         rope_destroy(r);
-        return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+        return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     }
     compute_spec(r, 0);
     if (scaling == SCALE_XPOS)
-        host_log(host, CTX_LOG_INFO,
+        ctx_host_logf(host, CTX_LOG_INFO,
                  "xpos: the key scale zeta^(-p/B) exceeds float range beyond position %.0f "
                  "(88.7 * B / ln((1+g)/g), B = %g, g = %g)",
                  88.7 * r->xpos_scale_base / log((1.0 + r->xpos_gamma) / r->xpos_gamma),
@@ -424,9 +404,9 @@ static ctx_status rope_rotary_spec(void* instance, int64_t seq_len, ctx_rotary_s
                                    ctx_err* err) {
     rope* r = (rope*)instance;
     if (!r || !spec)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "rotary_spec: NULL instance or spec");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "rotary_spec: NULL instance or spec");
     if (spec->struct_size < OFFSET_END(ctx_rotary_spec, amp_scale_base))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "rotary_spec: spec struct_size %u is too small", spec->struct_size);
     /* Only dynamic NTK depends on the row length; recompute when it changes. */
     if (r->scaling == SCALE_DYNAMIC_NTK && seq_len != r->freq_len) compute_spec(r, seq_len);
@@ -444,39 +424,39 @@ static ctx_status rope_extend(const ctx_host_api* host, void* instance, int64_t 
                               int64_t new_len, ctx_err* err) {
     rope* r = (rope*)instance;
     double s;
-    if (!r) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
+    if (!r) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
     if (old_len <= 0 || new_len <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend: lengths must be positive, got %lld -> %lld", (long long)old_len,
                          (long long)new_len);
     if (r->scaling == SCALE_NONE) {
-        host_log(host, CTX_LOG_INFO,
+        ctx_host_logf(host, CTX_LOG_INFO,
                  "extend %lld -> %lld: plain RoPE is unchanged (same frequencies at every "
                  "position; use a scaling variant to adapt them)",
                  (long long)old_len, (long long)new_len);
         return CTX_OK;
     }
     if (!uses_factor(r)) {
-        host_log(host, CTX_LOG_INFO,
+        ctx_host_logf(host, CTX_LOG_INFO,
                  "extend %lld -> %lld: scaling = %s is unchanged (it has no interpolation factor)",
                  (long long)old_len, (long long)new_len, scaling_names[r->scaling]);
         return CTX_OK;
     }
     if (r->factor_explicit) {
-        host_log(host, CTX_LOG_INFO,
+        ctx_host_logf(host, CTX_LOG_INFO,
                  "extend %lld -> %lld: scaling = %s keeps the explicit factor %g",
                  (long long)old_len, (long long)new_len, scaling_names[r->scaling], r->factor);
         return CTX_OK;
     }
     s = (double)new_len / (double)r->original_length;
     if (s < 1.0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend: new length %lld is shorter than original_length %lld, which "
                          "would give 'factor' %g < 1",
                          (long long)new_len, (long long)r->original_length, s);
     r->factor = s;
     compute_spec(r, r->scaling == SCALE_DYNAMIC_NTK ? r->freq_len : 0);
-    host_log(host, CTX_LOG_INFO,
+    ctx_host_logf(host, CTX_LOG_INFO,
              "extend %lld -> %lld: scaling = %s now uses factor s = %lld / %lld = %g "
              "(original_length kept)",
              (long long)old_len, (long long)new_len, scaling_names[r->scaling],
@@ -490,7 +470,7 @@ static ctx_status rope_save_state(void* instance, void* buffer, size_t cap, size
     unsigned char b[ROPE_STATE_SIZE];
     const uint32_t magic = ROPE_STATE_MAGIC, version = ROPE_STATE_VERSION;
     const uint32_t flags = r && r->factor_explicit ? 1u : 0u;
-    if (!r || !size) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "save_state: NULL argument");
+    if (!r || !size) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "save_state: NULL argument");
     memcpy(b + 0, &magic, 4);
     memcpy(b + 4, &version, 4);
     memcpy(b + 8, &r->scaling, 4);
@@ -510,23 +490,23 @@ static ctx_status rope_load_state(void* instance, const void* buffer, size_t siz
     double s;
     int64_t L;
     ctx_status st;
-    if (!r) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "load_state: NULL instance");
+    if (!r) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "load_state: NULL instance");
     if (size == 0) return CTX_OK; /* written by rope 1.0, which had no state */
     if (!buffer || size < 8)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "load_state: expected %u bytes, got %llu", ROPE_STATE_SIZE,
                          (unsigned long long)size);
     memcpy(&magic, b, 4);
     memcpy(&version, b + 4, 4);
     if (magic != ROPE_STATE_MAGIC)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "load_state: not a pe/rope state (magic 0x%08x)", (unsigned)magic);
     if (version != ROPE_STATE_VERSION)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "load_state: state version %u is not supported (this plugin reads %u)",
                          (unsigned)version, ROPE_STATE_VERSION);
     if (size != ROPE_STATE_SIZE)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "load_state: expected %u bytes for version %u, got %llu",
                          ROPE_STATE_SIZE, ROPE_STATE_VERSION, (unsigned long long)size);
     memcpy(&scaling, b + 8, 4);
@@ -534,14 +514,14 @@ static ctx_status rope_load_state(void* instance, const void* buffer, size_t siz
     memcpy(&s, b + 16, 8);
     memcpy(&L, b + 24, 8);
     if (scaling != r->scaling)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "load_state: the state is for scaling = %s, this instance uses "
                          "scaling = %s",
                          scaling >= 0 && scaling < SCALE_COUNT ? scaling_names[scaling] : "?",
                          scaling_names[r->scaling]);
     if ((st = check_factor(s, "load_state:", err)) != CTX_OK) return st;
     if (L < 1)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "load_state: 'original_length' must be >= 1, got %lld", (long long)L);
     if (r->scaling == SCALE_GIRAFFE_TRUNCATED) {
         /* Cutoffs that were not options follow the restored L (the model may have been
@@ -550,7 +530,7 @@ static ctx_status rope_load_state(void* instance, const void* buffer, size_t siz
         t.original_length = L;
         truncated_defaults(&t);
         if (!(t.trunc_a < t.trunc_b))
-            return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+            return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                              "load_state: original_length %lld gives trunc_b = %g <= trunc_a = %g",
                              (long long)L, t.trunc_b, t.trunc_a);
         r->trunc_a = t.trunc_a;

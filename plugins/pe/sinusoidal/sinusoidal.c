@@ -29,26 +29,6 @@ typedef struct sinusoidal {
     double* inv_freq; /* ((d_model + 1) / 2): base^(-2k/d) */
 } sinusoidal;
 
-static ctx_status set_error(ctx_err* err, ctx_status status, const char* fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
-static void host_log(const ctx_host_api* host, int32_t level, const char* fmt, ...) {
-    char buf[512];
-    va_list ap;
-    if (!host || !host->log) return;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    host->log(host->host, level, buf);
-}
-
 static ctx_status sinusoidal_create(const ctx_host_api* host, const ctx_model_info* model,
                                     const ctx_options* options, void** instance, ctx_err* err) {
     double base;
@@ -56,35 +36,35 @@ static ctx_status sinusoidal_create(const ctx_host_api* host, const ctx_model_in
     sinusoidal* s;
 
     if (!host || !model || !instance)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
     if (host->struct_size < OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
     if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     *instance = NULL;
     if (model->d_model <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "d_model must be positive, got %d",
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "d_model must be positive, got %d",
                          (int)model->d_model);
 
     base = host->opt_number(host->host, options, "base", 10000.0);
     if (!(isfinite(base) && base > 0.0))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'base' must be a finite number > 0, got %g", base);
 
     s = (sinusoidal*)calloc(1, sizeof *s);
-    if (!s) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!s) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     pairs = (model->d_model + 1) / 2;
     s->inv_freq = (double*)malloc(sizeof(double) * (size_t)pairs);
     if (!s->inv_freq) {
         free(s);
-        return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+        return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     }
     s->d_model = model->d_model;
     s->base = base;
     for (k = 0; k < pairs; ++k)
         s->inv_freq[k] = pow(base, -2.0 * (double)k / (double)model->d_model);
     if (model->d_model % 2)
-        host_log(host, CTX_LOG_INFO,
+        ctx_host_logf(host, CTX_LOG_INFO,
                  "d_model %d is odd: its last dimension gets the sine term only",
                  (int)model->d_model);
     *instance = s;
@@ -100,9 +80,9 @@ static void sinusoidal_destroy(void* instance) {
 
 static ctx_status sinusoidal_input_spec(void* instance, ctx_input_spec* spec, ctx_err* err) {
     if (!instance || !spec)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "input_spec: NULL instance or spec");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "input_spec: NULL instance or spec");
     if (spec->struct_size < OFFSET_END(ctx_input_spec, table_param))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "input_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = CTX_INPUT_GENERIC;
     spec->table_param = -1;
@@ -117,17 +97,17 @@ static ctx_status sinusoidal_input_forward(void* instance, const ctx_tensor* par
     int32_t k;
     (void)params;
     (void)n_params; /* no parameters */
-    if (!s) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "input_forward: NULL instance");
+    if (!s) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "input_forward: NULL instance");
     if (n_tokens < 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "input_forward: n_tokens %lld < 0",
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "input_forward: n_tokens %lld < 0",
                          (long long)n_tokens);
     if (n_tokens > 0 && (!positions || !x))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "input_forward: NULL positions or x");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "input_forward: NULL positions or x");
     for (n = 0; n < n_tokens; ++n) {
         const double p = (double)positions[n];
         float* row = x + n * (int64_t)s->d_model;
         if (!isfinite(p))
-            return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+            return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                              "input_forward: position %g of token %lld is not finite", p,
                              (long long)n);
         for (k = 0; 2 * k < s->d_model; ++k) {
@@ -141,12 +121,12 @@ static ctx_status sinusoidal_input_forward(void* instance, const ctx_tensor* par
 
 static ctx_status sinusoidal_extend(const ctx_host_api* host, void* instance, int64_t old_len,
                                     int64_t new_len, ctx_err* err) {
-    if (!instance) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
+    if (!instance) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
     if (old_len <= 0 || new_len <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend: lengths must be positive, got %lld -> %lld", (long long)old_len,
                          (long long)new_len);
-    host_log(host, CTX_LOG_INFO,
+    ctx_host_logf(host, CTX_LOG_INFO,
              "extend %lld -> %lld: the sinusoidal encoding is unchanged (defined at every "
              "position)",
              (long long)old_len, (long long)new_len);

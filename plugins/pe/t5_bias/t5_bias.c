@@ -35,26 +35,6 @@ typedef struct t5_bias {
     int32_t table; /* parameter index */
 } t5_bias;
 
-static ctx_status set_error(ctx_err* err, ctx_status status, const char* fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
-static void host_log(const ctx_host_api* host, int32_t level, const char* fmt, ...) {
-    char buf[512];
-    va_list ap;
-    if (!host || !host->log) return;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    host->log(host->host, level, buf);
-}
-
 static ctx_status t5_create(const ctx_host_api* host, const ctx_model_info* model,
                             const ctx_options* options, void** instance, ctx_err* err) {
     t5_bias* t;
@@ -62,15 +42,15 @@ static ctx_status t5_create(const ctx_host_api* host, const ctx_model_info* mode
     double init_std;
     ctx_param_desc d;
     if (!host || !model || !instance)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
     *instance = NULL;
     if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     if (host->struct_size < OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
         !host->opt_integer || !host->register_param)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: host API is too old");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: host API is too old");
     if (model->n_head <= 0 || model->d_model <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "n_head and d_model must be positive, got %d and %d",
                          (int)model->n_head, (int)model->d_model);
     num_buckets = host->opt_integer(host->host, options, "num_buckets", 32);
@@ -78,19 +58,19 @@ static ctx_status t5_create(const ctx_host_api* host, const ctx_model_info* mode
     init_std = host->opt_number(host->host, options, "init_std",
                                 1.0 / sqrt((double)model->d_model));
     if (num_buckets < 2 || num_buckets > T5_MAX_BUCKETS)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option num_buckets must be in [2, %d], got %lld", T5_MAX_BUCKETS,
                          (long long)num_buckets);
     if (max_distance <= num_buckets / 2 || max_distance > (int64_t)1 << 30)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option max_distance must exceed num_buckets / 2 = %lld (and be at most "
                          "2^30), got %lld",
                          (long long)(num_buckets / 2), (long long)max_distance);
     if (!(init_std >= 0.0) || !isfinite(init_std))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option init_std must be a finite number >= 0, got %g", init_std);
     t = (t5_bias*)calloc(1, sizeof *t);
-    if (!t) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!t) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     t->n_head = model->n_head;
     t->num_buckets = (int32_t)num_buckets;
     t->max_distance = (int32_t)max_distance;
@@ -121,9 +101,9 @@ static ctx_status t5_bias_spec(void* instance, int64_t seq_len, ctx_bias_spec* s
     const t5_bias* t = (const t5_bias*)instance;
     (void)seq_len;
     if (!t || !spec)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
     if (spec->struct_size < OFFSET_END(ctx_bias_spec, max_distance))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "bias_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = CTX_BIAS_T5;
     spec->slopes = NULL;
@@ -137,12 +117,12 @@ static ctx_status t5_bias_spec(void* instance, int64_t seq_len, ctx_bias_spec* s
 static ctx_status t5_extend(const ctx_host_api* host, void* instance, int64_t old_len,
                             int64_t new_len, ctx_err* err) {
     const t5_bias* t = (const t5_bias*)instance;
-    if (!t) return set_error(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
+    if (!t) return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "extend: NULL instance");
     if (old_len <= 0 || new_len <= 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "extend: lengths must be positive, got %lld -> %lld", (long long)old_len,
                          (long long)new_len);
-    host_log(host, CTX_LOG_INFO,
+    ctx_host_logf(host, CTX_LOG_INFO,
              "extend %lld -> %lld: T5 buckets are a function of p_i - p_j (distances >= %d share "
              "the last bucket), nothing to change",
              (long long)old_len, (long long)new_len, (int)t->max_distance);

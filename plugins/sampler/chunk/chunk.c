@@ -41,16 +41,6 @@ typedef struct chunk_sampler {
     int32_t boundary;
 } chunk_sampler;
 
-static ctx_status set_error(ctx_err* err, ctx_status status, const char* fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 /* Uniform integer in [0, n) without modulo bias (n > 0). */
 static uint64_t rng_below(uint64_t s[4], uint64_t n) {
     const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
@@ -66,20 +56,20 @@ static ctx_status chunk_create(const ctx_host_api* host, const ctx_options* opti
     int32_t b;
     chunk_sampler* c;
     if (!host || !instance)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host or instance");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host or instance");
     if (host->struct_size < OFFSET_END(ctx_host_api, opt_string) || !host->opt_number ||
         !host->opt_string)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
     *instance = NULL;
 
     alpha = host->opt_number(host->host, options, "alpha", 0.25);
     if (!(isfinite(alpha) && alpha > 0.0 && alpha <= 1.0))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'alpha' must be in (0, 1], got %g", alpha);
     inv = 1.0 / alpha;
     /* 1/alpha must be an integer; the tolerance absorbs decimal inputs such as 0.1 or 1/3. */
     if (fabs(inv - floor(inv + 0.5)) > 1e-9 * inv)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'alpha' = %g: 1/alpha = %.10g must be an integer (the number "
                          "of segments)", alpha, inv);
 
@@ -91,12 +81,12 @@ static ctx_status chunk_create(const ctx_host_api* host, const ctx_options* opti
     else if (boundary && strcmp(boundary, "mask") == 0)
         b = BOUNDARY_MASK;
     else
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'boundary' must be \"concat\", \"next\" or \"mask\", got \"%s\"",
                          boundary ? boundary : "(null)");
 
     c = (chunk_sampler*)calloc(1, sizeof *c);
-    if (!c) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!c) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     c->alpha = alpha;
     c->k = (int64_t)floor(inv + 0.5);
     c->boundary = b;
@@ -125,22 +115,22 @@ static ctx_status chunk_sample(void* instance, const int32_t* window, int64_t wi
     int64_t L, k, s, n_pick, j, i, o, n = 0;
     int64_t* u; /* (k) the sorted k-subset, then the segment starts */
     if (!c || !window || !row || !rng_state)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "sample: NULL argument");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "sample: NULL argument");
     L = row->row_len;
     k = c->k;
     if (L <= 0 || L > window_len)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "row_len %lld must be in [1, window_len = %lld]", (long long)L,
                          (long long)window_len);
     if (L % k != 0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'alpha' = %g: alpha * row_len = %g must be an integer (segment "
                          "length) for row_len %lld", c->alpha, c->alpha * (double)L, (long long)L);
     s = L / k;
     n_pick = window_len - L + k; /* free + k */
 
     u = (int64_t*)malloc(sizeof(int64_t) * (size_t)k);
-    if (!u) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!u) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     /* Floyd: a uniform k-subset of {0 .. n_pick-1} with exactly k draws. */
     for (j = n_pick - k; j < n_pick; ++j) {
         const int64_t t = (int64_t)rng_below(rng_state, (uint64_t)(j + 1));
