@@ -34,16 +34,6 @@ typedef struct prefix_sampler {
     double alpha;
 } prefix_sampler;
 
-static ctx_status set_error(ctx_err* err, ctx_status status, const char* fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 /* Uniform integer in [0, n) without modulo bias (n > 0). */
 static uint64_t rng_below(uint64_t s[4], uint64_t n) {
     const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
@@ -57,18 +47,18 @@ static ctx_status prefix_create(const ctx_host_api* host, const ctx_options* opt
     double alpha;
     prefix_sampler* p;
     if (!host || !instance)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host or instance");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host or instance");
     if (host->struct_size < OFFSET_END(ctx_host_api, opt_number) || !host->opt_number)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
     *instance = NULL;
 
     alpha = host->opt_number(host->host, options, "alpha", 0.25);
     if (!(isfinite(alpha) && alpha > 0.0 && alpha <= 1.0))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'alpha' must be in (0, 1], got %g", alpha);
 
     p = (prefix_sampler*)calloc(1, sizeof *p);
-    if (!p) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!p) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     p->alpha = alpha;
     *instance = p;
     return CTX_OK;
@@ -83,24 +73,24 @@ static ctx_status prefix_sample(void* instance, const int32_t* window, int64_t w
     double sd;
     unsigned char* mark; /* (i) 1 where a prefix position was drawn */
     if (!ps || !window || !row || !rng_state)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "sample: NULL argument");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "sample: NULL argument");
     L = row->row_len;
     if (L <= 0 || L > window_len)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "row_len %lld must be in [1, window_len = %lld]", (long long)L,
                          (long long)window_len);
     sd = ps->alpha * (double)L;
     /* alpha*Lt must be an integer (then (1-alpha)*Lt = Lt - alpha*Lt is one too); the tolerance
      * absorbs decimal inputs such as 0.1. */
     if (fabs(sd - floor(sd + 0.5)) > 1e-9 * (sd > 1.0 ? sd : 1.0) || floor(sd + 0.5) < 1.0)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'alpha' = %g: alpha * row_len = %g must be a positive integer "
                          "(suffix length) for row_len %lld", ps->alpha, sd, (long long)L);
     s = (int64_t)floor(sd + 0.5);
     m = L - s;
     /* i in {m+1 .. window_len-s-1}: window_len - L - 1 values. */
     if (window_len - L - 1 < 1)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "no valid suffix start: need (1-alpha)*Lt = %lld < i < Le - alpha*Lt = "
                          "%lld for Lt = row_len = %lld, Le = window_len = %lld (Le >= Lt + 2 "
                          "required)", (long long)m, (long long)(window_len - s), (long long)L,
@@ -110,7 +100,7 @@ static ctx_status prefix_sample(void* instance, const int32_t* window, int64_t w
     r = 0;
     if (m > 0) {
         mark = (unsigned char*)calloc((size_t)i, 1);
-        if (!mark) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+        if (!mark) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
         /* Floyd: a uniform m-subset of {0 .. i-1} with exactly m draws. */
         for (j = i - m; j < i; ++j) {
             const int64_t t = (int64_t)rng_below(rng_state, (uint64_t)(j + 1));

@@ -36,16 +36,6 @@ typedef struct randomized_sampler {
     int32_t random_span; /* 0: "start", 1: "random" */
 } randomized_sampler;
 
-static ctx_status set_error(ctx_err* err, ctx_status status, const char* fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, CTX_ERR_MESSAGE_CAP, fmt, ap);
-        va_end(ap);
-    }
-    return status;
-}
-
 /* Uniform integer in [0, n) without modulo bias (n > 0). */
 static uint64_t rng_below(uint64_t s[4], uint64_t n) {
     const uint64_t limit = UINT64_MAX - UINT64_MAX % n;
@@ -65,24 +55,24 @@ static ctx_status randomized_create(const ctx_host_api* host, const ctx_options*
     const char* span;
     randomized_sampler* r;
     if (!host || !instance)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host or instance");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host or instance");
     if (host->struct_size < OFFSET_END(ctx_host_api, opt_string) || !host->opt_number ||
         !host->opt_string)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
     *instance = NULL;
 
     eps = host->opt_number(host->host, options, "eps", 1.0 / 16.0);
     if (!(isfinite(eps) && eps > 0.0 && eps < 2.0))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'eps' must be in (0, 2), got %g", eps);
     span = host->opt_string(host->host, options, "span", "start");
     if (!span || (strcmp(span, "start") != 0 && strcmp(span, "random") != 0))
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'span' must be \"start\" or \"random\", got \"%s\"",
                          span ? span : "(null)");
 
     r = (randomized_sampler*)calloc(1, sizeof *r);
-    if (!r) return set_error(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
+    if (!r) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     r->eps = eps;
     r->random_span = strcmp(span, "random") == 0;
     *instance = r;
@@ -98,10 +88,10 @@ static ctx_status randomized_sample(void* instance, const int32_t* window, int64
     double pos = 0.0;
     float prev = 0.0f;
     if (!rs || !window || !row || !rng_state)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT, "sample: NULL argument");
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "sample: NULL argument");
     L = row->row_len;
     if (L <= 0 || L > window_len)
-        return set_error(err, CTX_ERR_INVALID_ARGUMENT,
+        return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "row_len %lld must be in [1, window_len = %lld]", (long long)L,
                          (long long)window_len);
     if (rs->random_span && L < window_len)
