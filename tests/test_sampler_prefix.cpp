@@ -39,7 +39,9 @@ int check_row(const Row& r, const std::vector<int32_t>& w, int W, int m, int s) 
         if (t < m) {
             EXPECT_EQ(r.mask[t], 0.0f) << "prefix is never trained, t=" << t;
             EXPECT_LT(p, i) << "prefix positions lie before the suffix";
-            if (t > 0) EXPECT_LT(r.positions[t - 1], r.positions[t]) << "strictly increasing";
+            if (t > 0) {
+                EXPECT_LT(r.positions[t - 1], r.positions[t]) << "strictly increasing";
+            }
         } else {
             EXPECT_EQ(r.mask[t], 1.0f) << "suffix is trained, t=" << t;
             EXPECT_EQ(p, i + (t - m)) << "suffix contiguous with original positions";

@@ -96,7 +96,9 @@ TEST(SamplerRandomized, RandomSpanKeepsTokensContiguousAndPositionsFromZero) {
             ASSERT_EQ(r.tokens[t], w[o + t]);
             ASSERT_EQ(r.targets[t], w[o + t + 1]);
             ASSERT_EQ(r.mask[t], 1.0f);
-            if (t) ASSERT_LT(r.positions[t - 1], r.positions[t]);
+            if (t) {
+                ASSERT_LT(r.positions[t - 1], r.positions[t]);
+            }
         }
     }
     EXPECT_GT(seen.front(), 0);
