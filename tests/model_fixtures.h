@@ -4,13 +4,18 @@
 
 #include <lua.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "backend/backend.h"
+#include "core/rng.h"
 #include "data/token_source.h"
 #include "lua/options.h"
 #include "lua/runtime.h"
@@ -91,6 +96,70 @@ inline BatchBuffers tiny_batch(int vocab) {
         b.mask[i] = (i == 4 || i == 8) ? 0.0f : 1.0f;
     }
     return b;
+}
+
+// How check_model_gradients samples entries (defaults: test_model.cpp's whole-model check).
+struct GradCheckOptions {
+    int samples_per_view = 6;     // random entries checked in each larger view
+    bool all_small_views = true;  // views of <= 8 entries are checked whole
+    bool all_pe_entries = false;  // every entry of the PE's parameters ("pe.*")
+    bool require_pe_gradient = false;  // at least two PE entries must get a gradient
+    uint64_t seed = 42;
+};
+
+inline double mean_loss(Model& m, const Batch& b) { return m.forward(b).mean(); }
+
+// The analytic gradient of the mean masked loss against central differences (eps 1e-2) on
+// sampled entries of every parameter view, entry by entry and as a vector per view.
+inline void check_model_gradients(Model& m, const BatchBuffers& buf, const std::string& label,
+                                  const GradCheckOptions& opt = {}) {
+    const Batch b = buf.batch();
+    double mask_sum = 0;
+    for (float x : buf.mask) mask_sum += x;
+    cpu().zero(m.grads().data(), m.grads().size());
+    m.forward_backward(b, static_cast<float>(1.0 / mask_sum));
+    float* p = m.params().data();
+    const float* g = m.grads().data();
+    Rng rng(opt.seed);
+    const double eps = 1e-2;
+    int checked = 0, pe_nonzero = 0;
+    for (const ParamView& v : m.layout().views()) {
+        const bool is_pe = v.name.rfind("pe.", 0) == 0;
+        std::vector<size_t> idx;
+        if ((opt.all_small_views && v.numel <= 8) || (opt.all_pe_entries && is_pe)) {
+            for (size_t i = 0; i < v.numel; ++i) idx.push_back(i);
+        } else {
+            for (int k = 0; k < opt.samples_per_view; ++k)
+                idx.push_back(static_cast<size_t>(rng.below(v.numel)));
+        }
+        double num_sq = 0, diff_sq = 0, ana_sq = 0;
+        for (size_t i : idx) {
+            float& x = p[v.offset + i];
+            const float orig = x;
+            x = static_cast<float>(orig + eps);
+            const double lp = mean_loss(m, b);
+            x = static_cast<float>(orig - eps);
+            const double lm = mean_loss(m, b);
+            x = orig;
+            const double numeric = (lp - lm) / (2 * eps);
+            const double analytic = g[v.offset + i];
+            num_sq += numeric * numeric;
+            ana_sq += analytic * analytic;
+            diff_sq += (numeric - analytic) * (numeric - analytic);
+            ++checked;
+            if (is_pe && std::fabs(analytic) > 1e-5) ++pe_nonzero;
+            EXPECT_NEAR(analytic, numeric, 2e-3 + 3e-2 * std::fabs(numeric))
+                << label << ": " << v.name << "[" << i << "]";
+        }
+        const double scale = std::max(std::sqrt(num_sq), std::sqrt(ana_sq));
+        if (scale > 1e-4) {
+            EXPECT_LT(std::sqrt(diff_sq) / scale, 2e-2) << label << ": " << v.name;
+        }
+    }
+    EXPECT_GT(checked, 40);
+    if (opt.require_pe_gradient) {
+        EXPECT_GT(pe_nonzero, 1) << label << ": the PE parameters get no gradient";
+    }
 }
 
 }  // namespace ctx::test

@@ -17,54 +17,8 @@ using test::make_pe;
 using test::tiny_batch;
 using test::tiny_config;
 
-double mean_loss(Model& m, const Batch& b) { return m.forward(b).mean(); }
-
-// Compares the analytic gradient of the mean masked loss with central differences on a sample
-// of every parameter view (all entries of small views).
-void check_model_gradients(Model& m, const BatchBuffers& buf, const char* label) {
-    const Batch b = buf.batch();
-    double mask_sum = 0;
-    for (float x : buf.mask) mask_sum += x;
-    cpu().zero(m.grads().data(), m.grads().size());
-    m.forward_backward(b, static_cast<float>(1.0 / mask_sum));
-    float* p = m.params().data();
-    const float* g = m.grads().data();
-    Rng rng(42);
-    const double eps = 1e-2;
-    int checked = 0;
-    for (const ParamView& v : m.layout().views()) {
-        std::vector<size_t> idx;
-        if (v.numel <= 8) {
-            for (size_t i = 0; i < v.numel; ++i) idx.push_back(i);
-        } else {
-            for (int k = 0; k < 6; ++k) idx.push_back(static_cast<size_t>(rng.below(v.numel)));
-        }
-        double num_sq = 0, diff_sq = 0, ana_sq = 0;
-        for (size_t i : idx) {
-            float& x = p[v.offset + i];
-            const float orig = x;
-            x = static_cast<float>(orig + eps);
-            const double lp = mean_loss(m, b);
-            x = static_cast<float>(orig - eps);
-            const double lm = mean_loss(m, b);
-            x = orig;
-            const double numeric = (lp - lm) / (2 * eps);
-            const double analytic = g[v.offset + i];
-            num_sq += numeric * numeric;
-            ana_sq += analytic * analytic;
-            diff_sq += (numeric - analytic) * (numeric - analytic);
-            ++checked;
-            EXPECT_NEAR(analytic, numeric, 2e-3 + 3e-2 * std::fabs(numeric))
-                << label << ": " << v.name << "[" << i << "]";
-        }
-        // Per view: the sampled gradient vectors agree as a whole too.
-        const double scale = std::max(std::sqrt(num_sq), std::sqrt(ana_sq));
-        if (scale > 1e-4) {
-            EXPECT_LT(std::sqrt(diff_sq) / scale, 2e-2) << label << ": " << v.name;
-        }
-    }
-    EXPECT_GT(checked, 40);
-}
+using test::check_model_gradients;
+using test::mean_loss;
 
 struct GradCase {
     const char* label;

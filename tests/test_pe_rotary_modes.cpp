@@ -213,45 +213,14 @@ TEST(RotaryModes, RotaryAttentionGradientsMatchFiniteDifferences) {
 
 // ================================================================ (c) whole-model gradients
 
-double mean_loss(Model& m, const Batch& b) { return m.forward(b).mean(); }
+using test::mean_loss;
 
-// The idea of test_model.cpp's check: analytic gradient of the mean masked loss vs central
-// differences on a sample of every parameter view.
 void check_model_gradients(Model& m, const BatchBuffers& buf, const std::string& label) {
-    const Batch b = buf.batch();
-    double mask_sum = 0;
-    for (float x : buf.mask) mask_sum += x;
-    cpu().zero(m.grads().data(), m.grads().size());
-    m.forward_backward(b, static_cast<float>(1.0 / mask_sum));
-    float* p = m.params().data();
-    const float* g = m.grads().data();
-    Rng rng(7);
-    const double eps = 1e-2;
-    int checked = 0;
-    for (const ParamView& v : m.layout().views()) {
-        std::vector<size_t> idx;
-        for (int k = 0; k < 5; ++k) idx.push_back(static_cast<size_t>(rng.below(v.numel)));
-        double num_sq = 0, diff_sq = 0;
-        for (size_t i : idx) {
-            float& x = p[v.offset + i];
-            const float orig = x;
-            x = static_cast<float>(orig + eps);
-            const double lp = mean_loss(m, b);
-            x = static_cast<float>(orig - eps);
-            const double lm = mean_loss(m, b);
-            x = orig;
-            const double numeric = (lp - lm) / (2 * eps), analytic = g[v.offset + i];
-            num_sq += numeric * numeric;
-            diff_sq += (numeric - analytic) * (numeric - analytic);
-            ++checked;
-            EXPECT_NEAR(analytic, numeric, 2e-3 + 3e-2 * std::fabs(numeric))
-                << label << ": " << v.name << "[" << i << "]";
-        }
-        if (std::sqrt(num_sq) > 1e-4) {
-            EXPECT_LT(std::sqrt(diff_sq / num_sq), 2e-2) << label << ": " << v.name;
-        }
-    }
-    EXPECT_GT(checked, 40);
+    test::GradCheckOptions opt;  // 5 random entries of every view
+    opt.samples_per_view = 5;
+    opt.all_small_views = false;
+    opt.seed = 7;
+    test::check_model_gradients(m, buf, label, opt);
 }
 
 // make_pe maps "none" to "no plugin"; this builds the real pe/none plugin instead.
