@@ -89,7 +89,7 @@ struct AttentionData {
         out.resize(size_t(B) * T * C);
         att.resize(size_t(B) * H * T * T);
         dqkv.resize(qkv.size());
-        scratch.resize(cpu().attention_scratch_floats(B, T, C, H));
+        scratch.resize(cpu().attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
         opt.bias.kind = kind;
         const int na = kind == ctx::BiasKind::T5 ? H * opt.bias.num_buckets : H;
         a.assign(na, 0.1f);
@@ -108,7 +108,7 @@ struct AttentionData {
                                 opt);
     }
     void backward() {
-        cpu().attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(),
+        cpu().attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), nullptr,
                                  positions.data(), B, T, C, H, opt);
     }
     // q.k and P.v over the causal lower triangle, 2 FLOPs per multiply-add

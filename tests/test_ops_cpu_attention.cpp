@@ -241,8 +241,8 @@ TEST_P(OpsCpuAttention, ForwardAndGradients) {
     const auto R_f = ref::to_float(R);
     const Vec dqkv0 = rng.normals(qkv.size(), 0.5);
     auto dqkv = ref::to_float(dqkv0);
-    std::vector<float> scratch(cpu().attention_scratch_floats(B, T, C, H), 1e30f);
-    cpu().attention_backward(dqkv.data(), scratch.data(), R_f.data(), qkv_f.data(), att.data(),
+    std::vector<float> scratch(cpu().attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised), 1e30f);
+    cpu().attention_backward(dqkv.data(), scratch.data(), R_f.data(), qkv_f.data(), att.data(), nullptr,
                              positions.data(), B, T, C, H, bs.opt);
 
     auto loss = [&](const Vec& x, const ref::Bias& bias) {
@@ -419,9 +419,9 @@ TEST(OpsCpuAttentionThreads, BiasGradientsIndependentOfThreadCount) {
         opt.bias.da = da.data();
         opt.bias.db = db.data();
         std::vector<float> out(size_t(B) * T * C), att(size_t(B) * H * T * T), dqkv(qkv.size(), 0.0f);
-        std::vector<float> scratch(backend->attention_scratch_floats(B, T, C, H));
+        std::vector<float> scratch(backend->attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
         backend->attention_forward(out.data(), att.data(), qkv.data(), positions.data(), B, T, C, H, opt);
-        backend->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(),
+        backend->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), nullptr,
                                     positions.data(), B, T, C, H, opt);
         da.insert(da.end(), db.begin(), db.end());
         da.insert(da.end(), dqkv.begin(), dqkv.end());

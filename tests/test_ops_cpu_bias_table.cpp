@@ -112,11 +112,11 @@ TEST_P(OpsCpuBiasTable, EqualsLinearFamilyWithAlibiSlopes) {
     EXPECT_LT(ref::max_rel_error(att_t, att_l_d), 1e-5);
     for (size_t i = 0; i < att_t.size(); i++) ASSERT_FALSE(std::isnan(att_t[i])) << i;
 
-    std::vector<float> scratch(cpu().attention_scratch_floats(B, T, C, H));
+    std::vector<float> scratch(cpu().attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
     std::vector<float> dqkv_l(qkv.size(), 0.0f), dqkv_t(qkv.size(), 0.0f);
-    cpu().attention_backward(dqkv_l.data(), scratch.data(), dout.data(), qkv.data(), att_l.data(),
+    cpu().attention_backward(dqkv_l.data(), scratch.data(), dout.data(), qkv.data(), att_l.data(), nullptr,
                              pos.data(), B, T, C, H, lin);
-    cpu().attention_backward(dqkv_t.data(), scratch.data(), dout.data(), qkv.data(), att_t.data(),
+    cpu().attention_backward(dqkv_t.data(), scratch.data(), dout.data(), qkv.data(), att_t.data(), nullptr,
                              pos.data(), B, T, C, H, tab);
     EXPECT_LT(ref::max_rel_error(dqkv_t, ref::to_double(dqkv_l)), 1e-5);
 
@@ -125,7 +125,7 @@ TEST_P(OpsCpuBiasTable, EqualsLinearFamilyWithAlibiSlopes) {
     std::vector<float> da(H, 0.0f);
     lin.bias.da = da.data();
     std::vector<float> dq2(qkv.size(), 0.0f);
-    cpu().attention_backward(dq2.data(), scratch.data(), dout.data(), qkv.data(), att_l.data(),
+    cpu().attention_backward(dq2.data(), scratch.data(), dout.data(), qkv.data(), att_l.data(), nullptr,
                              pos.data(), B, T, C, H, lin);
     for (int h = 0; h < H; h++) {
         double g = 0.0;
@@ -185,8 +185,8 @@ TEST(OpsCpuBiasTableGradient, MatchesFiniteDifferences) {
         cpu().attention_forward(out.data(), att.data(), qkv_f.data(), pos.data(), B, T, C, H, opt);
         EXPECT_LT(ref::max_rel_error(out, table_attention(qkv, table, B, T, C, H, cs.window)), 2e-5);
         std::vector<float> dqkv(qkv.size(), 0.0f);
-        std::vector<float> scratch(cpu().attention_scratch_floats(B, T, C, H));
-        cpu().attention_backward(dqkv.data(), scratch.data(), R_f.data(), qkv_f.data(), att.data(),
+        std::vector<float> scratch(cpu().attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
+        cpu().attention_backward(dqkv.data(), scratch.data(), R_f.data(), qkv_f.data(), att.data(), nullptr,
                                  pos.data(), B, T, C, H, opt);
 
         // The entries the op reads (sampled when there are many), and some it does not.

@@ -519,11 +519,11 @@ TEST_P(OpsGpuAttention, ForwardBackwardMatchCpu) {
     const FVec dout = randn(rng, out.size());
     FVec dqkv = randn(rng, qkv.size());  // pre-filled: backward accumulates
     Dev gdout(dout), gdqkv(dqkv);
-    FVec cscratch(cpu().attention_scratch_floats(B, T, C, H));
-    Dev gscratch(gpu().attention_scratch_floats(B, T, C, H));
-    cpu().attention_backward(dqkv.data(), cscratch.data(), dout.data(), qkv.data(), att.data(),
+    FVec cscratch(cpu().attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
+    Dev gscratch(gpu().attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
+    cpu().attention_backward(dqkv.data(), cscratch.data(), dout.data(), qkv.data(), att.data(), nullptr,
                              positions.data(), B, T, C, H, copt);
-    gpu().attention_backward(gdqkv.get(), gscratch.get(), gdout.get(), gqkv.get(), gatt.get(),
+    gpu().attention_backward(gdqkv.get(), gscratch.get(), gdout.get(), gqkv.get(), gatt.get(), nullptr,
                              gpos.get(), B, T, C, H, gopt);
     EXPECT_CLOSE(gdqkv.host(), dqkv, kGradTol);
     // empty vectors (no such parameter) compare equal trivially
@@ -543,7 +543,7 @@ TEST_P(OpsGpuAttention, BackwardIsDeterministic) {
     BiasData bd = make_bias_data(rng, ac.kind, ac.B, ac.H, ac.T, ac.num_buckets);
     Dev gpos(positions), gqkv(qkv), ga(bd.a), gb(bd.b), gtable(bd.table), gdout(dout);
     Dev gout(size_t(B) * T * C), gatt(size_t(B) * H * T * T);
-    Dev gscratch(gpu().attention_scratch_floats(B, T, C, H));
+    Dev gscratch(gpu().attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
     std::vector<FVec> results[2];
     for (int run = 0; run < 2; run++) {
         Dev gdqkv(qkv.size()), gda(bd.a.size()), gdb(bd.b.size()), gdtable(bd.table.size());
@@ -562,7 +562,7 @@ TEST_P(OpsGpuAttention, BackwardIsDeterministic) {
             o.bias.db = bd.b.empty() ? nullptr : gdb.get();
         }
         gpu().attention_forward(gout.get(), gatt.get(), gqkv.get(), gpos.get(), B, T, C, H, o);
-        gpu().attention_backward(gdqkv.get(), gscratch.get(), gdout.get(), gqkv.get(), gatt.get(),
+        gpu().attention_backward(gdqkv.get(), gscratch.get(), gdout.get(), gqkv.get(), gatt.get(), nullptr,
                                  gpos.get(), B, T, C, H, o);
         results[run] = {gout.host(), gatt.host(), gdqkv.host(), gda.host(), gdb.host(),
                         gdtable.host()};

@@ -139,17 +139,17 @@ TEST_P(OpsGpuFlash, ForwardBackwardMatchCpuAndMaterialised) {
     FVec out(size_t(B) * T * C), att(size_t(B) * H * T * T), dqkv = dqkv0;
     cpu().attention_forward(out.data(), att.data(), qkv.data(), positions.data(), B, T, C, H,
                             copt);
-    FVec cscratch(cpu().attention_scratch_floats(B, T, C, H));
-    cpu().attention_backward(dqkv.data(), cscratch.data(), dout.data(), qkv.data(), att.data(),
+    FVec cscratch(cpu().attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
+    cpu().attention_backward(dqkv.data(), cscratch.data(), dout.data(), qkv.data(), att.data(), nullptr,
                              positions.data(), B, T, C, H, copt);
 
     // CUDA materialised path
     DevCase mc(positions, qkv, bd);
     const ctx::AttentionOptions mopt = options(fc, bd, &mc);
     Dev mout(out.size()), matt(att.size()), mdout(dout), mdqkv(dqkv0);
-    Dev mscratch(gpu().attention_scratch_floats(B, T, C, H));
+    Dev mscratch(gpu().attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
     gpu().attention_forward(mout.get(), matt.get(), mc.qkv.get(), mc.pos.get(), B, T, C, H, mopt);
-    gpu().attention_backward(mdqkv.get(), mscratch.get(), mdout.get(), mc.qkv.get(), matt.get(),
+    gpu().attention_backward(mdqkv.get(), mscratch.get(), mdout.get(), mc.qkv.get(), matt.get(), nullptr,
                              mc.pos.get(), B, T, C, H, mopt);
 
     // flash

@@ -176,8 +176,8 @@ void check_rotary_attention_gradients(const RotarySpec& s, int B, int T, int H, 
     std::vector<float> att, qkv_rot;
     rotary_attention(qkv, pos, B, T, C, H, s, &att, &qkv_rot);
     std::vector<float> dqkv(qkv.size(), 0.0f);
-    std::vector<float> scratch(be.attention_scratch_floats(B, T, C, H));
-    be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv_rot.data(), att.data(),
+    std::vector<float> scratch(be.attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
+    be.attention_backward(dqkv.data(), scratch.data(), R.data(), qkv_rot.data(), att.data(), nullptr,
                           pos.data(), B, T, C, H, AttentionOptions{});
     be.rotary_backward(dqkv.data(), pos.data(), B, T, C, H, s);
 

@@ -62,12 +62,36 @@ struct BiasSpec {
     float* dtable = nullptr;       // Table: (B, H, T, T) or nullptr
 };
 
+// What attention_forward saves for attention_backward (the `saved` buffer):
+//   Materialised: att (B, H, T, T), the softmax probabilities (zeros above the diagonal and
+//                 outside the window). Memory grows as T^2; the CPU reference.
+//   Flash:        lse (B, H, T), lse[(b H + h) T + i] = log sum_j exp(logit(i, j)) over the
+//                 unmasked keys j of query i. Backward recomputes the probabilities tile by
+//                 tile from q, k, the bias and lse; memory grows as T.
+enum class AttentionMode { Materialised = 0, Flash = 1 };
+const char* attention_mode_name(AttentionMode m);  // "materialised" | "flash"
+
+// Floats of the `saved` buffer of one attention call in mode m.
+inline size_t attention_saved_floats(AttentionMode m, int B, int T, int H) {
+    const size_t rows = static_cast<size_t>(B) * H * T;
+    return m == AttentionMode::Flash ? rows : rows * T;
+}
+
 struct AttentionOptions {
     BiasSpec bias;
     // Keys further back than `window` tokens (by index, j < i - window + 1) are masked; 0 = full
     // causal attention. Used for the "windowed" evaluation control.
     int window = 0;
+    AttentionMode mode = AttentionMode::Materialised;
 };
+
+// Arithmetic of the matrix products (everything else, and all stored parameters, gradients and
+// optimizer state, stays fp32):
+//   Fp32: fp32 inputs, fp32 accumulation (no TF32).
+//   Bf16: inputs (activations and weights) rounded to bf16, fp32 accumulation and fp32 outputs;
+//         the fp32 parameters are the master copy the optimizer updates.
+enum class Precision { Fp32 = 0, Bf16 = 1 };
+const char* precision_name(Precision p);  // "fp32" | "bf16"
 
 struct AdamWParams {
     float lr = 0.0f;
@@ -81,6 +105,7 @@ public:
     virtual ~Backend() = default;
     virtual DeviceKind kind() const = 0;
     virtual std::string name() const = 0;
+    virtual Precision precision() const { return Precision::Fp32; }
 
     // ---- memory
     virtual float* alloc_floats(size_t n) = 0;  // zero-initialised, 64-byte aligned
@@ -150,18 +175,25 @@ public:
                                  const RotarySpec& spec) = 0;
 
     // ---- causal multi-head attention with per-token float positions
-    // qkv (B, T, 3C) after rotary; out (B, T, C) (writes); att (B, H, T, T) softmax probabilities
-    // saved for backward (entries above the diagonal and outside the window are 0).
+    // qkv (B, T, 3C) after rotary; out (B, T, C) (writes); saved (writes): what backward needs,
+    // per opt.mode (see AttentionMode; attention_saved_floats gives its size).
     // Logit(i, j) = q_i . k_j / sqrt(D) + bias_h(p_i - p_j).
-    virtual void attention_forward(float* out, float* att, const float* qkv,
+    virtual void attention_forward(float* out, float* saved, const float* qkv,
                                    const float* positions, int B, int T, int C, int H,
                                    const AttentionOptions& opt) = 0;
-    // dqkv (B, T, 3C) +=; bias parameter grads += (see BiasSpec). scratch: at least
-    // attention_scratch_floats(B, T, C, H) floats.
+    // dqkv (B, T, 3C) +=; bias parameter grads += (see BiasSpec). saved: the forward's saved
+    // buffer; out: the forward's output (read in Flash mode, may be null in Materialised mode).
+    // scratch: at least attention_scratch_floats(B, T, C, H, opt.mode) floats.
     virtual void attention_backward(float* dqkv, float* scratch, const float* dout,
-                                    const float* qkv, const float* att, const float* positions,
-                                    int B, int T, int C, int H, const AttentionOptions& opt) = 0;
-    virtual size_t attention_scratch_floats(int B, int T, int C, int H) const = 0;
+                                    const float* qkv, const float* saved, const float* out,
+                                    const float* positions, int B, int T, int C, int H,
+                                    const AttentionOptions& opt) = 0;
+    virtual size_t attention_scratch_floats(int B, int T, int C, int H,
+                                            AttentionMode mode) const = 0;
+    // Whether this backend implements `mode` for C / H head dims (flash kernels have a limit).
+    virtual bool attention_mode_supported(AttentionMode mode, int C, int H) const = 0;
+    // The mode to use when the caller leaves the choice to the backend ("auto").
+    virtual AttentionMode attention_mode_auto(int T, int C, int H) const = 0;
 
     // ---- attention of new tokens over a key/value cache (generation: prefill and decode)
     // qkv (B, Tq, 3C): the newest Tq tokens of each row, q rotated (only q is read). kc, vc
@@ -199,7 +231,7 @@ public:
 std::unique_ptr<Backend> make_cpu_backend(int threads);
 // Defined by backend/cuda when built with CUDA; otherwise a stub that throws
 // ctx::Error("ctxengine was built without CUDA ...").
-std::unique_ptr<Backend> make_cuda_backend(int device);
+std::unique_ptr<Backend> make_cuda_backend(int device, Precision precision = Precision::Fp32);
 bool cuda_backend_available();
 // Number of visible CUDA devices (0 without CUDA or without a GPU).
 int cuda_device_count();

@@ -64,4 +64,10 @@ void check_attention(int T, int C, int H, const AttentionOptions& opt) {
     }
 }
 
+const char* attention_mode_name(AttentionMode m) {
+    return m == AttentionMode::Flash ? "flash" : "materialised";
+}
+
+const char* precision_name(Precision p) { return p == Precision::Bf16 ? "bf16" : "fp32"; }
+
 }  // namespace ctx

@@ -184,7 +184,8 @@ void Model::reserve(int B, int T) {
     const size_t C = config_.d_model, V = config_.vocab_size, F = config_.ffn();
     const size_t L = config_.n_layer, H = config_.n_head;
     const size_t N = static_cast<size_t>(B) * T;
-    const size_t scratch = backend_->attention_scratch_floats(B, T, config_.d_model, config_.n_head);
+    const size_t scratch = backend_->attention_scratch_floats(B, T, config_.d_model, config_.n_head,
+                                                            AttentionMode::Materialised);
     // The generic bias costs 2 (B, H, T, T) tables (value and gradient; the saved attention
     // probabilities are L of them) plus 3 packed pair arrays on the host.
     const size_t table = bias_generic_ ? static_cast<size_t>(B) * H * T * T : 0;
@@ -540,8 +541,8 @@ void Model::backward_impl(const Batch& b) {
         be.matmul_backward(a.datty, g.attn_proj_w, g.attn_proj_b, a.dx, atty, w.attn_proj_w, N,
                            C, C);
         be.zero(a.dqkv, NC * 3);
-        be.attention_backward(a.dqkv, a.attn_scratch, a.datty, qkv, att, a.positions, B, T, C, H,
-                              attn);
+        be.attention_backward(a.dqkv, a.attn_scratch, a.datty, qkv, att, atty, a.positions, B, T, C,
+                              H, attn);
         if (rot.rotary_dims > 0) be.rotary_backward(a.dqkv, a.positions, B, T, C, H, rot);
         be.zero(a.dln, NC);
         be.matmul_backward(a.dln, g.qkv_w, g.qkv_b, a.dqkv, ln1, w.qkv_w, N, C, 3 * C);

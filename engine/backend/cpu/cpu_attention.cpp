@@ -252,7 +252,18 @@ void CpuBackend::rotary_backward(float* dqkv, const float* positions, int B, int
 
 // ================================================================ attention ops
 
-size_t CpuBackend::attention_scratch_floats(int B, int T, int /*C*/, int H) const {
+bool CpuBackend::attention_mode_supported(AttentionMode mode, int /*C*/, int /*H*/) const {
+    return mode == AttentionMode::Materialised;
+}
+
+AttentionMode CpuBackend::attention_mode_auto(int /*T*/, int /*C*/, int /*H*/) const {
+    return AttentionMode::Materialised;
+}
+
+size_t CpuBackend::attention_scratch_floats(int B, int T, int /*C*/, int H,
+                                         AttentionMode mode) const {
+    CTX_CHECK(mode == AttentionMode::Materialised, "attention: {} mode is not implemented",
+              attention_mode_name(mode));
     // [threads_ x (kAttnBlock, T) dP/dS buffers][(B*H) x kMaxT5Buckets bias-gradient slots]
     return size_t(threads_) * attn_buffer_floats(T) + size_t(B) * H * kMaxT5Buckets;
 }
@@ -261,6 +272,8 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
                                    const float* positions, int B, int T, int C, int H,
                                    const AttentionOptions& opt) {
     check_attention(T, C, H, opt);
+    CTX_CHECK(opt.mode == AttentionMode::Materialised, "attention: {} mode is not implemented",
+              attention_mode_name(opt.mode));
     const int D = C / H, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(float(D));
     int lut[kT5LutSize + 1];
@@ -315,9 +328,12 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
 }
 
 void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* dout,
-                                    const float* qkv, const float* att, const float* positions,
-                                    int B, int T, int C, int H, const AttentionOptions& opt) {
+                                    const float* qkv, const float* att, const float* /*out*/,
+                                    const float* positions, int B, int T, int C, int H,
+                                    const AttentionOptions& opt) {
     check_attention(T, C, H, opt);
+    CTX_CHECK(opt.mode == AttentionMode::Materialised, "attention: {} mode is not implemented",
+              attention_mode_name(opt.mode));
     const int D = C / H, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(float(D));
     const BiasSpec& bs = opt.bias;

@@ -138,7 +138,18 @@ void CudaBackend::rotary_backward(float* dqkv, const float* positions, int B, in
 
 // ================================================================ attention
 
-size_t CudaBackend::attention_scratch_floats(int B, int T, int /*C*/, int H) const {
+bool CudaBackend::attention_mode_supported(AttentionMode mode, int /*C*/, int /*H*/) const {
+    return mode == AttentionMode::Materialised;
+}
+
+AttentionMode CudaBackend::attention_mode_auto(int /*T*/, int /*C*/, int /*H*/) const {
+    return AttentionMode::Materialised;
+}
+
+size_t CudaBackend::attention_scratch_floats(int B, int T, int /*C*/, int H,
+                                         AttentionMode mode) const {
+    CTX_CHECK(mode == AttentionMode::Materialised, "attention: {} mode is not implemented",
+              attention_mode_name(mode));
     // [dS of one batch row (H, T, T)][bias-gradient partials (B, H, chunks, kMaxT5Buckets)]
     return size_t(H) * T * T + size_t(B) * H * bias_grad_chunks(T) * kMaxT5Buckets;
 }
@@ -148,6 +159,8 @@ void CudaBackend::attention_forward(float* out, float* att, const float* qkv,
                                     const AttentionOptions& opt) {
     static constexpr const char* op = "attention_forward";
     check_attention(T, C, H, opt);
+    CTX_CHECK(opt.mode == AttentionMode::Materialised, "attention: {} mode is not implemented",
+              attention_mode_name(opt.mode));
     if (B <= 0) return;
     activate();
     const BiasArgs ba = bias_args(opt.bias, H, op);
@@ -174,10 +187,13 @@ void CudaBackend::attention_forward(float* out, float* att, const float* qkv,
 }
 
 void CudaBackend::attention_backward(float* dqkv, float* scratch, const float* dout,
-                                     const float* qkv, const float* att, const float* positions,
-                                     int B, int T, int C, int H, const AttentionOptions& opt) {
+                                     const float* qkv, const float* att, const float* /*out*/,
+                                     const float* positions, int B, int T, int C, int H,
+                                     const AttentionOptions& opt) {
     static constexpr const char* op = "attention_backward";
     check_attention(T, C, H, opt);
+    CTX_CHECK(opt.mode == AttentionMode::Materialised, "attention: {} mode is not implemented",
+              attention_mode_name(opt.mode));
     if (B <= 0) return;
     activate();
     const BiasSpec& bs = opt.bias;

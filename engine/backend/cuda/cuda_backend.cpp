@@ -286,7 +286,9 @@ int cuda_device_count() {
 
 bool cuda_backend_available() { return cuda_device_count() > 0; }
 
-std::unique_ptr<Backend> make_cuda_backend(int device) {
+std::unique_ptr<Backend> make_cuda_backend(int device, Precision precision) {
+    CTX_CHECK(precision == Precision::Fp32, "cuda backend: {} precision is not implemented",
+              precision_name(precision));
     const int n = cuda_device_count();
     if (n == 0) fail("no CUDA device is visible (cudaGetDeviceCount found none); use backend = \"cpu\"");
     if (device < 0 || device >= n) fail("CUDA device {} does not exist ({} visible)", device, n);

@@ -131,12 +131,15 @@ public:
                         const RotarySpec& spec) override;
     void rotary_backward(float* dqkv, const float* positions, int B, int T, int C, int H,
                          const RotarySpec& spec) override;
-    void attention_forward(float* out, float* att, const float* qkv, const float* positions,
+    void attention_forward(float* out, float* saved, const float* qkv, const float* positions,
                            int B, int T, int C, int H, const AttentionOptions& opt) override;
     void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                            const float* att, const float* positions, int B, int T, int C, int H,
-                            const AttentionOptions& opt) override;
-    size_t attention_scratch_floats(int B, int T, int C, int H) const override;
+                            const float* saved, const float* out, const float* positions, int B,
+                            int T, int C, int H, const AttentionOptions& opt) override;
+    size_t attention_scratch_floats(int B, int T, int C, int H,
+                                    AttentionMode mode) const override;
+    bool attention_mode_supported(AttentionMode mode, int C, int H) const override;
+    AttentionMode attention_mode_auto(int T, int C, int H) const override;
     void attention_cached_forward(float* out, float* scratch, const float* qkv, const float* kc,
                                   const float* vc, const float* kpos, const int32_t* lens, int B,
                                   int Tq, int S, int C, int H,

@@ -5,7 +5,7 @@
 
 namespace ctx {
 
-std::unique_ptr<Backend> make_cuda_backend(int /*device*/) {
+std::unique_ptr<Backend> make_cuda_backend(int /*device*/, Precision /*precision*/) {
     fail("ctxengine was built without CUDA (nvcc was not found at configure time); "
          "rebuild with CUDA or use the CPU backend");
 }
