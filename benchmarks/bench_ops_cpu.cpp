@@ -78,18 +78,20 @@ BENCHMARK(BM_MatmulBackward)->MATMUL_SHAPES;
 struct AttentionData {
     int B, T, C, H;
     std::vector<float> qkv, positions, out, att, dout, dqkv, scratch, a, b, da, db;
-    ctx::AttentionOptions opt;
+    ctx::AttentionOptions opt;  // att: the saved buffer (probabilities, or lse in flash mode)
 
-    AttentionData(int B_, int T_, int C_, int H_, ctx::BiasKind kind)
+    AttentionData(int B_, int T_, int C_, int H_, ctx::BiasKind kind,
+                  ctx::AttentionMode mode = ctx::AttentionMode::Materialised)
         : B(B_), T(T_), C(C_), H(H_) {
         qkv = randn(size_t(B) * T * 3 * C);
         dout = randn(size_t(B) * T * C, 1.0f, 2);
         positions.resize(size_t(B) * T);
         for (int i = 0; i < B * T; i++) positions[i] = float(i % T);
         out.resize(size_t(B) * T * C);
-        att.resize(size_t(B) * H * T * T);
+        att.resize(ctx::attention_saved_floats(mode, B, T, H));
         dqkv.resize(qkv.size());
-        scratch.resize(cpu().attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
+        scratch.resize(cpu().attention_scratch_floats(B, T, C, H, mode));
+        opt.mode = mode;
         opt.bias.kind = kind;
         const int na = kind == ctx::BiasKind::T5 ? H * opt.bias.num_buckets : H;
         a.assign(na, 0.1f);
@@ -108,8 +110,8 @@ struct AttentionData {
                                 opt);
     }
     void backward() {
-        cpu().attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), nullptr,
-                                 positions.data(), B, T, C, H, opt);
+        cpu().attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(),
+                                 out.data(), positions.data(), B, T, C, H, opt);
     }
     // q.k and P.v over the causal lower triangle, 2 FLOPs per multiply-add
     double forward_flops() const { return 2.0 * 2.0 * B * H * (double(T) * (T + 1) / 2) * (C / H); }
@@ -144,6 +146,39 @@ BENCHMARK(BM_AttentionForwardBackward)
     ->DenseRange(0, 4)
     ->ArgName("bias")
     ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Materialised vs flash mode at long context: B = 1, H = 8, D = 64 (C = 512), ALiBi bias.
+// range(0): ctx::AttentionMode (0 materialised, 1 flash), range(1): T. Flash trades the
+// (B, H, T, T) saved probabilities for recomputing q k^T and the exponentials in backward.
+void BM_AttentionModeForward(benchmark::State& state) {
+    AttentionData d(1, int(state.range(1)), 512, 8, ctx::BiasKind::Linear,
+                    ctx::AttentionMode(state.range(0)));
+    for (auto _ : state) {
+        d.forward();
+        benchmark::DoNotOptimize(d.out.data());
+    }
+    set_rate(state, d.forward_flops(), 4.0 * (d.qkv.size() + d.att.size() + d.out.size()),
+             int64_t(d.B) * d.T);
+}
+
+void BM_AttentionModeForwardBackward(benchmark::State& state) {
+    AttentionData d(1, int(state.range(1)), 512, 8, ctx::BiasKind::Linear,
+                    ctx::AttentionMode(state.range(0)));
+    for (auto _ : state) {
+        d.forward();
+        d.backward();
+        benchmark::DoNotOptimize(d.dqkv.data());
+    }
+    set_rate(state, 3.0 * d.forward_flops(),
+             4.0 * (2.0 * d.qkv.size() + 2.0 * d.att.size() + 2.0 * d.out.size()),
+             int64_t(d.B) * d.T);
+}
+
+#define ATTENTION_MODE_SHAPES                                                                   \
+    ArgsProduct({{0, 1}, {512, 2048}})->ArgNames({"mode", "T"})->Unit(benchmark::kMillisecond)  \
+        ->UseRealTime()
+BENCHMARK(BM_AttentionModeForward)->ATTENTION_MODE_SHAPES;
+BENCHMARK(BM_AttentionModeForwardBackward)->ATTENTION_MODE_SHAPES;
 
 // ---------------------------------------------------------------- rotary, loss, layernorm, GELU
 

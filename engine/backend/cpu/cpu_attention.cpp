@@ -7,12 +7,17 @@
 // the same at offsets C and 2C. Queries go in row blocks of kAttnBlock; a block [i0, i1) only
 // needs keys [j0, i1) (j0 = 0, or the window start of row i0), so every product is one sgemm on a
 // sub-block and causal attention does roughly half of the full (T, T) work.
+//
+// This file holds the materialised mode (saves the (B, H, T, T) probabilities);
+// cpu_attention_flash.cpp the flash mode (saves lse, recomputes the probabilities in backward).
+// The bias helpers both use live in cpu_attention_bias.h.
 #include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/cpu_attention_bias.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
 #include "backend/op_common.h"
@@ -86,155 +91,6 @@ void rotary_apply(float* qkv, const float* positions, int B, int T, int C, int H
     }
 }
 
-// ================================================================ attention bias
-
-// T5 bucket lookup for one call: a table of bucket(n) for n = 0 .. max_distance, where the last
-// entry (n >= max_distance) is the last bucket. Distances are formed in double (exact for float
-// positions), so floor() at integer boundaries matches the reference bit for bit.
-struct BiasEval {
-    BiasKind kind = BiasKind::None;
-    int nb = 0, md = 0;
-    const int* lut = nullptr;  // (md + 1) when md <= kT5LutSize, else null (direct evaluation)
-
-    // n = max(0, floor(d)) clamped to md, as a table index; int() is floor for d >= 0 (and a NaN
-    // distance lands on 0 rather than outside the table).
-    static int clamped_n(double d, double md) { return int(d >= 0.0 ? (d < md ? d : md) : 0.0); }
-
-    int bucket(float pi, float pj) const {
-        const double d = double(pi) - double(pj);
-        return lut != nullptr ? lut[clamped_n(d, md)] : t5_bucket(d, nb, md);
-    }
-};
-
-// Fills lut (kT5LutSize + 1) for T5 and returns the evaluator.
-BiasEval make_bias_eval(const BiasSpec& bs, int* lut) {
-    BiasEval be;
-    be.kind = bs.kind;
-    if (bs.kind == BiasKind::T5) {
-        be.nb = bs.num_buckets;
-        be.md = bs.max_distance;
-        if (be.md <= kT5LutSize) {
-            for (int n = 0; n <= be.md; n++) lut[n] = t5_bucket(n, be.nb, be.md);
-            be.lut = lut;
-        }
-    }
-    return be;
-}
-
-// row[j] += bias_h(pos[i] - pos[j]) for j in [lo, i]; trow (T) is row i of the (b, h) slice of
-// an explicit Table bias (null for the other kinds).
-void add_bias_row(float* row, const float* trow, const float* pos, int i, int lo, int h,
-                  const BiasSpec& bs, const BiasEval& be) {
-    const float pi = pos[i];
-    switch (bs.kind) {
-        case BiasKind::None:
-            break;
-        case BiasKind::Table:
-#pragma omp simd
-            for (int j = lo; j <= i; j++) row[j] += trow[j];
-            break;
-        case BiasKind::Linear: {
-            const float a = bs.a[h];
-#pragma omp simd
-            for (int j = lo; j <= i; j++) row[j] -= a * (pi - pos[j]);
-            break;
-        }
-        case BiasKind::KerpleLog: {
-            const float a = bs.a[h], b = bs.b[h];
-#pragma omp simd
-            for (int j = lo; j <= i; j++) row[j] -= a * fast_log(1.0f + b * std::fabs(pi - pos[j]));
-            break;
-        }
-        case BiasKind::KerplePower: {
-            const float a = bs.a[h], b = bs.b[h];
-#pragma omp simd
-            for (int j = lo; j <= i; j++) {
-                const float d = std::fabs(pi - pos[j]);
-                const float pw = fast_exp(b * fast_log(d));
-                row[j] -= d > 0.0f ? a * pw : 0.0f;  // |d|^b, 0 at d = 0
-            }
-            break;
-        }
-        case BiasKind::T5: {
-            const float* table = bs.a + size_t(h) * be.nb;  // (num_buckets)
-            if (be.lut != nullptr) {
-                const int* lut = be.lut;
-                const double md = be.md;
-#pragma omp simd
-                for (int j = lo; j <= i; j++)
-                    row[j] += table[lut[BiasEval::clamped_n(double(pi) - double(pos[j]), md)]];
-            } else {
-                for (int j = lo; j <= i; j++) row[j] += table[be.bucket(pi, pos[j])];
-            }
-            break;
-        }
-    }
-}
-
-// Accumulates the bias parameter gradients of head h from the dlogits of row i over keys
-// j in [lo, i], held at ds[j - j0]: g[0] += dL/da, g[1] += dL/db (Linear, KERPLE) or
-// g[bucket] += dL/dtable (T5).
-void bias_grad_row(double* g, const float* ds_row, int j0, const float* pos, int i, int lo, int h,
-                   const BiasSpec& bs, const BiasEval& be) {
-    const float pi = pos[i];
-    const int n = i - lo + 1;              // keys lo .. i
-    const float* ds = ds_row + (lo - j0);  // (n) their dlogits
-    const float* pj = pos + lo;            // (n) their positions
-    switch (bs.kind) {
-        case BiasKind::None:
-        case BiasKind::Table:  // handled by the caller (dtable)
-            break;
-        case BiasKind::Linear: {  // d/da [-a d] = -d
-            float ga = 0.0f;
-#pragma omp simd reduction(+ : ga)
-            for (int k = 0; k < n; k++) ga -= ds[k] * (pi - pj[k]);
-            g[0] += ga;
-            break;
-        }
-        case BiasKind::KerpleLog: {  // -a log(1 + b|d|): d/da = -log(1 + b|d|), d/db = -a|d|/(1+b|d|)
-            const float a = bs.a[h], b = bs.b[h];
-            float ga = 0.0f, gb = 0.0f;
-#pragma omp simd reduction(+ : ga, gb)
-            for (int k = 0; k < n; k++) {
-                const float d = std::fabs(pi - pj[k]);
-                const float u = 1.0f + b * d;
-                ga -= ds[k] * fast_log(u);
-                gb -= ds[k] * a * d / u;
-            }
-            g[0] += ga;
-            g[1] += gb;
-            break;
-        }
-        case BiasKind::KerplePower: {  // -a |d|^b: d/da = -|d|^b, d/db = -a |d|^b log|d| (0 at d=0)
-            const float a = bs.a[h], b = bs.b[h];
-            float ga = 0.0f, gb = 0.0f;
-#pragma omp simd reduction(+ : ga, gb)
-            for (int k = 0; k < n; k++) {
-                const float d = std::fabs(pi - pj[k]);
-                const float ld = fast_log(d);  // garbage at d = 0, masked below
-                const float pw = fast_exp(b * ld);
-                const float w = d > 0.0f ? ds[k] : 0.0f;
-                ga -= w * pw;
-                gb -= w * a * pw * ld;
-            }
-            g[0] += ga;
-            g[1] += gb;
-            break;
-        }
-        case BiasKind::T5:
-            for (int k = 0; k < n; k++) g[be.bucket(pi, pj[k])] += ds[k];
-            break;
-    }
-}
-
-// First key row i may attend to.
-inline int key_start(int i, int window) { return window > 0 ? std::max(0, i - window + 1) : 0; }
-
-// Per-thread dP/dS buffer: one query block against all keys it may need.
-inline size_t attn_buffer_floats(int T) {
-    return (size_t(std::min(T, kAttnBlock)) * size_t(T) + 15) / 16 * 16;
-}
-
 }  // namespace
 
 // ================================================================ rotary ops
@@ -252,18 +108,23 @@ void CpuBackend::rotary_backward(float* dqkv, const float* positions, int B, int
 
 // ================================================================ attention ops
 
+// Both modes, any head dim (the CPU kernels have no tile limits).
 bool CpuBackend::attention_mode_supported(AttentionMode mode, int /*C*/, int /*H*/) const {
-    return mode == AttentionMode::Materialised;
+    return mode == AttentionMode::Materialised || mode == AttentionMode::Flash;
 }
 
+// Materialised: the reference, and the faster one on the CPU at the sizes we train (it skips the
+// backward's recomputation of q k^T and the exponentials; see bench_ops_cpu BM_AttentionMode*).
+// Flash is for T where (B, H, T, T) does not fit.
 AttentionMode CpuBackend::attention_mode_auto(int /*T*/, int /*C*/, int /*H*/) const {
     return AttentionMode::Materialised;
 }
 
 size_t CpuBackend::attention_scratch_floats(int B, int T, int /*C*/, int H,
-                                         AttentionMode mode) const {
-    CTX_CHECK(mode == AttentionMode::Materialised, "attention: {} mode is not implemented",
-              attention_mode_name(mode));
+                                            AttentionMode mode) const {
+    CTX_CHECK(mode == AttentionMode::Materialised || mode == AttentionMode::Flash,
+              "attention: unknown mode {}", int(mode));
+    if (mode == AttentionMode::Flash) return flash_scratch_floats(B, T, H);
     // [threads_ x (kAttnBlock, T) dP/dS buffers][(B*H) x kMaxT5Buckets bias-gradient slots]
     return size_t(threads_) * attn_buffer_floats(T) + size_t(B) * H * kMaxT5Buckets;
 }
@@ -272,8 +133,12 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
                                    const float* positions, int B, int T, int C, int H,
                                    const AttentionOptions& opt) {
     check_attention(T, C, H, opt);
-    CTX_CHECK(opt.mode == AttentionMode::Materialised, "attention: {} mode is not implemented",
-              attention_mode_name(opt.mode));
+    if (opt.mode == AttentionMode::Flash) {
+        flash_forward(out, att, qkv, positions, B, T, C, H, opt);
+        return;
+    }
+    CTX_CHECK(opt.mode == AttentionMode::Materialised, "attention: unknown mode {}",
+              int(opt.mode));
     const int D = C / H, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(float(D));
     int lut[kT5LutSize + 1];
@@ -303,8 +168,8 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
                 const int lo = key_start(i, opt.window);
                 for (int j = 0; j < lo; j++) row[j] = 0.0f;
                 for (int j = i + 1; j < T; j++) row[j] = 0.0f;
-                add_bias_row(row, table_bh ? table_bh + size_t(i) * T : nullptr, pos, i, lo, h,
-                             opt.bias, be);
+                add_bias_row(row, 0, table_bh ? table_bh + size_t(i) * T : nullptr, pos, i, lo,
+                             h, opt.bias, be);
                 // softmax over [lo, i]
                 float mx = row[lo];
 #pragma omp simd reduction(max : mx)
@@ -328,21 +193,24 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
 }
 
 void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* dout,
-                                    const float* qkv, const float* att, const float* /*out*/,
+                                    const float* qkv, const float* att, const float* out,
                                     const float* positions, int B, int T, int C, int H,
                                     const AttentionOptions& opt) {
     check_attention(T, C, H, opt);
-    CTX_CHECK(opt.mode == AttentionMode::Materialised, "attention: {} mode is not implemented",
-              attention_mode_name(opt.mode));
+    if (opt.mode == AttentionMode::Flash) {
+        flash_backward(dqkv, scratch, dout, qkv, att, out, positions, B, T, C, H, opt);
+        return;
+    }
+    CTX_CHECK(opt.mode == AttentionMode::Materialised, "attention: unknown mode {}",
+              int(opt.mode));
     const int D = C / H, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(float(D));
     const BiasSpec& bs = opt.bias;
     int lut[kT5LutSize + 1];
     const BiasEval be = make_bias_eval(bs, lut);
-    const bool bias_grads = bs.kind != BiasKind::None && bs.kind != BiasKind::Table &&
-                            (bs.da != nullptr || bs.db != nullptr);
-    const bool table_grads = bs.kind == BiasKind::Table && bs.dtable != nullptr;
-    const int n_bias_grads = bs.kind == BiasKind::T5 ? bs.num_buckets : 2;
+    const BiasGrads bg = bias_grads_of(bs);
+    const bool bias_grads = bg.params, table_grads = bg.table;
+    const int n_bias_grads = bg.n;
     const size_t buf_floats = attn_buffer_floats(T);
     float* slots = scratch + size_t(threads_) * buf_floats;  // (B*H, kMaxT5Buckets)
 
@@ -408,20 +276,7 @@ void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* do
     }
 
     // Reduce the per-(b, h) slots in a fixed order (deterministic for any thread count).
-    if (!bias_grads) return;
-    for (int h = 0; h < H; h++) {
-        for (int b = 0; b < B; b++) {
-            const float* slot = slots + (size_t(b) * H + h) * kMaxT5Buckets;
-            if (bs.kind == BiasKind::T5) {
-                if (bs.da != nullptr)
-                    for (int x = 0; x < bs.num_buckets; x++)
-                        bs.da[size_t(h) * bs.num_buckets + x] += slot[x];
-            } else {
-                if (bs.da != nullptr) bs.da[h] += slot[0];
-                if (bs.db != nullptr && bs.kind != BiasKind::Linear) bs.db[h] += slot[1];
-            }
-        }
-    }
+    if (bias_grads) reduce_bias_slots(slots, B, H, bs);
 }
 
 // ================================================================ attention over a KV cache
@@ -466,7 +321,7 @@ void CpuBackend::attention_cached_forward(float* out, float* scratch, const floa
         const float* trow = opt.bias.kind == BiasKind::Table
                                 ? opt.bias.table + ((size_t(b) * H + h) * Tq + i) * S
                                 : nullptr;
-        add_bias_row(row, trow, pos, c, lo, h, opt.bias, be);
+        add_bias_row(row, 0, trow, pos, c, lo, h, opt.bias, be);
         float mx = row[lo];
         for (int j = lo + 1; j <= c; j++) mx = std::max(mx, row[j]);
         float sum = 0.0f;

@@ -92,6 +92,15 @@ public:
                       const AdamWParams& hp) override;
 
 private:
+    // Flash mode of attention_forward / attention_backward / attention_scratch_floats
+    // (cpu_attention_flash.cpp); the public ops check the arguments and dispatch on opt.mode.
+    void flash_forward(float* out, float* lse, const float* qkv, const float* positions, int B,
+                       int T, int C, int H, const AttentionOptions& opt);
+    void flash_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* lse, const float* out, const float* positions, int B, int T,
+                        int C, int H, const AttentionOptions& opt);
+    size_t flash_scratch_floats(int B, int T, int H) const;
+
     int threads_;  // OpenMP threads of the regions that use per-thread scratch
 };
 
