@@ -9,10 +9,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/error.h"
 #include "op_reference.h"
 
 namespace {
@@ -84,6 +87,19 @@ inline double rel_err(const FVec& got, const FVec& want) {
     }
     if (err == 0.0) return 0.0;
     return mag > 0.0 ? err / mag : INFINITY;
+}
+
+// f() throws ctx::Error and its message contains every one of `parts` (what the caller is told).
+template <class F>
+void expect_error(F&& f, std::initializer_list<const char*> parts) {
+    try {
+        f();
+        ADD_FAILURE() << "expected a ctx::Error";
+    } catch (const ctx::Error& e) {
+        const std::string msg = e.what();
+        for (const char* p : parts)
+            EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    }
 }
 
 constexpr double kFwdTol = 2e-5;

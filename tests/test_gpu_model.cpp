@@ -2,7 +2,9 @@
 // non-contiguous positions) on the CUDA backend and on the CPU backend gives the same losses,
 // logits and parameter gradients over a few SGD steps, for each positional-encoding hook the model
 // drives through the op set (learned table with interpolation, RoPE variants, the ALiBi / KERPLE /
-// T5 bias families), and the same next-token logits when generating with a KV cache.
+// T5 bias families), and the same next-token logits when generating with a KV cache. In bf16
+// mixed precision (make_cuda_backend(0, Precision::Bf16)): a few AdamW steps follow the CPU fp32
+// loss curve within a stated band, and the parameters stay an fp32 master copy (below).
 //
 // Skipped (GTEST_SKIP) when no CUDA device is visible. Named test_gpu_* (not test_ops_gpu_*) so
 // tests/CMakeLists.txt links it with ctxengine_core (it drives ctx::Model); labelled "gpu" by
@@ -16,11 +18,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "model/generate.h"
+#include "model/optimizer.h"
 #include "model_fixtures.h"
 
 namespace ctx {
@@ -187,6 +193,163 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"kerple_power", "kerple_power", "gpt2", {}},
         ModelCase{"t5_bias", "t5_bias", "gpt2", {}}),
     [](const auto& info) { return info.param.label; });
+
+// ---------------------------------------------------------------- bf16 mixed precision
+// The CUDA backend with Precision::Bf16 rounds the operands of every matmul (activations,
+// weights, output gradients) to bf16 and accumulates in fp32; everything else, the parameters,
+// gradients and AdamW moments included, is fp32. So training tracks the fp32 CPU model within a
+// bf16 band, and the parameter arena is an fp32 master copy that keeps updates far below bf16
+// resolution.
+
+Backend& gpu_bf16() {
+    static std::unique_ptr<Backend> be = make_cuda_backend(0, Precision::Bf16);
+    return *be;
+}
+
+// fp32 -> bf16 -> fp32, round to nearest even (finite inputs).
+float round_bf16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    uint32_t kept = u & 0xffff0000u;
+    const uint32_t dropped = u & 0xffffu;
+    if (dropped > 0x8000u || (dropped == 0x8000u && (kept & 0x10000u) != 0)) kept += 0x10000u;
+    float r;
+    std::memcpy(&r, &kept, sizeof r);
+    return r;
+}
+
+// AdamW without weight decay or clipping at a constant rate (both backends run the same update).
+OptimizerConfig adamw_config(float lr) {
+    OptimizerConfig oc;
+    oc.lr = lr;
+    oc.schedule = LrSchedule::Constant;
+    oc.weight_decay = 0.0f;
+    oc.grad_clip = 0.0f;
+    return oc;
+}
+
+// Per-step band of the bf16 loss around the fp32 loss (relative): bf16 operands perturb the
+// logits by ~1e-3 relative; six AdamW steps (lr 3e-3, the loss falls ~50x on the one batch) move
+// every weight by up to 2e-2, and the signs of near-zero gradients can differ between the runs,
+// which the band allows for (measured under the emulator: at most 3.5e-3).
+constexpr double kBf16LossBand = 2e-2;
+// First-step gradients (before any update): global norm and the largest entry of each view.
+constexpr double kBf16GradNormBand = 2e-2;
+constexpr double kBf16GradViewBand = 5e-2;
+
+class OpsGpuModelBf16 : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(OpsGpuModelBf16, AdamWLossCurveTracksCpuFp32) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (cuda_device_count() == 0)";
+    const ModelCase& mc = GetParam();
+    const ModelConfig c = config_for(mc);
+    Model m_cpu(c, test::cpu(), test::make_pe(mc.pe, c, mc.opts), 3);
+    Model m_bf(c, gpu_bf16(), test::make_pe(mc.pe, c, mc.opts), 3);
+    ASSERT_EQ(m_bf.backend().precision(), Precision::Bf16);
+    const size_t P = m_cpu.layout().total();
+    expect_views_close(m_cpu, to_host(gpu_bf16(), m_bf.params().data(), P),
+                       to_host(test::cpu(), m_cpu.params().data(), P), 0.0, "initial params");
+    Optimizer o_cpu(m_cpu, adamw_config(3e-3f)), o_bf(m_bf, adamw_config(3e-3f));
+
+    const BatchBuffers buf = make_batch(c.vocab_size);
+    const Batch b = buf.batch();
+    double mask_sum = 0;
+    for (float x : buf.mask) mask_sum += x;
+    std::vector<double> curve_cpu, curve_bf;
+    for (int step = 1; step <= 6; ++step) {
+        test::cpu().zero(m_cpu.grads().data(), P);
+        gpu_bf16().zero(m_bf.grads().data(), P);
+        const double l_cpu = m_cpu.forward_backward(b, float(1.0 / mask_sum)).mean();
+        const double l_bf = m_bf.forward_backward(b, float(1.0 / mask_sum)).mean();
+        curve_cpu.push_back(l_cpu);
+        curve_bf.push_back(l_bf);
+        EXPECT_LT(std::fabs(l_bf - l_cpu), kBf16LossBand * l_cpu)
+            << "step " << step << ": bf16 " << l_bf << " fp32 " << l_cpu;
+        if (step == 1) {
+            const double n_cpu = o_cpu.grad_norm(), n_bf = o_bf.grad_norm();
+            EXPECT_LT(std::fabs(n_bf - n_cpu), kBf16GradNormBand * n_cpu)
+                << "grad norm bf16 " << n_bf << " fp32 " << n_cpu;
+            expect_views_close(m_cpu, to_host(gpu_bf16(), m_bf.grads().data(), P),
+                               to_host(test::cpu(), m_cpu.grads().data(), P), kBf16GradViewBand,
+                               "bf16 grads step 1");
+        }
+        o_cpu.update();
+        o_bf.update();
+    }
+    // Both learn (the band alone would pass two models that do nothing the same way).
+    EXPECT_LT(curve_cpu.back(), 0.9 * curve_cpu.front());
+    EXPECT_LT(curve_bf.back(), 0.9 * curve_bf.front());
+    for (size_t i = 0; i < curve_bf.size(); ++i)
+        std::printf("  step %zu: loss fp32 cpu %.6f  bf16 cuda %.6f  (rel diff %.2e)\n", i + 1,
+                    curve_cpu[i], curve_bf[i], std::fabs(curve_bf[i] - curve_cpu[i]) / curve_cpu[i]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pe, OpsGpuModelBf16,
+    ::testing::Values(ModelCase{"nope_gpt2", "none", "gpt2", {}},
+                      ModelCase{"rope_neox", "rope", "neox", {}},
+                      ModelCase{"alibi_bloom", "alibi", "bloom", {}}),
+    [](const auto& info) { return info.param.label; });
+
+// The arena holds fp32 masters: a bf16 pass leaves them bit-for-bit as they were (operands are
+// rounded into scratch, never in place), and an AdamW step of lr = 1e-6 (|update| ~ lr per entry
+// at step 1, 30 to 240 times below the bf16 half-spacing of weights in [0.01, 0.125)) changes
+// every trained entry, as the CPU backend's AdamW does from the same gradients (within one fp32
+// ulp), although the bf16 rounding of almost none of them changes: a bf16 copy of the
+// parameters would have lost the step.
+TEST(OpsGpuModelBf16Master, UpdatesBelowBf16ResolutionReachTheFp32Master) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (cuda_device_count() == 0)";
+    const ModelCase mc{"nope_gpt2", "none", "gpt2", {}};
+    const ModelConfig c = config_for(mc);
+    Model m(c, gpu_bf16(), test::make_pe(mc.pe, c, mc.opts), 7);
+    const size_t P = m.layout().total();
+    const std::vector<float> p0 = to_host(gpu_bf16(), m.params().data(), P);
+    size_t not_bf16 = 0;
+    for (float x : p0) not_bf16 += round_bf16(x) != x ? 1 : 0;
+    EXPECT_GT(not_bf16, P / 2) << "the initial parameters should be fp32 values";
+
+    const BatchBuffers buf = make_batch(c.vocab_size);
+    gpu_bf16().zero(m.grads().data(), P);
+    m.forward_backward(buf.batch(), 0.05f);
+    const std::vector<float> p1 = to_host(gpu_bf16(), m.params().data(), P);
+    EXPECT_EQ(std::memcmp(p0.data(), p1.data(), P * sizeof(float)), 0)
+        << "a bf16 forward/backward must not touch the fp32 parameters";
+    const std::vector<float> g = to_host(gpu_bf16(), m.grads().data(), P);
+
+    const float lr = 1e-6f;
+    Optimizer opt(m, adamw_config(lr));
+    opt.update();
+    const std::vector<float> p2 = to_host(gpu_bf16(), m.params().data(), P);
+
+    // The CPU backend's AdamW (step 1, zero moments) from the same fp32 gradients.
+    std::vector<float> want = p0, gm(P, 0.0f), gv(P, 0.0f);
+    AdamWParams hp;
+    hp.lr = lr;
+    hp.beta1 = opt.config().beta1;
+    hp.beta2 = opt.config().beta2;
+    hp.eps = opt.config().eps;
+    hp.weight_decay = 0.0f;
+    hp.step = 1;
+    test::cpu().adamw_update(want.data(), g.data(), gm.data(), gv.data(), P, hp);
+
+    size_t off_by_more_than_ulp = 0, trained = 0, changed = 0, bf16_changed = 0;
+    for (size_t i = 0; i < P; ++i) {
+        const float ulp = std::nextafter(std::fabs(want[i]), INFINITY) - std::fabs(want[i]);
+        off_by_more_than_ulp += std::fabs(p2[i] - want[i]) > ulp ? 1 : 0;
+        // entries where |update| ~ lr (|g| >> eps) and the bf16 spacing is >= 2^-13
+        if (std::fabs(g[i]) < 1e-6f || std::fabs(p0[i]) < 0.01f) continue;
+        ++trained;
+        changed += p2[i] != p0[i] ? 1 : 0;
+        bf16_changed += round_bf16(p2[i]) != round_bf16(p0[i]) ? 1 : 0;
+    }
+    EXPECT_EQ(off_by_more_than_ulp, 0u) << "the fp32 AdamW step differs from the CPU's";
+    ASSERT_GT(trained, P / 2);
+    EXPECT_EQ(changed, trained) << "every trained fp32 master entry moves by ~lr";
+    // expected ~0.3%: only entries within lr of a bf16 rounding boundary flip
+    EXPECT_LT(bf16_changed, trained / 20) << "the step is below bf16 resolution";
+    std::printf("  %zu of %zu trained fp32 entries moved; their bf16 rounding changed for %zu\n",
+                changed, trained, bf16_changed);
+}
 
 }  // namespace
 }  // namespace ctx

@@ -1,7 +1,8 @@
 // Backend consistency: every op of backend.h on the CUDA backend against the CPU backend on the
 // same random inputs (forwards, every gradient, the accumulate-vs-write semantics), including
-// attention over every bias kind, rotary modes, windows, odd T, fractional and unsorted
-// positions, head dims 64/80/128 and attention over a key/value cache. The CPU backend is itself
+// attention (its materialised mode; the flash mode is test_ops_gpu_flash.cpp) over every bias
+// kind, rotary modes, windows, odd T, fractional and unsorted positions, head dims 64/80/128 and
+// 256 (beyond the flash kernels) and attention over a key/value cache. The CPU backend is itself
 // tested against double-precision references (test_ops_cpu_*), so agreement here to fp32
 // rounding means the CUDA ops implement the contract.
 //
@@ -577,6 +578,7 @@ INSTANTIATE_TEST_SUITE_P(
         AttnCase{"none_d64_odd", 2, 37, 128, 2, ctx::BiasKind::None, 0, kContiguous},
         AttnCase{"none_d80_window", 1, 45, 160, 2, ctx::BiasKind::None, 7, kGaps},
         AttnCase{"none_d128_long", 1, 301, 256, 2, ctx::BiasKind::None, 0, kWide},
+        AttnCase{"none_d256", 1, 20, 256, 1, ctx::BiasKind::None, 0, kGaps},
         AttnCase{"linear_d64", 2, 33, 256, 4, ctx::BiasKind::Linear, 0, kGaps},
         AttnCase{"linear_host_slopes_fixed", 2, 29, 128, 2, ctx::BiasKind::Linear, 0, kGaps, 32,
                  128, false, true},

@@ -1,13 +1,16 @@
-// Flash attention (backend/cuda/cuda_flash.h, backend-internal for now): the fused tiled forward
-// and backward against the CPU backend and the CUDA backend's materialised attention on the same
-// random inputs: every bias kind with learned and fixed parameters (host ALiBi slopes), windows
-// shorter and longer than a tile, T = 1 and odd T (not multiples of the 32-row tile), contiguous /
-// gapped / wide / unsorted fractional positions, head dims 16, 64, 80 and 128, T5 with the lookup
-// table and the direct bucket formula, the Table bias with dtable; the saved log-sum-exp; the
-// accumulate semantics; bit-identical repeated runs (no atomics); refusals.
+// Flash attention on the CUDA backend: attention_forward / attention_backward with
+// AttentionOptions::mode = Flash (the fused tiled kernels of backend/cuda/cuda_flash.cu) against
+// the CPU backend's materialised attention and the CUDA backend's own materialised mode, on the
+// same random inputs: every bias kind with learned and fixed parameters (host ALiBi slopes),
+// windows shorter than, equal to and longer than a tile, T = 1 and odd T (not multiples of the
+// 32-row tile), contiguous / gapped / wide / unsorted fractional positions, head dims 6 to 128,
+// T5 with the lookup table, the direct bucket formula and 512 buckets, the Table bias with
+// dtable; the saved log-sum-exp against a double-precision reference; the accumulate semantics;
+// bit-identical repeated runs (no atomics); the mode contract (supported / auto, scratch and
+// saved sizes) and its refusals (head dim > 128, missing out or lse, unknown mode).
 //
-// Skips (GTEST_SKIP) when no CUDA device is visible, and in builds without CUDA (the flash entry
-// points exist only there: tests/gpu_tests.cmake defines CTX_TEST_HAVE_CUDA). Label "gpu".
+// Only the Backend interface is used, so this compiles in every build; every test skips
+// (GTEST_SKIP) when no CUDA device is visible, including builds without CUDA. Label "gpu".
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,15 +27,9 @@
 #include "gpu_test_support.h"
 #include "op_reference.h"
 
-#ifdef CTX_TEST_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "backend/cuda/cuda_flash.h"
-#endif
-
 namespace {
 
-#ifdef CTX_TEST_HAVE_CUDA
+using ctx::AttentionMode;
 
 #define REQUIRE_GPU()                                                                        \
     do {                                                                                     \
@@ -41,17 +38,6 @@ namespace {
                             "attention tests need a GPU";                                    \
     } while (0)
 
-
-// The flash kernels run on the legacy default stream here; the backend's stream is non-blocking,
-// so the test orders the two by synchronising the device around every flash call.
-ctx::cuda::FlashAttention& flash() {
-    static ctx::cuda::FlashAttention fa(nullptr);
-    return fa;
-}
-void device_sync() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
-
-
-
 struct FlashCase {
     std::string name;
     int B, T, C, H;
@@ -59,11 +45,10 @@ struct FlashCase {
     int window;
     PosStyle pos;
     int num_buckets = 32, max_distance = 128;
-    bool learn = true;
-    bool host_a = false;
+    bool learn = true;    // da/db (or dtable) non-null
+    bool host_a = false;  // a in host memory (fixed ALiBi slopes come from the plugin)
 };
 void PrintTo(const FlashCase& c, std::ostream* os) { *os << c.name; }
-
 
 // Device buffers of one case's inputs and gradients (gradients pre-filled from BiasData).
 struct DevCase {
@@ -73,8 +58,10 @@ struct DevCase {
           dtable(bd.dtable) {}
 };
 
-ctx::AttentionOptions options(const FlashCase& fc, BiasData& bd, DevCase* dc) {
+// The case's options in `mode`: host pointers into bd (CPU) or the device buffers of dc.
+ctx::AttentionOptions options(const FlashCase& fc, BiasData& bd, DevCase* dc, AttentionMode mode) {
     ctx::AttentionOptions o;
+    o.mode = mode;
     o.window = fc.window;
     o.bias.kind = fc.kind;
     o.bias.num_buckets = fc.num_buckets;
@@ -93,10 +80,18 @@ ctx::AttentionOptions options(const FlashCase& fc, BiasData& bd, DevCase* dc) {
     return o;
 }
 
-// Log-sum-exp of every row in double, for the kinds whose logits the test can form directly
-// (None, Table): logit = q.k / sqrt(D) (+ table).
-FVec reference_lse(const FlashCase& fc, const FVec& qkv, const FVec& table) {
+// Log-sum-exp of every row's logits in double (backend.h, AttentionMode::Flash):
+// lse[(b H + h) T + i] = log sum_j exp(q_i.k_j / sqrt(D) + bias_h(p_i - p_j)) over the keys j of
+// query i inside the causal mask and the window.
+FVec reference_lse(const FlashCase& fc, const FVec& qkv, const FVec& positions,
+                   const BiasData& bd) {
     const int B = fc.B, T = fc.T, C = fc.C, H = fc.H, D = C / H;
+    ref::Bias bias;
+    if (fc.kind != ctx::BiasKind::Table) bias.kind = int(fc.kind);  // same values below Table
+    bias.a = ref::to_double(bd.a);
+    bias.b = ref::to_double(bd.b);
+    bias.num_buckets = fc.num_buckets;
+    bias.max_distance = fc.max_distance;
     FVec lse(size_t(B) * H * T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
@@ -108,8 +103,11 @@ FVec reference_lse(const FlashCase& fc, const FVec& qkv, const FVec& table) {
                     for (int d = 0; d < D; d++)
                         dot += double(qkv[(size_t(b) * T + i) * 3 * C + size_t(h) * D + d]) *
                                double(qkv[(size_t(b) * T + j) * 3 * C + C + size_t(h) * D + d]);
-                    double x = dot / std::sqrt(double(D));
-                    if (!table.empty()) x += table[((size_t(b) * H + h) * T + i) * T + j];
+                    const double dist = double(positions[size_t(b) * T + i]) -
+                                        double(positions[size_t(b) * T + j]);
+                    double x = dot / std::sqrt(double(D)) + ref::bias_value(bias, h, dist);
+                    if (fc.kind == ctx::BiasKind::Table)
+                        x += bd.table[((size_t(b) * H + h) * T + i) * T + j];
                     s.push_back(x);
                 }
                 const double mx = *std::max_element(s.begin(), s.end());
@@ -120,71 +118,77 @@ FVec reference_lse(const FlashCase& fc, const FVec& qkv, const FVec& table) {
     return lse;
 }
 
+// One forward + backward through gpu() in `mode` on fresh device copies of the case; backward's
+// scratch is exactly attention_scratch_floats and starts as noise (the op may not rely on it
+// being zero), `saved` exactly attention_saved_floats.
+struct GpuRun {
+    FVec out, saved, dqkv, da, db, dtable;
+};
+GpuRun run_gpu(const FlashCase& fc, AttentionMode mode, const FVec& positions, const FVec& qkv,
+               BiasData bd, const FVec& dout, const FVec& dqkv0, bool learn) {
+    const int B = fc.B, T = fc.T, C = fc.C, H = fc.H;
+    FlashCase c = fc;
+    c.learn = learn;
+    DevCase dc(positions, qkv, bd);
+    const ctx::AttentionOptions o = options(c, bd, &dc, mode);
+    ref::Rng noise(7);
+    Dev out(size_t(B) * T * C), saved(ctx::attention_saved_floats(mode, B, T, H)), gdout(dout),
+        dqkv(dqkv0), scratch(randn(noise, gpu().attention_scratch_floats(B, T, C, H, mode)));
+    gpu().attention_forward(out.get(), saved.get(), dc.qkv.get(), dc.pos.get(), B, T, C, H, o);
+    gpu().attention_backward(dqkv.get(), scratch.get(), gdout.get(), dc.qkv.get(), saved.get(),
+                             out.get(), dc.pos.get(), B, T, C, H, o);
+    return {out.host(), saved.host(), dqkv.host(), dc.da.host(), dc.db.host(), dc.dtable.host()};
+}
+
 class OpsGpuFlash : public ::testing::TestWithParam<FlashCase> {};
 
 TEST_P(OpsGpuFlash, ForwardBackwardMatchCpuAndMaterialised) {
     REQUIRE_GPU();
     const FlashCase& fc = GetParam();
     const int B = fc.B, T = fc.T, C = fc.C, H = fc.H;
+    ASSERT_TRUE(gpu().attention_mode_supported(AttentionMode::Flash, C, H));
     ref::Rng rng(2000 + T * 13 + C + int(fc.kind));
     const FVec positions = make_positions(rng, B, T, fc.pos);
     const FVec qkv = randn(rng, size_t(B) * T * 3 * C);
-    BiasData bd = make_bias_data(rng, fc.kind, fc.B, fc.H, fc.T, fc.num_buckets);
+    const BiasData bd = make_bias_data(rng, fc.kind, fc.B, fc.H, fc.T, fc.num_buckets);
     const FVec dout = randn(rng, size_t(B) * T * C);
     const FVec dqkv0 = randn(rng, qkv.size());  // pre-filled: backward accumulates
 
-    // CPU reference
+    // CPU reference (materialised)
     BiasData cb = bd;
-    const ctx::AttentionOptions copt = options(fc, cb, nullptr);
+    const ctx::AttentionOptions copt = options(fc, cb, nullptr, AttentionMode::Materialised);
     FVec out(size_t(B) * T * C), att(size_t(B) * H * T * T), dqkv = dqkv0;
     cpu().attention_forward(out.data(), att.data(), qkv.data(), positions.data(), B, T, C, H,
                             copt);
-    FVec cscratch(cpu().attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
-    cpu().attention_backward(dqkv.data(), cscratch.data(), dout.data(), qkv.data(), att.data(), nullptr,
-                             positions.data(), B, T, C, H, copt);
+    FVec cscratch(cpu().attention_scratch_floats(B, T, C, H, AttentionMode::Materialised));
+    cpu().attention_backward(dqkv.data(), cscratch.data(), dout.data(), qkv.data(), att.data(),
+                             nullptr, positions.data(), B, T, C, H, copt);
 
-    // CUDA materialised path
-    DevCase mc(positions, qkv, bd);
-    const ctx::AttentionOptions mopt = options(fc, bd, &mc);
-    Dev mout(out.size()), matt(att.size()), mdout(dout), mdqkv(dqkv0);
-    Dev mscratch(gpu().attention_scratch_floats(B, T, C, H, ctx::AttentionMode::Materialised));
-    gpu().attention_forward(mout.get(), matt.get(), mc.qkv.get(), mc.pos.get(), B, T, C, H, mopt);
-    gpu().attention_backward(mdqkv.get(), mscratch.get(), mdout.get(), mc.qkv.get(), matt.get(), nullptr,
-                             mc.pos.get(), B, T, C, H, mopt);
+    const GpuRun m = run_gpu(fc, AttentionMode::Materialised, positions, qkv, bd, dout, dqkv0,
+                             fc.learn);
+    const GpuRun f = run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0, fc.learn);
 
-    // flash
-    DevCase fcd(positions, qkv, bd);
-    const ctx::AttentionOptions fopt = options(fc, bd, &fcd);
-    Dev fout(out.size()), flse(size_t(B) * H * T), fdout(dout), fdqkv(dqkv0);
-    Dev fscratch(ctx::cuda::FlashAttention::backward_scratch_floats(B, T, C, H));
-    device_sync();
-    flash().forward(fout.get(), flse.get(), fcd.qkv.get(), fcd.pos.get(), B, T, C, H, fopt);
-    device_sync();
-    flash().backward(fdqkv.get(), fscratch.get(), fdout.get(), fcd.qkv.get(), fout.get(),
-                     flse.get(), fcd.pos.get(), B, T, C, H, fopt);
-    device_sync();
-
-    const FVec f_out = fout.host(), f_dqkv = fdqkv.host(), f_da = fcd.da.host(),
-               f_db = fcd.db.host(), f_dtable = fcd.dtable.host();
-    EXPECT_CLOSE(f_out, out, kFwdTol);
-    EXPECT_CLOSE(f_out, mout.host(), kFwdTol);
-    EXPECT_CLOSE(f_dqkv, dqkv, kGradTol);
-    EXPECT_CLOSE(f_dqkv, mdqkv.host(), kGradTol);
-    EXPECT_CLOSE(f_da, cb.da, kGradTol);
-    EXPECT_CLOSE(f_db, cb.db, kGradTol);
-    EXPECT_CLOSE(f_dtable, cb.dtable, kGradTol);
-    EXPECT_CLOSE(f_da, mc.da.host(), kGradTol);
-    EXPECT_CLOSE(f_db, mc.db.host(), kGradTol);
-    EXPECT_CLOSE(f_dtable, mc.dtable.host(), kGradTol);
-    const FVec f_lse = flse.host();
-    for (float x : f_lse) ASSERT_TRUE(std::isfinite(x));
-    if (fc.kind == ctx::BiasKind::None || fc.kind == ctx::BiasKind::Table) {
-        EXPECT_CLOSE(f_lse, reference_lse(fc, qkv, bd.table), kFwdTol);
-    }
+    EXPECT_CLOSE(f.out, out, kFwdTol);
+    EXPECT_CLOSE(f.out, m.out, kFwdTol);
+    EXPECT_CLOSE(m.out, out, kFwdTol);
+    EXPECT_CLOSE(f.dqkv, dqkv, kGradTol);
+    EXPECT_CLOSE(f.dqkv, m.dqkv, kGradTol);
+    // empty vectors (no such parameter) compare equal trivially
+    EXPECT_CLOSE(f.da, cb.da, kGradTol);
+    EXPECT_CLOSE(f.db, cb.db, kGradTol);
+    EXPECT_CLOSE(f.dtable, cb.dtable, kGradTol);
+    EXPECT_CLOSE(f.da, m.da, kGradTol);
+    EXPECT_CLOSE(f.db, m.db, kGradTol);
+    EXPECT_CLOSE(f.dtable, m.dtable, kGradTol);
+    // flash saves the log-sum-exp (B, H, T), the materialised mode the probabilities
+    ASSERT_EQ(f.saved.size(), size_t(B) * H * T);
+    for (float x : f.saved) ASSERT_TRUE(std::isfinite(x));
+    EXPECT_CLOSE(f.saved, reference_lse(fc, qkv, positions, bd), kFwdTol);
+    EXPECT_CLOSE(m.saved, att, kFwdTol);
     if (!fc.learn) {  // fixed parameters: nothing written
-        EXPECT_EQ(f_da, bd.da);
-        EXPECT_EQ(f_db, bd.db);
-        EXPECT_EQ(f_dtable, bd.dtable);
+        EXPECT_EQ(f.da, bd.da);
+        EXPECT_EQ(f.db, bd.db);
+        EXPECT_EQ(f.dtable, bd.dtable);
     }
 }
 
@@ -192,28 +196,20 @@ TEST_P(OpsGpuFlash, ForwardBackwardMatchCpuAndMaterialised) {
 TEST_P(OpsGpuFlash, IsDeterministic) {
     REQUIRE_GPU();
     const FlashCase& fc = GetParam();
-    const int B = fc.B, T = fc.T, C = fc.C, H = fc.H;
+    const int B = fc.B, T = fc.T, C = fc.C;
     ref::Rng rng(91 + T);
     const FVec positions = make_positions(rng, B, T, fc.pos);
     const FVec qkv = randn(rng, size_t(B) * T * 3 * C), dout = randn(rng, size_t(B) * T * C);
-    BiasData bd = make_bias_data(rng, fc.kind, fc.B, fc.H, fc.T, fc.num_buckets);
-    std::vector<FVec> results[2];
-    for (int run = 0; run < 2; run++) {
-        DevCase dc(positions, qkv, bd);
-        FlashCase learned = fc;
-        learned.learn = true;
-        const ctx::AttentionOptions o = options(learned, bd, &dc);
-        Dev out(size_t(B) * T * C), lse(size_t(B) * H * T), gdout(dout), dqkv(qkv.size());
-        Dev scratch(ctx::cuda::FlashAttention::backward_scratch_floats(B, T, C, H));
-        device_sync();
-        flash().forward(out.get(), lse.get(), dc.qkv.get(), dc.pos.get(), B, T, C, H, o);
-        flash().backward(dqkv.get(), scratch.get(), gdout.get(), dc.qkv.get(), out.get(),
-                         lse.get(), dc.pos.get(), B, T, C, H, o);
-        device_sync();
-        results[run] = {out.host(), lse.host(), dqkv.host(), dc.da.host(), dc.db.host(),
-                        dc.dtable.host()};
-    }
-    for (size_t k = 0; k < results[0].size(); k++) EXPECT_EQ(results[0][k], results[1][k]) << k;
+    const BiasData bd = make_bias_data(rng, fc.kind, fc.B, fc.H, fc.T, fc.num_buckets);
+    const FVec dqkv0(qkv.size(), 0.0f);
+    const GpuRun r0 = run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0, true);
+    const GpuRun r1 = run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0, true);
+    EXPECT_EQ(r0.out, r1.out);
+    EXPECT_EQ(r0.saved, r1.saved);
+    EXPECT_EQ(r0.dqkv, r1.dqkv);
+    EXPECT_EQ(r0.da, r1.da);
+    EXPECT_EQ(r0.db, r1.db);
+    EXPECT_EQ(r0.dtable, r1.dtable);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -224,6 +220,7 @@ INSTANTIATE_TEST_SUITE_P(
         FlashCase{"none_d80_window", 1, 45, 160, 2, ctx::BiasKind::None, 7, kGaps},
         FlashCase{"none_d128_long", 1, 301, 256, 2, ctx::BiasKind::None, 0, kWide},
         FlashCase{"none_d64_window_tile", 1, 96, 128, 2, ctx::BiasKind::None, 32, kGaps},
+        FlashCase{"none_d64_window_beyond_T", 1, 40, 128, 2, ctx::BiasKind::None, 64, kContiguous},
         FlashCase{"none_d16", 2, 33, 32, 2, ctx::BiasKind::None, 0, kWide},
         FlashCase{"linear_d64", 2, 33, 256, 4, ctx::BiasKind::Linear, 0, kGaps},
         FlashCase{"linear_host_slopes_fixed", 2, 29, 128, 2, ctx::BiasKind::Linear, 0, kGaps, 32,
@@ -233,7 +230,7 @@ INSTANTIATE_TEST_SUITE_P(
         FlashCase{"kerple_log_window_long", 1, 70, 128, 2, ctx::BiasKind::KerpleLog, 40, kGaps},
         FlashCase{"kerple_power_d128", 1, 65, 256, 2, ctx::BiasKind::KerplePower, 0, kGaps},
         FlashCase{"kerple_power_window", 2, 50, 128, 2, ctx::BiasKind::KerplePower, 9, kWide},
-        FlashCase{"kerple_power_unsorted_d80", 1, 31, 160, 2, ctx::BiasKind::KerplePower, 0,
+        FlashCase{"kerple_power_unsorted_d8", 2, 31, 24, 3, ctx::BiasKind::KerplePower, 0,
                   kUnsorted},
         FlashCase{"t5_default", 2, 100, 128, 2, ctx::BiasKind::T5, 0, kWide},
         FlashCase{"t5_window_unsorted_d80", 1, 70, 160, 2, ctx::BiasKind::T5, 11, kUnsorted, 16,
@@ -243,36 +240,150 @@ INSTANTIATE_TEST_SUITE_P(
         FlashCase{"t5_fixed", 1, 20, 128, 2, ctx::BiasKind::T5, 0, kGaps, 32, 128, false},
         FlashCase{"table_d64", 2, 45, 128, 2, ctx::BiasKind::Table, 0, kGaps},
         FlashCase{"table_window_d80", 2, 75, 160, 2, ctx::BiasKind::Table, 8, kContiguous},
+        FlashCase{"table_T1_d6", 3, 1, 18, 3, ctx::BiasKind::Table, 0, kContiguous},
         FlashCase{"table_fixed_d128", 1, 9, 256, 2, ctx::BiasKind::Table, 0, kContiguous, 32, 128,
                   false}),
     [](const auto& info) { return info.param.name; });
 
-TEST(OpsGpuFlashChecks, BadShapesAreRefused) {
+// ================================================================ the mode contract
+
+TEST(OpsGpuFlashChecks, ModeSupportAndAuto) {
     REQUIRE_GPU();
+    // materialised: any head dim; flash: C divisible by H and C / H <= 128
+    EXPECT_TRUE(gpu().attention_mode_supported(AttentionMode::Materialised, 512, 2));
+    EXPECT_TRUE(gpu().attention_mode_supported(AttentionMode::Materialised, 16, 2));
+    EXPECT_TRUE(gpu().attention_mode_supported(AttentionMode::Flash, 256, 2));   // 128
+    EXPECT_TRUE(gpu().attention_mode_supported(AttentionMode::Flash, 160, 2));   // 80
+    EXPECT_TRUE(gpu().attention_mode_supported(AttentionMode::Flash, 768, 12));  // 64
+    EXPECT_TRUE(gpu().attention_mode_supported(AttentionMode::Flash, 18, 3));    // 6
+    EXPECT_FALSE(gpu().attention_mode_supported(AttentionMode::Flash, 258, 2));  // 129
+    EXPECT_FALSE(gpu().attention_mode_supported(AttentionMode::Flash, 512, 2));  // 256
+    EXPECT_FALSE(gpu().attention_mode_supported(AttentionMode::Flash, 10, 3));   // not divisible
+    EXPECT_FALSE(gpu().attention_mode_supported(AttentionMode(7), 256, 2));
+    // auto: flash wherever the kernels handle the head dim, at every T
+    EXPECT_EQ(gpu().attention_mode_auto(1, 256, 2), AttentionMode::Flash);
+    EXPECT_EQ(gpu().attention_mode_auto(4096, 768, 12), AttentionMode::Flash);
+    EXPECT_EQ(gpu().attention_mode_auto(64, 512, 2), AttentionMode::Materialised);
+    EXPECT_EQ(gpu().attention_mode_auto(64, 258, 2), AttentionMode::Materialised);
+}
+
+// Flash memory grows as T: saved = lse (B, H, T); scratch = rowsum(dout * out) (B, H, T) plus the
+// bias-gradient partials (B, H, ceil(T / 32), 512); no (T, T) term, unlike the materialised mode.
+TEST(OpsGpuFlashChecks, SavedAndScratchGrowLinearlyInT) {
+    REQUIRE_GPU();
+    const int B = 4, C = 768, H = 12;
+    for (int T : {1, 31, 32, 33, 1024, 8192}) {
+        const size_t chunks = size_t(T + 31) / 32;
+        EXPECT_EQ(ctx::attention_saved_floats(AttentionMode::Flash, B, T, H), size_t(B) * H * T);
+        EXPECT_EQ(gpu().attention_scratch_floats(B, T, C, H, AttentionMode::Flash),
+                  size_t(B) * H * T + size_t(B) * H * chunks * 512)
+            << T;
+        EXPECT_EQ(gpu().attention_scratch_floats(B, T, C, H, AttentionMode::Materialised),
+                  size_t(H) * T * T + size_t(B) * H * chunks * 512)
+            << T;
+    }
+}
+
+TEST(OpsGpuFlashChecks, HeadDimAbove128IsRefusedInFlashModeOnly) {
+    REQUIRE_GPU();
+    const int B = 1, T = 3, C = 512, H = 2;  // head dim 256
+    ref::Rng rng(5);
+    const FVec positions = make_positions(rng, B, T, kContiguous);
+    const FVec qkv = randn(rng, size_t(B) * T * 3 * C), dout = randn(rng, size_t(B) * T * C);
+    Dev gqkv(qkv), gpos(positions), gdout(dout), gout(size_t(B) * T * C),
+        gdqkv(qkv.size()), lse(size_t(B) * H * T), scratch(1 << 16);
     ctx::AttentionOptions o;
-    Dev buf(16);
-    // head dim 256 > kFlashMaxHeadDim
-    EXPECT_FALSE(ctx::cuda::FlashAttention::supports(512, 2));
-    EXPECT_TRUE(ctx::cuda::FlashAttention::supports(256, 2));
-    EXPECT_THROW(flash().forward(buf.get(), buf.get(), buf.get(), buf.get(), 1, 1, 512, 2, o),
-                 ctx::Error);
-    // the attention checks of the op contract apply (C not a multiple of H)
-    EXPECT_THROW(flash().forward(buf.get(), buf.get(), buf.get(), buf.get(), 1, 4, 10, 3, o),
-                 ctx::Error);
-    // the Table bias must be device memory
-    FVec host_table(16);
-    o.bias.kind = ctx::BiasKind::Table;
-    o.bias.table = host_table.data();
-    EXPECT_THROW(flash().forward(buf.get(), buf.get(), buf.get(), buf.get(), 1, 2, 4, 1, o),
-                 ctx::Error);
+    o.mode = AttentionMode::Flash;
+    const std::initializer_list<const char*> said = {"flash", "head dims up to 128",
+                                                     "head dim 256", "materialised"};
+    expect_error([&] { gpu().attention_scratch_floats(B, T, C, H, o.mode); }, said);
+    expect_error([&] {
+        gpu().attention_forward(gout.get(), lse.get(), gqkv.get(), gpos.get(), B, T, C, H, o);
+    }, said);
+    expect_error([&] {
+        gpu().attention_backward(gdqkv.get(), scratch.get(), gdout.get(), gqkv.get(), lse.get(),
+                                 gout.get(), gpos.get(), B, T, C, H, o);
+    }, said);
+    EXPECT_EQ(gdqkv.host(), FVec(qkv.size(), 0.0f));  // refused before anything ran
+
+    // the same shape in materialised mode runs and matches the CPU backend
+    o.mode = AttentionMode::Materialised;
+    FVec out(size_t(B) * T * C), att(size_t(B) * H * T * T), dqkv(qkv.size(), 0.0f);
+    cpu().attention_forward(out.data(), att.data(), qkv.data(), positions.data(), B, T, C, H, o);
+    FVec cscratch(cpu().attention_scratch_floats(B, T, C, H, o.mode));
+    cpu().attention_backward(dqkv.data(), cscratch.data(), dout.data(), qkv.data(), att.data(),
+                             nullptr, positions.data(), B, T, C, H, o);
+    Dev gatt(att.size()), gscratch(gpu().attention_scratch_floats(B, T, C, H, o.mode));
+    gpu().attention_forward(gout.get(), gatt.get(), gqkv.get(), gpos.get(), B, T, C, H, o);
+    gpu().attention_backward(gdqkv.get(), gscratch.get(), gdout.get(), gqkv.get(), gatt.get(),
+                             nullptr, gpos.get(), B, T, C, H, o);
+    EXPECT_CLOSE(gout.host(), out, kFwdTol);
+    EXPECT_CLOSE(gdqkv.host(), dqkv, kGradTol);
 }
 
-#else  // builds without CUDA
-
-TEST(OpsGpuFlash, NeedsACudaBuild) {
-    GTEST_SKIP() << "built without CUDA: the flash attention kernels are not compiled";
+TEST(OpsGpuFlashChecks, BackwardNeedsOutAndLseInFlashMode) {
+    REQUIRE_GPU();
+    const int B = 1, T = 4, C = 8, H = 2;
+    Dev qkv(size_t(B) * T * 3 * C), out(size_t(B) * T * C), lse(size_t(B) * H * T), pos(T),
+        dout(size_t(B) * T * C), dqkv(size_t(B) * T * 3 * C),
+        scratch(gpu().attention_scratch_floats(B, T, C, H, AttentionMode::Flash));
+    ctx::AttentionOptions o;
+    o.mode = AttentionMode::Flash;
+    gpu().attention_forward(out.get(), lse.get(), qkv.get(), pos.get(), B, T, C, H, o);
+    expect_error([&] {
+        gpu().attention_backward(dqkv.get(), scratch.get(), dout.get(), qkv.get(), lse.get(),
+                                 nullptr, pos.get(), B, T, C, H, o);
+    }, {"attention_backward", "flash", "output `out`"});
+    expect_error([&] {
+        gpu().attention_backward(dqkv.get(), scratch.get(), dout.get(), qkv.get(), nullptr,
+                                 out.get(), pos.get(), B, T, C, H, o);
+    }, {"attention_backward", "flash", "lse"});
 }
 
-#endif
+TEST(OpsGpuFlashChecks, UnknownModeIsRefused) {
+    REQUIRE_GPU();
+    const int B = 1, T = 2, C = 8, H = 2;
+    Dev buf(size_t(B) * T * 3 * C * 4);
+    ctx::AttentionOptions o;
+    o.mode = AttentionMode(7);
+    expect_error([&] { gpu().attention_scratch_floats(B, T, C, H, o.mode); },
+                 {"unknown attention mode 7"});
+    expect_error([&] {
+        gpu().attention_forward(buf.get(), buf.get(), buf.get(), buf.get(), B, T, C, H, o);
+    }, {"attention_forward", "unknown attention mode 7"});
+    expect_error([&] {
+        gpu().attention_backward(buf.get(), buf.get(), buf.get(), buf.get(), buf.get(), buf.get(),
+                                 buf.get(), B, T, C, H, o);
+    }, {"attention_backward", "unknown attention mode 7"});
+}
+
+// The op contract's argument checks apply in flash mode as in the materialised one.
+TEST(OpsGpuFlashChecks, BadOptionsAreRefused) {
+    REQUIRE_GPU();
+    const int B = 1, T = 3, C = 8, H = 2;
+    Dev qkv(size_t(B) * T * 3 * C), out(size_t(B) * T * C), lse(size_t(B) * H * T), pos(T);
+    auto forward_shape = [&](const ctx::AttentionOptions& o, int t, int c) {
+        gpu().attention_forward(out.get(), lse.get(), qkv.get(), pos.get(), B, t, c, H, o);
+    };
+    auto forward = [&](const ctx::AttentionOptions& o) { forward_shape(o, T, C); };
+    ctx::AttentionOptions opt;
+    opt.mode = AttentionMode::Flash;
+    expect_error([&] { forward_shape(opt, T, 9); }, {"not divisible"});  // 9 channels, 2 heads
+    expect_error([&] { forward_shape(opt, 0, C); }, {"T must be >= 1"});
+    opt.window = -1;
+    expect_error([&] { forward(opt); }, {"window"});
+    opt.window = 0;
+    opt.bias.kind = ctx::BiasKind::Table;  // no table
+    expect_error([&] { forward(opt); }, {"Table"});
+    FVec host_table(size_t(B) * H * T * T);
+    opt.bias.table = host_table.data();  // the Table bias must be device memory
+    expect_error([&] { forward(opt); }, {"device memory"});
+    opt.bias = {};
+    opt.bias.kind = ctx::BiasKind::T5;
+    Dev a(size_t(H) * 1024);
+    opt.bias.a = a.get();
+    opt.bias.num_buckets = 1024;  // more than the backends allow
+    expect_error([&] { forward(opt); }, {"num_buckets"});
+}
 
 }  // namespace

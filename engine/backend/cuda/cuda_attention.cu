@@ -4,13 +4,13 @@
 // The matrix products (q k^T, P v and their gradients) are cuBLAS calls made by the host side,
 // cuda_attention_ops.cpp, which also documents the overall flow.
 //
-// This is the "materialised" attention path that matches the op contract exactly: the forward
-// writes the (B, H, T, T) probabilities the contract saves for backward, and the backward reads
-// them. The flash path (later) replaces launch_attention_softmax + the two cuBLAS products with
-// one tiled kernel (online softmax over key tiles, bias evaluated per tile with the same
-// bias_value() below, only a (B, H, T) log-sum-exp saved) and recomputes the probabilities tile
-// by tile in backward; bias parameter gradients then come from per-tile partial sums reduced
-// exactly as launch_attention_bias_grad_partials/_reduce do here.
+// This is the attention's materialised mode (AttentionMode::Materialised): the forward writes the
+// (B, H, T, T) probabilities that mode saves for backward, and the backward reads them. The flash
+// mode (cuda_flash.cu) replaces launch_attention_softmax + the two cuBLAS products with one tiled
+// kernel (online softmax over key tiles, bias evaluated per tile with the same bias_value() of
+// cuda_bias.cuh, only a (B, H, T) log-sum-exp saved) and recomputes the probabilities tile by tile
+// in backward; its bias parameter gradients are per-tile partial sums reduced by
+// launch_attention_bias_grad_reduce below.
 #include <cuda_runtime.h>
 
 #include <cmath>

@@ -1,20 +1,24 @@
 // CUDA backend, host side: rotary position embedding and causal multi-head attention with
-// per-token float positions and an additive per-head bias (backend.h). Kernels are in
-// cuda_attention.cu.
+// per-token float positions and an additive per-head bias (backend.h). Two modes
+// (AttentionOptions::mode):
 //
-// Forward, per batch row b (cuBLAS strided-batched over the H heads, straight out of the
-// (B, T, 3C) layout: head h of q is qkv[b, :, h*D : h*D + D] with leading dimension 3C, k and v
-// the same at offsets C and 2C):
+// Flash (attention_mode_auto's choice whenever the head dim C / H <= 128): the fused tiled
+// kernels of cuda_flash.cu through the backend's FlashAttention, on stream_. Forward writes out
+// and saves lse (B, H, T); backward recomputes the probabilities from q, k, the bias, lse and the
+// forward's out. Memory grows as T.
+//
+// Materialised (any head dim; the CPU backend's path), kernels in cuda_attention.cu. Forward, per
+// batch row b (cuBLAS strided-batched over the H heads, straight out of the (B, T, 3C) layout:
+// head h of q is qkv[b, :, h*D : h*D + D] with leading dimension 3C, k and v the same at offsets
+// C and 2C):
 //   att_b (H, T, T) = q k^T / sqrt(D)                  cublasSgemmStridedBatched
 //   then for all rows at once: + bias, causal/window mask, softmax    attention_softmax_kernel
 //   out_b (T, C) = P v                                 cublasSgemmStridedBatched
 // Backward, per batch row b, with dS in the caller's scratch (H, T, T):
 //   dS = dout v^T;  dv += P^T dout;  dS = P (dS - rowsum(P dS)) (+ dtable);  dq += dS k / sqrt(D);
 //   dk += dS^T q / sqrt(D);  bias parameter partial sums per (b, h, chunk of rows)
-// and, after the loop, one fixed-order reduction of the partials into da / db.
-//
-// The products run over the full (T, T) square (the masked half is computed and discarded): the
-// flash path (docs/CUDA.md) removes that and the (B, H, T, T) probabilities together.
+// and, after the loop, one fixed-order reduction of the partials into da / db. The products run
+// over the full (T, T) square (the masked half is computed and discarded).
 #include <algorithm>
 #include <cmath>
 
@@ -138,31 +142,56 @@ void CudaBackend::rotary_backward(float* dqkv, const float* positions, int B, in
 
 // ================================================================ attention
 
-bool CudaBackend::attention_mode_supported(AttentionMode mode, int /*C*/, int /*H*/) const {
-    return mode == AttentionMode::Materialised;
+bool CudaBackend::attention_mode_supported(AttentionMode mode, int C, int H) const {
+    switch (mode) {
+        case AttentionMode::Materialised: return true;
+        case AttentionMode::Flash: return FlashAttention::supports(C, H);
+    }
+    return false;
 }
 
-AttentionMode CudaBackend::attention_mode_auto(int /*T*/, int /*C*/, int /*H*/) const {
-    return AttentionMode::Materialised;
+// Flash whenever the kernels handle the head dim: it never stores the (B, H, T, T) probabilities
+// and skips the masked half of the products.
+AttentionMode CudaBackend::attention_mode_auto(int /*T*/, int C, int H) const {
+    return attention_mode_supported(AttentionMode::Flash, C, H) ? AttentionMode::Flash
+                                                                : AttentionMode::Materialised;
 }
 
-size_t CudaBackend::attention_scratch_floats(int B, int T, int /*C*/, int H,
-                                         AttentionMode mode) const {
-    CTX_CHECK(mode == AttentionMode::Materialised, "attention: {} mode is not implemented",
-              attention_mode_name(mode));
-    // [dS of one batch row (H, T, T)][bias-gradient partials (B, H, chunks, kMaxT5Buckets)]
+namespace {
+
+// A known mode that this backend implements for head dim C / H (flash: <= kFlashMaxHeadDim).
+void check_mode(AttentionMode mode, int C, int H, const char* op) {
+    CTX_CHECK(mode == AttentionMode::Materialised || mode == AttentionMode::Flash,
+              "{}: unknown attention mode {} (expected materialised or flash)", op, int(mode));
+    if (mode == AttentionMode::Flash) FlashAttention::check_supported(C, H, op);
+}
+
+}  // namespace
+
+size_t CudaBackend::attention_scratch_floats(int B, int T, int C, int H,
+                                             AttentionMode mode) const {
+    check_mode(mode, C, H, "attention_scratch_floats");
+    // flash: [dvec (B, H, T)][bias-gradient partials (B, H, ceil(T/32), kMaxT5Buckets)]
+    if (mode == AttentionMode::Flash) return FlashAttention::backward_scratch_floats(B, T, C, H);
+    // materialised: [dS of one batch row (H, T, T)][bias-gradient partials as above]
     return size_t(H) * T * T + size_t(B) * H * bias_grad_chunks(T) * kMaxT5Buckets;
 }
 
-void CudaBackend::attention_forward(float* out, float* att, const float* qkv,
+void CudaBackend::attention_forward(float* out, float* saved, const float* qkv,
                                     const float* positions, int B, int T, int C, int H,
                                     const AttentionOptions& opt) {
     static constexpr const char* op = "attention_forward";
     check_attention(T, C, H, opt);
-    CTX_CHECK(opt.mode == AttentionMode::Materialised, "attention: {} mode is not implemented",
-              attention_mode_name(opt.mode));
+    check_mode(opt.mode, C, H, op);
     if (B <= 0) return;
     activate();
+    if (opt.mode == AttentionMode::Flash) {
+        // saved = lse (B, H, T)
+        flash_.forward(stream_, out, saved, qkv, positions, B, T, C, H, opt);
+        if (sync_each_op_) sync(op);
+        return;
+    }
+    float* att = saved;  // (B, H, T, T) probabilities
     const BiasArgs ba = bias_args(opt.bias, H, op);
     const int D = C / H, C3 = 3 * C;
     const float scale = 1.0f / std::sqrt(float(D));
@@ -187,15 +216,27 @@ void CudaBackend::attention_forward(float* out, float* att, const float* qkv,
 }
 
 void CudaBackend::attention_backward(float* dqkv, float* scratch, const float* dout,
-                                     const float* qkv, const float* att, const float* /*out*/,
+                                     const float* qkv, const float* saved, const float* out,
                                      const float* positions, int B, int T, int C, int H,
                                      const AttentionOptions& opt) {
     static constexpr const char* op = "attention_backward";
     check_attention(T, C, H, opt);
-    CTX_CHECK(opt.mode == AttentionMode::Materialised, "attention: {} mode is not implemented",
-              attention_mode_name(opt.mode));
+    check_mode(opt.mode, C, H, op);
     if (B <= 0) return;
+    if (opt.mode == AttentionMode::Flash) {
+        CTX_CHECK(out != nullptr,
+                  "{}: flash mode needs the forward's output `out` (B, T, C) (it recomputes the "
+                  "probabilities from it and the saved log-sum-exp); got null",
+                  op);
+        CTX_CHECK(saved != nullptr,
+                  "{}: flash mode needs the forward's saved lse (B, H, T); got null", op);
+        activate();
+        flash_.backward(stream_, dqkv, scratch, dout, qkv, out, saved, positions, B, T, C, H, opt);
+        if (sync_each_op_) sync(op);
+        return;
+    }
     activate();
+    const float* att = saved;  // (B, H, T, T) probabilities
     const BiasSpec& bs = opt.bias;
     const BiasArgs ba = bias_args(bs, H, op);
     const bool bias_grads = bs.kind != BiasKind::None && bs.kind != BiasKind::Table &&

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 
+#include "backend/cuda/cuda_bf16.h"
 #include "core/error.h"
 
 namespace ctx {
@@ -48,24 +49,28 @@ void DeviceScratch<T>::release() {
 template class DeviceScratch<int32_t>;
 template class DeviceScratch<float>;
 template class DeviceScratch<double>;
+template class DeviceScratch<uint16_t>;  // bf16 bit patterns
 
 // ---------------------------------------------------------------- construction
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device, Precision precision) : device_(device) {
+    precision_ = precision;
     check(cudaSetDevice(device), "cudaSetDevice");
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_blas(cublasCreate(&blas_), "cublasCreate");
     check_blas(cublasSetStream(blas_, stream_), "cublasSetStream");
-    // Plain fp32: no TF32 tensor-core rounding (unless NVIDIA_TF32_OVERRIDE=1 forces it).
+    // Plain fp32: no TF32 tensor-core rounding (unless NVIDIA_TF32_OVERRIDE=1 forces it). The
+    // bf16 products (cublasGemmEx with bf16 operands) use tensor cores in this mode too.
     check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     const char* s = std::getenv("CTX_CUDA_SYNC");
     sync_each_op_ = s != nullptr && s[0] != '\0' && std::strcmp(s, "0") != 0;
-    name_ = fmt::format("cuda:{} ({}, sm_{}{}, {:.0f} GiB, fp32, cuBLAS{})", device, prop.name,
+    // precision: "fp32", or "bf16" (matrix products in bf16 with fp32 accumulation)
+    name_ = fmt::format("cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}, cuBLAS{})", device, prop.name,
                         prop.major, prop.minor,
                         double(prop.totalGlobalMem) / double(size_t(1) << 30),
-                        sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
+                        precision_name(precision_), sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
 }
 
 CudaBackend::~CudaBackend() {
@@ -81,6 +86,9 @@ CudaBackend::~CudaBackend() {
     d_rotary_.release();
     d_partials_.release();
     d_sumsq_.release();
+    bf16_act_.release();
+    bf16_weight_.release();
+    bf16_grad_.release();
     if (blas_ != nullptr) cublasDestroy(blas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
@@ -179,6 +187,29 @@ void CudaBackend::gemm_batched(const char* op, bool ta, bool tb, int M, int N, i
     check_blas(cublasSgemmStridedBatched(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                          ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
                                          sb, A, lda, sa, &beta, C, ldc, sc, batch),
+               op);
+}
+
+// ---------------------------------------------------------------- bf16 products (Precision::Bf16)
+
+const uint16_t* CudaBackend::round_to_bf16(const float* x, size_t n, DeviceScratch<uint16_t>& buf,
+                                           const char* op) {
+    uint16_t* d = buf.ensure(n, op);
+    check(launch_round_to_bf16(d, x, n, stream_), op);
+    return d;
+}
+
+// The same operand swap as gemm; bf16 A/B, fp32 C, fp32 accumulation (products of two bf16
+// numbers are exact in fp32, so results differ from an fp32 product of the rounded operands only
+// in summation order). CUBLAS_GEMM_DEFAULT lets cuBLAS pick a tensor-core kernel; on one stream
+// its choice and result are repeatable (no atomics mode is enabled).
+void CudaBackend::gemm_bf16(const char* op, bool ta, bool tb, int M, int N, int K, float alpha,
+                            const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta,
+                            float* C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    check_blas(cublasGemmEx(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            N, M, K, &alpha, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda, &beta, C,
+                            CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                op);
 }
 
@@ -287,12 +318,12 @@ int cuda_device_count() {
 bool cuda_backend_available() { return cuda_device_count() > 0; }
 
 std::unique_ptr<Backend> make_cuda_backend(int device, Precision precision) {
-    CTX_CHECK(precision == Precision::Fp32, "cuda backend: {} precision is not implemented",
-              precision_name(precision));
+    CTX_CHECK(precision == Precision::Fp32 || precision == Precision::Bf16,
+              "cuda backend: precision must be fp32 or bf16, got value {}", int(precision));
     const int n = cuda_device_count();
     if (n == 0) fail("no CUDA device is visible (cudaGetDeviceCount found none); use backend = \"cpu\"");
     if (device < 0 || device >= n) fail("CUDA device {} does not exist ({} visible)", device, n);
-    return std::make_unique<cuda::CudaBackend>(device);
+    return std::make_unique<cuda::CudaBackend>(device, precision);
 }
 
 }  // namespace ctx

@@ -33,6 +33,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_flash.h"  // FlashAttention (attention in flash mode)
 
 namespace ctx::cuda {
 
@@ -78,13 +79,14 @@ private:
 
 class CudaBackend final : public Backend {
 public:
-    explicit CudaBackend(int device);
+    CudaBackend(int device, Precision precision);
     ~CudaBackend() override;
     CudaBackend(const CudaBackend&) = delete;
     CudaBackend& operator=(const CudaBackend&) = delete;
 
     DeviceKind kind() const override { return DeviceKind::CUDA; }
     std::string name() const override { return name_; }
+    Precision precision() const override { return precision_; }  // bf16 block below
 
     // ---- memory (cuda_backend.cpp)
     float* alloc_floats(size_t n) override;
@@ -146,6 +148,9 @@ public:
                                   const AttentionOptions& opt) override;
     size_t attention_cached_scratch_floats(int S) const override;
 
+    cudaStream_t stream() const { return stream_; }  // accessors for cuda_nccl.cpp
+    int device() const { return device_; }           // accessors for cuda_nccl.cpp
+
 private:
     // ---- errors and bookkeeping (cuda_backend.cpp)
     void activate() const;                            // makes device_ current for this thread
@@ -171,6 +176,24 @@ private:
                       const float* A, int lda, long long sa, const float* B, int ldb,
                       long long sb, float beta, float* C, int ldc, long long sc, int batch);
 
+    // ---- bf16 mixed precision (Precision::Bf16: matmul_forward / matmul_backward only;
+    //      cuda_backend.cpp, cuda_dense_ops.cpp, kernels in cuda_bf16.cu) --------------------
+    // x (n floats, device) rounded to bf16 (round-to-nearest-even) into buf; returns the bf16
+    // bit patterns. Operands are rounded on every call: no cache of bf16 weights, because the
+    // optimizer (and scale/accumulate/copy) update the fp32 masters in place.
+    const uint16_t* round_to_bf16(const float* x, size_t n, DeviceScratch<uint16_t>& buf,
+                                  const char* op);
+    // gemm (same row-major convention) with bf16 A, B (bit patterns), fp32 accumulation and an
+    // fp32 C (cublasGemmEx, CUBLAS_COMPUTE_32F: tensor cores).
+    void gemm_bf16(const char* op, bool ta, bool tb, int M, int N, int K, float alpha,
+                   const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
+                   int ldc);
+    Precision precision_ = Precision::Fp32;
+    // grow-only bf16 copies of the operands of one matmul call: activation (N, IC), weight
+    // (OC, IC), output gradient (N, OC)
+    DeviceScratch<uint16_t> bf16_act_, bf16_weight_, bf16_grad_;
+    // ---- end of the bf16 block
+
     // ---- attention helpers
     BiasArgs bias_args(const BiasSpec& bs, int H, const char* op) {
         return bias_staging_.stage(bs, H, stream_, op);
@@ -191,6 +214,9 @@ private:
     std::vector<double> h_sumsq_;
     std::vector<int> h_order_;
     BiasStaging bias_staging_;
+    // attention in AttentionMode::Flash (cuda_flash.h): runs on stream_, stages its bias
+    // parameters through bias_staging_ (declared before it)
+    FlashAttention flash_{bias_staging_};
 };
 
 }  // namespace ctx::cuda

@@ -1,6 +1,7 @@
-// CUDA backend, host side: token + position embedding, layer norm, dense layer (cuBLAS sgemm),
-// GELU, softmax cross-entropy and AdamW. Validation mirrors the CPU backend (same checks, same
-// messages); kernels are in cuda_dense.cu.
+// CUDA backend, host side: token + position embedding, layer norm, dense layer (cuBLAS sgemm, or
+// bf16 cublasGemmEx with fp32 accumulation in Precision::Bf16), GELU, softmax cross-entropy and
+// AdamW. Validation mirrors the CPU backend (same checks, same messages); kernels are in
+// cuda_dense.cu (and the bf16 rounding in cuda_bf16.cu).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -155,8 +156,15 @@ void CudaBackend::matmul_forward(float* out, const float* inp, const float* W, c
         check(launch_broadcast_rows(out, bias, N, OC, stream_), op);
         beta = 1.0f;
     }
-    // out (N, OC) = inp (N, IC) @ W^T, W (OC, IC)
-    gemm(op, false, true, N, OC, IC, 1.0f, inp, IC, W, IC, beta, out, OC);
+    if (precision_ == Precision::Bf16) {
+        // out (N, OC) (+)= bf16(inp) (N, IC) @ bf16(W)^T, fp32 accumulation and output
+        const uint16_t* a = round_to_bf16(inp, size_t(N) * IC, bf16_act_, op);
+        const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
+        gemm_bf16(op, false, true, N, OC, IC, 1.0f, a, IC, w, IC, beta, out, OC);
+    } else {
+        // out (N, OC) = inp (N, IC) @ W^T, W (OC, IC)
+        gemm(op, false, true, N, OC, IC, 1.0f, inp, IC, W, IC, beta, out, OC);
+    }
     if (sync_each_op_) sync(op);
 }
 
@@ -164,10 +172,24 @@ void CudaBackend::matmul_backward(float* dinp, float* dW, float* dbias, const fl
                                   const float* inp, const float* W, int N, int IC, int OC) {
     static constexpr const char* op = "matmul_backward";
     activate();
-    // dinp (N, IC) += dout (N, OC) @ W (OC, IC)
-    if (dinp != nullptr) gemm(op, false, false, N, IC, OC, 1.0f, dout, OC, W, IC, 1.0f, dinp, IC);
-    // dW (OC, IC) += dout^T (OC, N) @ inp (N, IC)
-    gemm(op, true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dW, IC);
+    if (precision_ == Precision::Bf16) {
+        // Both products take bf16 operands (dout too: cublasGemmEx needs A and B of one type),
+        // accumulate in fp32 and add (beta = 1) into the fp32 gradients.
+        const uint16_t* g = round_to_bf16(dout, size_t(N) * OC, bf16_grad_, op);
+        if (dinp != nullptr) {  // dinp (N, IC) += bf16(dout) (N, OC) @ bf16(W) (OC, IC)
+            const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
+            gemm_bf16(op, false, false, N, IC, OC, 1.0f, g, OC, w, IC, 1.0f, dinp, IC);
+        }
+        // dW (OC, IC) += bf16(dout)^T (OC, N) @ bf16(inp) (N, IC)
+        const uint16_t* a = round_to_bf16(inp, size_t(N) * IC, bf16_act_, op);
+        gemm_bf16(op, true, false, OC, IC, N, 1.0f, g, OC, a, IC, 1.0f, dW, IC);
+    } else {
+        // dinp (N, IC) += dout (N, OC) @ W (OC, IC)
+        if (dinp != nullptr)
+            gemm(op, false, false, N, IC, OC, 1.0f, dout, OC, W, IC, 1.0f, dinp, IC);
+        // dW (OC, IC) += dout^T (OC, N) @ inp (N, IC)
+        gemm(op, true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dW, IC);
+    }
     // dbias (OC) += column sums of dout (two-stage, fixed order)
     if (dbias != nullptr && N > 0 && OC > 0) {
         float* part = d_partials_.ensure(size_t(column_chunks(N)) * size_t(OC), op);

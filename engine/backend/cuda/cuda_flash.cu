@@ -7,8 +7,9 @@
 // positions, the bias of every BiasKind evaluated in-kernel on the real-valued distance
 // p_i - p_j (Linear, KERPLE log/power, T5 through the host-built bucket table or the direct
 // formula in double, the explicit Table), causal mask and sliding window. The bias evaluation
-// below is a copy of cuda_attention.cu's (anonymous-namespace) functions; when the flash path is
-// wired in they move to a shared cuda_bias.cuh.
+// (cuda_bias.cuh) is shared with cuda_attention.cu, so both modes form bit-identical logits.
+// CudaBackend runs these kernels in AttentionMode::Flash (cuda_attention_ops.cpp, through
+// FlashAttention in cuda_flash_ops.cpp).
 //
 // Blocks: kThreads = 128 threads, tiles of kTile = 32 queries x 32 keys. Thread t owns row
 // r = t / 4 of a tile and, for logits, the 8 columns c = t % 4 + 4 k; for the output (and dq, dk,

@@ -1,24 +1,27 @@
-// CUDA backend (private header): flash-style fused causal attention, fp32. Backend-internal for
-// now: the op contract (backend.h) still saves the (B, H, T, T) probabilities, so nothing in the
-// model calls this yet; docs/CUDA.md ("Flash attention") describes the kernels and the contract
-// change that will wire them in. Kernels: cuda_flash.cu; host side: cuda_flash_ops.cpp.
+// CUDA backend (private header): flash-style fused causal attention, fp32. CudaBackend owns one
+// FlashAttention and runs it from attention_forward / attention_backward when
+// AttentionOptions::mode is AttentionMode::Flash (cuda_attention_ops.cpp); docs/CUDA.md ("Flash
+// attention") describes the kernels. Kernels: cuda_flash.cu; host side: cuda_flash_ops.cpp.
 //
 // Semantics are exactly those of attention_forward / attention_backward (backend.h): causal,
 // per-token float positions, every BiasKind (incl. the Table), sliding window, accumulate (+=)
 // into every gradient. Head dims up to kFlashMaxHeadDim (64, 80 and 128 are the tuned ones).
+//
+// This header does not include cuda_backend.h (which includes it, for the member): BiasStaging
+// is only referred to.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_kernels.h"
 
 namespace ctx::cuda {
+
+class BiasStaging;  // cuda_backend.h
 
 inline constexpr int kFlashTile = 32;          // queries and keys per tile
 inline constexpr int kFlashThreads = 128;      // threads per block (4 per tile row)
@@ -41,31 +44,35 @@ cudaError_t launch_flash_backward(float* dqkv, float* dvec, float* partials, flo
                                   const float* lse, const float* positions, int B, int T, int C,
                                   int H, int window, const BiasArgs& bias, cudaStream_t s);
 
-// Host side: argument checks, bias parameters staged on the device (host ALiBi slopes, the T5
-// bucket table), launches on `stream`. Enqueues and returns; the caller orders it with other
-// streams (CudaBackend will own one on its stream_ when the contract changes).
+// Host side: argument checks, bias parameters staged on the device through the backend's
+// BiasStaging (host ALiBi slopes, the T5 bucket table; shared with the materialised path, so one
+// table serves both), launches on the stream each call names (the backend's stream_: calls are
+// ordered with the backend's other ops, no device-wide synchronisation). Enqueues and returns.
 class FlashAttention {
 public:
-    explicit FlashAttention(cudaStream_t stream = nullptr) : stream_(stream) {}
+    explicit FlashAttention(BiasStaging& bias) : bias_(bias) {}
 
-    // True when the kernels handle this shape (head dim C / H <= kFlashMaxHeadDim).
+    // True when the kernels handle this shape (C divisible by H, head dim C / H <=
+    // kFlashMaxHeadDim).
     static bool supports(int C, int H);
+    // Throws ctx::Error naming `op` and the head-dim limit unless supports(C, H).
+    static void check_supported(int C, int H, const char* op);
 
     // out (B, T, C) (writes), lse (B, H, T) (writes). Logit(i, j) as attention_forward.
-    void forward(float* out, float* lse, const float* qkv, const float* positions, int B, int T,
-                 int C, int H, const AttentionOptions& opt);
+    void forward(cudaStream_t stream, float* out, float* lse, const float* qkv,
+                 const float* positions, int B, int T, int C, int H, const AttentionOptions& opt);
 
     // Scratch floats of backward: dvec (B, H, T) + bias partials (B, H, ceil(T/32), 512).
     static size_t backward_scratch_floats(int B, int T, int C, int H);
 
     // dqkv (B, T, 3C) +=, da / db / dtable += as attention_backward; out and lse from forward.
-    void backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                  const float* out, const float* lse, const float* positions, int B, int T, int C,
-                  int H, const AttentionOptions& opt);
+    // scratch: backward_scratch_floats floats, any contents.
+    void backward(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
+                  const float* qkv, const float* out, const float* lse, const float* positions,
+                  int B, int T, int C, int H, const AttentionOptions& opt);
 
 private:
-    cudaStream_t stream_;
-    BiasStaging bias_;  // the same staging as the materialised attention
+    BiasStaging& bias_;
 };
 
 }  // namespace ctx::cuda

@@ -1,7 +1,8 @@
 // CUDA backend, host side of the flash attention kernels (cuda_flash.h, cuda_flash.cu):
 // argument checks (the same as attention_forward / attention_backward plus the head-dim limit),
-// bias parameters as device views (host ALiBi slopes staged, the T5 bucket lookup table built on
-// the host in double exactly as the CPU backend and the materialised path do), launches.
+// bias parameters as device views through the backend's BiasStaging (host ALiBi slopes staged,
+// the T5 bucket lookup table built on the host in double exactly as the CPU backend and the
+// materialised path do), launches on the caller's stream.
 //
 // Backward flow: dvec = rowsum(dout * out) (B, H, T) in the caller's scratch; dq, dtable and the
 // bias-parameter partials per (b, h, query tile); dk, dv per (b, h, key tile); then the
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_flash.h"
 #include "backend/op_common.h"
 #include "core/error.h"
@@ -20,54 +22,58 @@ namespace {
 
 inline int query_tiles(int T) { return (T + kFlashTile - 1) / kFlashTile; }
 
-void check_flash(int C, int H, const char* op) {
-    CTX_CHECK(FlashAttention::supports(C, H),
-              "{}: flash attention supports head dims up to {} (C = {}, H = {})", op,
-              kFlashMaxHeadDim, C, H);
-}
-
 }  // namespace
 
 bool FlashAttention::supports(int C, int H) {
-    return H > 0 && C % H == 0 && C / H >= 1 && C / H <= kFlashMaxHeadDim;
+    return H > 0 && C > 0 && C % H == 0 && C / H <= kFlashMaxHeadDim;
+}
+
+void FlashAttention::check_supported(int C, int H, const char* op) {
+    CTX_CHECK(supports(C, H),
+              "{}: flash attention supports head dims up to {} (C = {}, H = {}: head dim {}); "
+              "use the materialised attention mode for this model",
+              op, kFlashMaxHeadDim, C, H, H > 0 ? C / H : 0);
 }
 
 size_t FlashAttention::backward_scratch_floats(int B, int T, int /*C*/, int H) {
     return size_t(B) * H * T + size_t(B) * H * query_tiles(T) * kMaxT5Buckets;
 }
 
-void FlashAttention::forward(float* out, float* lse, const float* qkv, const float* positions,
-                             int B, int T, int C, int H, const AttentionOptions& opt) {
+void FlashAttention::forward(cudaStream_t stream, float* out, float* lse, const float* qkv,
+                             const float* positions, int B, int T, int C, int H,
+                             const AttentionOptions& opt) {
     static constexpr const char* op = "flash_attention_forward";
     check_attention(T, C, H, opt);
-    check_flash(C, H, op);
+    check_supported(C, H, op);
     if (B <= 0) return;
-    const BiasArgs ba = bias_.stage(opt.bias, H, stream_, op);
-    check_cuda(launch_flash_forward(out, lse, qkv, positions, B, T, C, H, opt.window, ba, stream_),
-          op);
+    const BiasArgs ba = bias_.stage(opt.bias, H, stream, op);
+    check_cuda(launch_flash_forward(out, lse, qkv, positions, B, T, C, H, opt.window, ba, stream),
+               op);
 }
 
-void FlashAttention::backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                              const float* out, const float* lse, const float* positions, int B,
-                              int T, int C, int H, const AttentionOptions& opt) {
+void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
+                              const float* qkv, const float* out, const float* lse,
+                              const float* positions, int B, int T, int C, int H,
+                              const AttentionOptions& opt) {
     static constexpr const char* op = "flash_attention_backward";
     check_attention(T, C, H, opt);
-    check_flash(C, H, op);
+    check_supported(C, H, op);
     if (B <= 0) return;
     const BiasSpec& bs = opt.bias;
-    const BiasArgs ba = bias_.stage(bs, H, stream_, op);
+    const BiasArgs ba = bias_.stage(bs, H, stream, op);
     const bool bias_grads = bs.kind != BiasKind::None && bs.kind != BiasKind::Table &&
                             (bs.da != nullptr || bs.db != nullptr);
     float* dtable = bs.kind == BiasKind::Table ? bs.dtable : nullptr;
-    float* dvec = scratch;                              // (B, H, T)
-    float* partials = scratch + size_t(B) * H * T;      // (B, H, tiles, kMaxT5Buckets)
-    check_cuda(launch_flash_backward(dqkv, dvec, bias_grads ? partials : nullptr, dtable, dout, qkv,
-                                out, lse, positions, B, T, C, H, opt.window, ba, stream_),
-          op);
+    float* dvec = scratch;                          // (B, H, T)
+    float* partials = scratch + size_t(B) * H * T;  // (B, H, tiles, kMaxT5Buckets)
+    check_cuda(launch_flash_backward(dqkv, dvec, bias_grads ? partials : nullptr, dtable, dout,
+                                     qkv, out, lse, positions, B, T, C, H, opt.window, ba,
+                                     stream),
+               op);
     if (bias_grads)
-        check_cuda(launch_attention_bias_grad_reduce(bs.da, bs.db, partials, B, H, T, ba.kind, ba.nb,
-                                                stream_),
-              op);
+        check_cuda(launch_attention_bias_grad_reduce(bs.da, bs.db, partials, B, H, T, ba.kind,
+                                                     ba.nb, stream),
+                   op);
 }
 
 }  // namespace ctx::cuda

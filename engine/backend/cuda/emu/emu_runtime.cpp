@@ -6,8 +6,9 @@
 // Device memory is tracked host memory (so cudaPointerGetAttributes tells the backend's staging
 // code host from device exactly as the runtime does), filled with garbage by cudaMalloc; kernels
 // are ucontext fibers scheduled round-robin with barrier emulation and deadlock detection; cuBLAS
-// sgemm follows its column-major definition and validates lda/ldb/ldc like the library. Streams
-// are synchronous.
+// sgemm and the bf16 GemmEx follow their column-major definition, validate lda/ldb/ldc like the
+// library and check that every operand lies inside one device allocation. Streams are
+// synchronous.
 #include <ucontext.h>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <vector>
 #include "cuda_runtime.h"
 #include "cublas_v2.h"
+#include "cuda_bf16.h"
 
 namespace emu {
 emu_uint3 g_tid{0, 0, 0}, g_bid{0, 0, 0};
@@ -217,6 +219,16 @@ cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
 }
 
 // ---------------------------------------------------------------- cuBLAS
+namespace {
+// A column-major (rows, cols) operand with leading dimension ld: cuBLAS reads it from device
+// memory, so it must lie inside one device allocation (a host pointer faults on a GPU).
+void check_matrix(const void* p, size_t elem, int rows, int cols, int ld, const char* what) {
+    if (rows <= 0 || cols <= 0) return;
+    if (!is_dev(p)) { fprintf(stderr, "emu cublas: %s is not device memory\n", what); abort(); }
+    check_range(p, (size_t(cols - 1) * size_t(ld) + size_t(rows)) * elem, what);
+}
+}  // namespace
+
 cublasStatus_t cublasCreate(cublasHandle_t* h) { *h = reinterpret_cast<cublasHandle_t>(0x2); return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasDestroy(cublasHandle_t) { return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
@@ -235,6 +247,11 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, c
         const float* a = A + z * sa;
         const float* b = B + z * sb;
         float* c = C + z * sc;
+        if (k > 0) {
+            check_matrix(a, sizeof(float), ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda, "sgemm A");
+            check_matrix(b, sizeof(float), tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb, "sgemm B");
+        }
+        check_matrix(c, sizeof(float), m, n, ldc, "sgemm C");
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
                 double s = 0;
@@ -253,4 +270,40 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            const float* alpha, const float* A, int lda, const float* B, int ldb,
                            const float* beta, float* C, int ldc) {
     return cublasSgemmStridedBatched(h, ta, tb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype,
+                            int ldc, cublasComputeType_t computeType, cublasGemmAlgo_t) {
+    if (Atype != CUDA_R_16BF || Btype != CUDA_R_16BF || Ctype != CUDA_R_32F ||
+        computeType != CUBLAS_COMPUTE_32F) {
+        fprintf(stderr, "emu GemmEx: only bf16 x bf16 -> fp32 with CUBLAS_COMPUTE_32F is emulated\n");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if (lda < std::max(1, ta == CUBLAS_OP_N ? m : k)) { fprintf(stderr, "emu GemmEx: bad lda %d\n", lda); return CUBLAS_STATUS_INVALID_VALUE; }
+    if (ldb < std::max(1, tb == CUBLAS_OP_N ? k : n)) { fprintf(stderr, "emu GemmEx: bad ldb %d\n", ldb); return CUBLAS_STATUS_INVALID_VALUE; }
+    if (ldc < std::max(1, m)) { fprintf(stderr, "emu GemmEx: bad ldc %d\n", ldc); return CUBLAS_STATUS_INVALID_VALUE; }
+    if (k > 0) {
+        check_matrix(A, 2, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda, "GemmEx A");
+        check_matrix(B, 2, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb, "GemmEx B");
+    }
+    check_matrix(C, sizeof(float), m, n, ldc, "GemmEx C");
+    const __nv_bfloat16* a = static_cast<const __nv_bfloat16*>(A);
+    const __nv_bfloat16* b = static_cast<const __nv_bfloat16*>(B);
+    float* c = static_cast<float*>(C);
+    const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0;
+            for (int l = 0; l < k; l++) {
+                const size_t ai = ta == CUBLAS_OP_N ? size_t(i) + size_t(l) * lda : size_t(l) + size_t(i) * lda;
+                const size_t bi = tb == CUBLAS_OP_N ? size_t(l) + size_t(j) * ldb : size_t(j) + size_t(l) * ldb;
+                s += double(__bfloat162float(a[ai])) * double(__bfloat162float(b[bi]));
+            }
+            float& cv = c[size_t(i) + size_t(j) * ldc];
+            cv = float(al * s + (be == 0.0f ? 0.0 : double(be) * cv));
+        }
+    return CUBLAS_STATUS_SUCCESS;
 }

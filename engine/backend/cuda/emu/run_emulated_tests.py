@@ -9,11 +9,12 @@ usage: engine/backend/cuda/emu/run_emulated_tests.py BUILD_DIR [--asan] [--model
            [--only=NAME[,NAME...]] [-- GTEST_ARGS]
 
 BUILD_DIR: a configured ctxengine build with CUDA in which the GPU op tests
-(test_ops_gpu_consistency, test_ops_gpu_flash; with --model also test_gpu_model) have been built,
+(test_ops_gpu_consistency, test_ops_gpu_flash, test_ops_gpu_bf16; with --model also
+test_gpu_model and test_gpu_resume) have been built,
 so its compile_commands.json, link lines, libraries and plugins can be reused. Objects go to
 BUILD_DIR/cuda_emu[_asan]/.
 --asan: AddressSanitizer (catches out-of-bounds accesses of the kernels; slower).
---model: also the whole-model test (tests/test_gpu_model.cpp).
+--model: also the whole-model tests (tests/test_gpu_model.cpp, tests/test_gpu_resume.cpp).
 --only=NAMES: run only these test executables (e.g. --only=test_ops_gpu_flash).
 """
 import json
@@ -102,9 +103,11 @@ def main():
         jobs.append((backend_flags, s, os.path.join(out, os.path.basename(s)[:-4] + ".o")))
     backend_objs = [j[2] for j in jobs]
     tests = [("test_ops_gpu_consistency", test_src),
-             ("test_ops_gpu_flash", os.path.join(ROOT, "tests", "test_ops_gpu_flash.cpp"))]
+             ("test_ops_gpu_flash", os.path.join(ROOT, "tests", "test_ops_gpu_flash.cpp")),
+             ("test_ops_gpu_bf16", os.path.join(ROOT, "tests", "test_ops_gpu_bf16.cpp"))]
     if model:
         tests.append(("test_gpu_model", os.path.join(ROOT, "tests", "test_gpu_model.cpp")))
+        tests.append(("test_gpu_resume", os.path.join(ROOT, "tests", "test_gpu_resume.cpp")))
     if only is not None:
         tests = [t for t in tests if t[0] in only]
     for name, src in tests:

@@ -1,0 +1,22 @@
+// CUDA backend (private header): launchers of the bf16 mixed-precision path (Precision::Bf16,
+// backend.h), kernels in cuda_bf16.cu. Plain C++ declarations (bf16 data is passed as its 16-bit
+// patterns, uint16_t), so the host files compile without NVIDIA's bf16 header.
+//
+// Not to be confused with NVIDIA's <cuda_bf16.h> (the __nv_bfloat16 type): include this one as
+// "backend/cuda/cuda_bf16.h" and NVIDIA's with angle brackets; engine/backend/cuda is never an
+// include directory, so the two cannot shadow each other.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ctx::cuda {
+
+// dst (n) = src (n) rounded to bf16, round-to-nearest-even (__float2bfloat16_rn: ties to the
+// even 8-bit significand, overflow to +-inf, NaN to the canonical 0x7fff); dst holds the bf16 bit
+// patterns. src and dst must not overlap.
+cudaError_t launch_round_to_bf16(uint16_t* dst, const float* src, size_t n, cudaStream_t s);
+
+}  // namespace ctx::cuda
