@@ -44,7 +44,9 @@ void usage(FILE* out) {
 
 // HF_DIR -> OUT.h5: what ctx.save writes for a model without optimizer or data stream.
 void hf_to_checkpoint(lua_State* L, const std::string& dir, const std::string& out) {
-    ModelRef h = load_hf_model(L, dir, "cpu", dir + ":");
+    DeviceRequest cpu;  // conversion is a copy of tensors: the CPU is enough
+    cpu.device = DeviceChoice::Cpu;
+    ModelRef h = load_hf_model(L, dir, cpu, dir + ":");
     TrainingState s;
     capture_model(*h->model, nullptr, s);
     s.pe_plugin = h->pe_name;
@@ -81,7 +83,9 @@ void checkpoint_to_hf(lua_State* L, const std::string& in, const std::string& ou
     const PeSpec& spec = s.pe_plugin == "none" || s.pe_plugin.empty()
                              ? none
                              : pe_spec_from_json(L, s.pe_plugin, s.pe_options_json, in + ":");
-    ModelRef h = build_model(L, c, meta.value("style", std::string("gpt2")), spec, 1, "cpu");
+    DeviceRequest cpu;
+    cpu.device = DeviceChoice::Cpu;
+    ModelRef h = build_model(L, c, meta.value("style", std::string("gpt2")), spec, 1, cpu);
     lua_settop(L, top);
     if (h->model->pe()) h->model->pe()->load_state(s.pe_state);
     try {
@@ -132,6 +136,7 @@ int run_convert_command(const std::vector<std::string>& args, PluginRegistry& re
     engine.registry = &registry;
     engine.comm = &comm;
     engine.threads = threads;
+    engine.default_device = DeviceChoice::Cpu;  // conversion copies tensors: no GPU needed
     try {
         lua::Runtime runtime;  // the PE options are validated like a recipe's
         open_ctx_module(runtime.state(), &engine);

@@ -46,6 +46,11 @@ void print_help() {
         "  ctxengine --version | --help\n\n"
         "options:\n"
         "  --threads N            CPU threads for the CPU backend (default: all cores)\n"
+        "  --device D             auto (default: the GPU of this rank's local rank when one\n"
+        "                         is visible, else the CPU), cpu or cuda; recipes may name\n"
+        "                         their own (ctx.model{device = ...})\n"
+        "  --precision P          fp32 (default) or bf16 (CUDA: bf16 matrix products, fp32\n"
+        "                         master weights and optimizer state)\n"
         "  --plugin PATH          load one more plugin library (repeatable)\n"
         "  --plugin-dir DIR       search one more plugin directory (repeatable)\n"
         "  --log-level LEVEL      trace, debug, info (default), warn, error, off\n"
@@ -63,6 +68,7 @@ void print_help() {
 
 struct CliOptions {
     int threads = 0;
+    std::string device, precision;  // empty: not given
     std::vector<std::string> plugins, plugin_dirs;
     std::string log_level = "info";
     ctx::lua::SandboxOptions sandbox;
@@ -95,6 +101,8 @@ CliOptions parse_args(int argc, char** argv) {
         else if (a == "--version") o.version = true;
         else if (a == "--list-plugins") o.list_plugins = true;
         else if (a == "--threads") o.threads = static_cast<int>(parse_count(a, value()));
+        else if (a == "--device") o.device = value(), ctx::device_choice_from_name(o.device);
+        else if (a == "--precision") o.precision = value(), ctx::precision_from_name(o.precision);
         else if (a == "--plugin") o.plugins.push_back(value());
         else if (a == "--plugin-dir") o.plugin_dirs.push_back(value());
         else if (a == "--log-level") o.log_level = value();
@@ -203,6 +211,14 @@ int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
     engine.registry = &registry;
     engine.comm = comm.get();
     engine.threads = o.threads;
+    if (!o.device.empty()) {
+        engine.default_device = ctx::device_choice_from_name(o.device);
+        engine.device_from_cli = true;
+    }
+    if (!o.precision.empty()) {
+        engine.default_precision = ctx::precision_from_name(o.precision);
+        engine.precision_from_cli = true;
+    }
     {
         std::ifstream recipe(o.command, std::ios::binary);  // a missing file fails in run_file
         engine.recipe_text.assign(std::istreambuf_iterator<char>(recipe), {});

@@ -124,11 +124,10 @@ int l_latest_checkpoint(lua_State* L) {
 int l_load(lua_State* L) {
     const std::string path = luaL_checkstring(L, 1);
     const std::string where = lua::caller_where(L);
-    const auto o = lua::Options::parse(
-        L, 2,
-        {{"data", OptType::Any, false, "a data stream to continue from the saved position"},
-         {"backend", OptType::String, false, "cpu | cuda"}},
-        "ctx.load", where);
+    std::vector<lua::OptSpec> schema = {
+        {"data", OptType::Any, false, "a data stream to continue from the saved position"}};
+    for (const lua::OptSpec& s : device_option_specs()) schema.push_back(s);
+    const auto o = lua::Options::parse(L, 2, schema, "ctx.load", where);
     EngineContext& engine = lua_detail::engine(L);
     const TrainingState s = load_checkpoint(path);
     ModelConfig c;
@@ -147,7 +146,7 @@ int l_load(lua_State* L) {
     const PeSpec& spec = s.pe_plugin == "none" || s.pe_plugin.empty()
                              ? none
                              : pe_spec_from_json(L, s.pe_plugin, s.pe_options_json, where);
-    ModelRef h = build_model(L, c, style, spec, 1, o.choice("backend", "cpu", {"cpu", "cuda"}));
+    ModelRef h = build_model(L, c, style, spec, 1, parse_device_request(L, o));
     h->trained_length = meta.value("trained_length", c.context_length);
     h->tokens_seen = s.tokens_seen;
     if (h->model->pe()) h->model->pe()->load_state(s.pe_state);

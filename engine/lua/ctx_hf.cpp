@@ -18,14 +18,14 @@ namespace ctx {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-ModelRef load_hf_model(lua_State* L, const std::string& dir, const std::string& backend,
+ModelRef load_hf_model(lua_State* L, const std::string& dir, const DeviceRequest& device,
                        const std::string& where) {
     HfCheckpoint ck = read_hf_checkpoint(dir);
     // The PE as a recipe would ask for it (validated against the plugin's options); the spec
     // userdata stays on the stack while the model is built.
     const int top = lua_gettop(L);
     const PeSpec& pe = pe_spec_from_json(L, ck.spec.pe_plugin, ck.spec.pe_options.dump(), where);
-    ModelRef h = build_model(L, ck.spec.config, ck.spec.style, pe, 1, backend);
+    ModelRef h = build_model(L, ck.spec.config, ck.spec.style, pe, 1, device);
     lua_settop(L, top);
     set_model_params(*h->model, ck.tensors, dir);
     const ModelConfig& c = h->model->config();
@@ -78,9 +78,8 @@ using lua::OptType;
 int l_load_hf(lua_State* L) {
     const std::string dir = luaL_checkstring(L, 1);
     const std::string where = lua::caller_where(L);
-    const auto o = lua::Options::parse(L, 2, {{"backend", OptType::String, false, "cpu | cuda"}},
-                                       "ctx.load_hf", where);
-    ModelRef h = load_hf_model(L, dir, o.choice("backend", "cpu", {"cpu", "cuda"}), where);
+    const auto o = lua::Options::parse(L, 2, device_option_specs(), "ctx.load_hf", where);
+    ModelRef h = load_hf_model(L, dir, parse_device_request(L, o), where);
     std::error_code ec;
     const bool has_tok = fs::is_regular_file(fs::path(dir) / "tokenizer.json", ec) ||
                          (fs::is_regular_file(fs::path(dir) / "vocab.json", ec) &&

@@ -23,7 +23,7 @@ class Tokenizer;
 
 // Reads an HF directory into a new model (PE built from config.json, parameters from the
 // weights). Needs the ctx module's engine context on L for plugins and backends. Pushes nothing.
-ModelRef load_hf_model(lua_State* L, const std::string& dir, const std::string& backend,
+ModelRef load_hf_model(lua_State* L, const std::string& dir, const DeviceRequest& device,
                        const std::string& where);
 
 // The HF spec of a live model, the PE's current state (e.g. RoPE's factor after extend) included.

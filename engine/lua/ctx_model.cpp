@@ -56,7 +56,6 @@ const std::vector<OptSpec> kModelSchema = {
     {"norm_bias", OptType::Bool, false, "layernorm bias"},
     {"pe", OptType::Any, false, "positional encoding: a name or ctx.pe(name, options)"},
     {"seed", OptType::Integer, false, "initialisation seed"},
-    {"backend", OptType::String, false, "cpu | cuda"},
 };
 
 std::string default_pe(const std::string& style) {
@@ -67,7 +66,9 @@ std::string default_pe(const std::string& style) {
 
 int l_model(lua_State* L) {
     const std::string where = lua::caller_where(L);
-    const auto o = lua::Options::parse(L, 1, kModelSchema, "ctx.model", where);
+    std::vector<OptSpec> schema = kModelSchema;
+    for (const OptSpec& s : device_option_specs()) schema.push_back(s);
+    const auto o = lua::Options::parse(L, 1, schema, "ctx.model", where);
     const std::string style = o.choice("style", "gpt2", {"gpt2", "neox", "bloom"});
     ModelConfig c = ModelConfig::from_style(style);
     c.vocab_size = static_cast<int>(o.integer("vocab_size", c.vocab_size));
@@ -92,7 +93,7 @@ int l_model(lua_State* L) {
         fail("{} ctx.model: {}", where, e.what());
     }
     const uint64_t seed = static_cast<uint64_t>(o.integer("seed", 1));
-    const std::string backend = o.choice("backend", "cpu", {"cpu", "cuda"});
+    const DeviceRequest device = parse_device_request(L, o);
 
     // The PE: a ctx.pe(...) spec, a plugin name, or the style's default.
     PeSpec* spec = nullptr;
@@ -111,14 +112,45 @@ int l_model(lua_State* L) {
     }
     // The spec stays on the stack (anchored) while the model is built.
 
-    *new_userdata<ModelRef>(L, kModelType) = build_model(L, c, style, *spec, seed, backend);
+    *new_userdata<ModelRef>(L, kModelType) = build_model(L, c, style, *spec, seed, device);
     return 1;
 }
 
 }  // namespace
 
+std::vector<OptSpec> device_option_specs() {
+    return {{"device", OptType::String, false, "auto | cpu | cuda (default: --device, auto)"},
+            {"backend", OptType::String, false, "the older name of device"},
+            {"precision", OptType::String, false, "fp32 | bf16 (default: --precision, fp32)"},
+            {"attention", OptType::String, false, "auto | flash | materialised"}};
+}
+
+DeviceRequest parse_device_request(lua_State* L, const lua::Options& o) {
+    EngineContext& engine = lua_detail::engine(L);
+    DeviceRequest r;
+    if (o.has("device") && o.has("backend"))
+        o.fail_key("backend", "is the older name of device: give one of them");
+    const char* key = o.has("backend") ? "backend" : "device";
+    const std::string at = o.where().empty() ? std::string("ctx.model:") : o.where();
+    r.device = o.has(key) ? device_choice_from_name(
+                                o.choice(key, "auto", {"auto", "cpu", "cuda"}))
+                          : engine.default_device;
+    if (o.has(key) && engine.device_from_cli && r.device != engine.default_device)
+        spdlog::warn("{} {} = \"{}\" overrides --device {}", at, key,
+                     device_choice_name(r.device), device_choice_name(engine.default_device));
+    r.precision = o.has("precision")
+                      ? precision_from_name(o.choice("precision", "fp32", {"fp32", "bf16"}))
+                      : engine.default_precision;
+    if (o.has("precision") && engine.precision_from_cli && r.precision != engine.default_precision)
+        spdlog::warn("{} precision = \"{}\" overrides --precision {}", at,
+                     precision_name(r.precision), precision_name(engine.default_precision));
+    r.attention = attention_choice_from_name(
+        o.choice("attention", "auto", {"auto", "flash", "materialised"}));
+    return r;
+}
+
 ModelRef build_model(lua_State* L, const ModelConfig& c, const std::string& style,
-                     const PeSpec& spec, uint64_t seed, const std::string& backend) {
+                     const PeSpec& spec, uint64_t seed, const DeviceRequest& device) {
     EngineContext& engine = lua_detail::engine(L);
     ctx_model_info info{};
     info.struct_size = sizeof(info);
@@ -138,7 +170,14 @@ ModelRef build_model(lua_State* L, const ModelConfig& c, const std::string& styl
     handle->pe_name = spec.plugin;
     handle->trained_length = c.context_length;
     handle->pe_options_json = pe_options_to_json(spec, L);
-    handle->model = std::make_unique<Model>(c, engine.backend(backend), std::move(pe), seed);
+    Backend* backend = nullptr;
+    try {
+        backend = &engine.backend(device.device, device.precision);
+    } catch (const Error& e) {
+        fail("{}", e.what());
+    }
+    handle->model = std::make_unique<Model>(c, *backend, std::move(pe), seed);
+    handle->model->set_attention_choice(device.attention);
     return handle;
 }
 
@@ -236,6 +275,9 @@ int m_config(lua_State* L) {
     setb("mlp_bias", c.mlp_bias);
     setb("norm_bias", c.norm_bias);
     sets("backend", h.model->backend().name());
+    sets("device", h.model->backend().kind() == DeviceKind::CUDA ? "cuda" : "cpu");
+    sets("precision", precision_name(h.model->backend().precision()));
+    sets("attention", attention_mode_name(h.model->attention_mode()));
     return 1;
 }
 
@@ -366,7 +408,12 @@ int l_train(lua_State* L) {
          {"seq_len", OptType::Integer, false, "row length (default: context_length)"},
          {"optimizer", OptType::Table, false, "AdamW and schedule settings"},
          {"log_every", OptType::Integer, false, "progress line every N steps (0: none)"},
-         {"out_dir", OptType::String, false, "write one metrics.jsonl line per step here"}},
+         {"out_dir", OptType::String, false, "write one metrics.jsonl line per step here"},
+         {"grad_bucket_mb", OptType::Number, false,
+          "data parallel: gradient all-reduce bucket size in MiB (default 25)"},
+         {"reduce_precision", OptType::String, false, "data parallel: fp32 | bf16 on the wire"},
+         {"deterministic", OptType::Bool, false,
+          "data parallel: fixed summation order (bit-exact resume on the same rank count)"}},
         "ctx.train", where);
     ModelHandle& h = *option_userdata<ModelRef>(L, o, "model", kModelType, "a ctx.model");
     DataRef data = option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source");
@@ -411,6 +458,18 @@ int l_train(lua_State* L) {
             if (metrics->active()) add_pe_param_stats(*model, r);
             metrics->jsonl(r);
         };
+    }
+    const double bucket_mb = o.number("grad_bucket_mb", 25.0);
+    if (!(bucket_mb > 0 && bucket_mb <= 4096))
+        o.fail_key("grad_bucket_mb", fmt::format("must be in (0, 4096], got {}", bucket_mb));
+    t.reduce.bucket_bytes = static_cast<size_t>(bucket_mb * 1024 * 1024);
+    t.reduce.precision =
+        reduce_precision_from_name(o.choice("reduce_precision", "fp32", {"fp32", "bf16"}));
+    t.reduce.deterministic = o.boolean("deterministic", false);
+    try {
+        t.reducer = &engine.grad_reducer(h.model->backend(), t.reduce);
+    } catch (const Error& e) {
+        fail("{} ctx.train: {}", where, e.what());
     }
     const TrainResult r = train(*h.model, *h.optimizer, *data->stream, t, *engine.comm, 0,
                                 on_step);

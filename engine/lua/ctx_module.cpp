@@ -15,19 +15,31 @@
 
 namespace ctx {
 
-Backend& EngineContext::backend(const std::string& kind) {
-    auto it = backends.find(kind);
+Backend& EngineContext::backend(DeviceChoice device, Precision precision) {
+    const DeviceKind kind = resolve_device(device);
+    check_precision(kind, precision);
+    const std::string key =
+        fmt::format("{}:{}", kind == DeviceKind::CUDA ? "cuda" : "cpu", precision_name(precision));
+    auto it = backends.find(key);
     if (it != backends.end()) return *it->second;
-    std::unique_ptr<Backend> be;
-    if (kind == "cpu")
-        be = make_cpu_backend(threads);
-    else if (kind == "cuda")
-        be = make_cuda_backend(0);
-    else
-        fail("unknown backend '{}' (expected cpu or cuda)", kind);
+    std::unique_ptr<Backend> be = kind == DeviceKind::CUDA
+                                      ? make_cuda_backend(cuda_device_for_this_rank(), precision)
+                                      : make_cpu_backend(threads);
+    if (comm->rank() == 0 || kind == DeviceKind::CUDA)
+        spdlog::info("rank {}: backend {}", comm->rank(), be->name());
     Backend& ref = *be;
-    backends.emplace(kind, std::move(be));
+    backends.emplace(key, std::move(be));
     return ref;
+}
+
+GradReducer& EngineContext::grad_reducer(Backend& backend, const GradReduceOptions& o) {
+    const std::string key = fmt::format("{}/{}/{}/{}/{}", static_cast<const void*>(&backend),
+                                         o.bucket_bytes, o.overlap, static_cast<int>(o.precision),
+                                         o.deterministic);
+    auto it = reducers.find(key);
+    if (it == reducers.end())
+        it = reducers.emplace(key, make_grad_reducer(backend, *comm, o)).first;
+    return *it->second;
 }
 
 MetricsWriter& EngineContext::metrics_for(const std::string& out_dir) {
@@ -80,6 +92,12 @@ int l_log(lua_State* L) {
 int l_warn(lua_State* L) {
     spdlog::warn("{}", join_args(L));
     return 0;
+}
+
+// ctx.cuda_devices() -> number of visible CUDA devices (0 without CUDA in the build or a GPU)
+int l_cuda_devices(lua_State* L) {
+    lua_pushinteger(L, cuda_device_count());
+    return 1;
 }
 
 int l_rank(lua_State* L) {
@@ -202,6 +220,7 @@ void open_ctx_module(lua_State* L, EngineContext* engine) {
     const luaL_Reg fns[] = {{"log", guarded<l_log>},
                             {"warn", guarded<l_warn>},
                             {"rank", guarded<l_rank>},
+                            {"cuda_devices", guarded<l_cuda_devices>},
                             {"world_size", guarded<l_world_size>},
                             {"plugins", guarded<l_plugins>},
                             {"load_plugin", guarded<l_load_plugin>},

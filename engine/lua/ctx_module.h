@@ -9,7 +9,9 @@
 
 #include "backend/backend.h"
 #include "io/metrics.h"
+#include "model/device_select.h"
 #include "parallel/comm.h"
+#include "parallel/grad_reducer.h"
 #include "plugin/registry.h"
 
 struct lua_State;
@@ -22,9 +24,18 @@ struct EngineContext {
     Comm* comm = nullptr;
     int threads = 0;  // CPU threads for the CPU backend (0: OpenMP's default)
     std::string recipe_text;  // the running recipe's source, stored in checkpoints
-    // Backends are created on first use and shared by every model of the run.
+    // --device / --precision: what models use unless the recipe names its own.
+    DeviceChoice default_device = DeviceChoice::Auto;
+    Precision default_precision = Precision::Fp32;
+    bool device_from_cli = false, precision_from_cli = false;
+    // Backends are created on first use and shared by every model of the run (one per device
+    // kind and precision).
     std::map<std::string, std::unique_ptr<Backend>> backends;
-    Backend& backend(const std::string& kind);  // "cpu" | "cuda"
+    Backend& backend(DeviceChoice device, Precision precision);
+    // Gradient reducers (NCCL communicators are costly to build): one per backend and options,
+    // shared by every ctx.train of the run.
+    std::map<std::string, std::unique_ptr<GradReducer>> reducers;
+    GradReducer& grad_reducer(Backend& backend, const GradReduceOptions& options);
     // One metrics writer per output directory (rank 0 writes, others hold inactive writers).
     std::map<std::string, std::unique_ptr<MetricsWriter>> metrics;
     MetricsWriter& metrics_for(const std::string& out_dir);

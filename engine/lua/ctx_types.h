@@ -8,6 +8,7 @@
 #include "data/token_source.h"
 #include "lua/options.h"
 #include "model/decoder.h"
+#include "model/device_select.h"
 #include "model/optimizer.h"
 
 struct lua_State;
@@ -53,9 +54,20 @@ void push_data(lua_State* L, std::shared_ptr<TokenSource> data, uint64_t seed);
 void push_data_handle(lua_State* L, DataRef data);
 // Sets ctx.model, ctx.train, ctx.evaluate on the table at the top of the stack.
 void register_model_functions(lua_State* L);
+// Where and how a model computes: the `device`, `precision` and `attention` options of
+// ctx.model, ctx.load and ctx.load_hf (`backend` is the older name of `device`).
+struct DeviceRequest {
+    DeviceChoice device = DeviceChoice::Auto;
+    Precision precision = Precision::Fp32;
+    AttentionChoice attention = AttentionChoice::Auto;
+};
+// The schema entries of those options, to append to a function's schema.
+std::vector<lua::OptSpec> device_option_specs();
+// Reads them (defaults: the command line's --device / --precision, then auto / fp32).
+DeviceRequest parse_device_request(lua_State* L, const lua::Options& o);
 // Builds a model (the shared path of ctx.model and ctx.load). Pushes nothing.
 ModelRef build_model(lua_State* L, const ModelConfig& config, const std::string& style,
-                     const PeSpec& pe, uint64_t seed, const std::string& backend);
+                     const PeSpec& pe, uint64_t seed, const DeviceRequest& device);
 // The recipe-visible options of a PE as JSON, and back to a validated PeSpec (pushed).
 std::string pe_options_to_json(const PeSpec& spec, lua_State* L);
 PeSpec& pe_spec_from_json(lua_State* L, const std::string& plugin, const std::string& json,

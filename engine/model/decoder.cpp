@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/host_span.h"
 
 namespace ctx {
 
@@ -21,7 +22,7 @@ struct Model::Acts {
     float *ln1_mean, *ln1_rstd;  // (L, B, T)
     float* qkv;          // (L, B, T, 3C)  q, k after rotary
     float* atty;         // (L, B, T, C)
-    float* att;          // (L, B, H, T, T)
+    float* att;          // (L, B, H, T, T) probabilities, or (L, B, H, T) lse in flash mode
     float* res2;         // (L, B, T, C)   x + attn (sequential residual only)
     float* ln2;          // (L, B, T, C)
     float *ln2_mean, *ln2_rstd;  // (L, B, T)
@@ -62,6 +63,7 @@ Model::Model(const ModelConfig& config, Backend& backend, std::unique_ptr<PePlug
     init_params(seed);
     if (pe_ && pe_->has(CTX_PE_HOOK_INPUT)) input_spec_ = pe_->input_spec();
     bias_generic_ = pe_bias_is_generic();
+    set_attention_choice(AttentionChoice::Auto);
 }
 
 bool Model::pe_bias_is_generic() {
@@ -95,7 +97,11 @@ void Model::build_layout() {
         layout_.add(p + "mlp.proj.weight", {C, F}, true);
         if (mb) layout_.add(p + "mlp.proj.bias", {C}, false);
     }
+    layer_offsets_.clear();
+    for (int l = 0; l < config_.n_layer; ++l)
+        layer_offsets_.push_back(layout_.view(fmt::format("layers.{}.ln1.weight", l)).offset);
     layout_.add("lnf.weight", {C}, false);
+    layer_offsets_.push_back(layout_.view("lnf.weight").offset);
     if (nb) layout_.add("lnf.bias", {C}, false);
     if (!config_.tied_embeddings) layout_.add("lm_head.weight", {V, C}, true);
     pe_view_index_.clear();
@@ -127,12 +133,23 @@ Model::Layer Model::layer(int l, const Arena& a) const {
                  get("mlp.fc.bias"),     get("mlp.proj.weight"), get("mlp.proj.bias")};
 }
 
+size_t Model::pe_begin() const {
+    return pe_view_index_.empty() ? layout_.total() : layout_.views()[pe_view_index_[0]].offset;
+}
+
 std::vector<ctx_tensor> Model::pe_tensors(const Arena& a) const {
+    CTX_CHECK(backend_->kind() == DeviceKind::CPU,
+              "internal: PE tensors in place on a {} backend (stage them)", backend_->name());
+    return pe_tensors(a.data() + pe_begin());
+}
+
+std::vector<ctx_tensor> Model::pe_tensors(float* base) const {
     std::vector<ctx_tensor> out;
+    const size_t begin = pe_begin();
     for (size_t idx : pe_view_index_) {
         const ParamView& v = layout_.views()[idx];
         ctx_tensor t{};
-        t.data = a.at(v);
+        t.data = base + (v.offset - begin);
         t.dtype = CTX_F32;
         t.ndim = static_cast<int32_t>(v.shape.size());
         for (int i = 0; i < 4; ++i) t.shape[i] = i < t.ndim ? v.shape[i] : 1;
@@ -184,8 +201,9 @@ void Model::reserve(int B, int T) {
     const size_t C = config_.d_model, V = config_.vocab_size, F = config_.ffn();
     const size_t L = config_.n_layer, H = config_.n_head;
     const size_t N = static_cast<size_t>(B) * T;
-    const size_t scratch = backend_->attention_scratch_floats(B, T, config_.d_model, config_.n_head,
-                                                            AttentionMode::Materialised);
+    const size_t scratch =
+        backend_->attention_scratch_floats(B, T, config_.d_model, config_.n_head, attention_mode_);
+    const size_t saved = attention_saved_floats(attention_mode_, B, T, config_.n_head);
     // The generic bias costs 2 (B, H, T, T) tables (value and gradient; the saved attention
     // probabilities are L of them) plus 3 packed pair arrays on the host.
     const size_t table = bias_generic_ ? static_cast<size_t>(B) * H * T * T : 0;
@@ -194,7 +212,7 @@ void Model::reserve(int B, int T) {
     const std::vector<size_t> sizes = {
         N * C, N * C, N, N,                                   // encoded, emb_ln, mean, rstd
         L * N * C, L * N, L * N, L * N * 3 * C, L * N * C,    // ln1, mean, rstd, qkv, atty
-        L * B * H * T * T, L * N * C,                         // att, res2
+        L * saved, L * N * C,                                 // att (or lse), res2
         L * N * C, L * N, L * N, L * N * F, L * N * F,        // ln2, mean, rstd, fch, fch_act
         (L + 1) * N * C, N * C, N, N, N * V, N, N * C,        // resid, lnf, m, r, logits, losses, tmp
         N * C, N * C, N * C, N * C, N * 3 * C, N * F, N * F, N * C, scratch,  // grads, scratch
@@ -306,7 +324,8 @@ void Model::generic_bias_forward(const Batch& b) {
     }
     const bool direct = backend_->kind() == DeviceKind::CPU;  // host memory: write in place
     float* table = direct ? acts_->bias_table : bias_stage_.data();  // (B, H, T, T)
-    const std::vector<ctx_tensor> params = pe_tensors(params_);
+    HostSpan param_span(*backend_, params_.data() + pe_begin(), layout_.total() - pe_begin(), true);
+    const std::vector<ctx_tensor> params = pe_tensors(param_span.data());
     for (int h = 0; h < H; ++h) {
         pe_->bias_forward(params, h, pair_dist_.data(), pair_qpos_.data(),
                           static_cast<int64_t>(n), pair_val_.data());
@@ -331,8 +350,11 @@ void Model::generic_bias_backward(const Batch& b) {
         backend_->copy_to_host(bias_stage_.data(), dtable, static_cast<size_t>(B) * H * T * T);
         dtable = bias_stage_.data();
     }
-    const std::vector<ctx_tensor> params = pe_tensors(params_);
-    std::vector<ctx_tensor> grads = pe_tensors(grads_);
+    const size_t pe0 = pe_begin(), pe_n = layout_.total() - pe_begin();
+    HostSpan param_span(*backend_, params_.data() + pe0, pe_n, true);
+    HostSpan grad_span(*backend_, grads_.data() + pe0, pe_n, true);
+    const std::vector<ctx_tensor> params = pe_tensors(param_span.data());
+    std::vector<ctx_tensor> grads = pe_tensors(grad_span.data());
     for (int h = 0; h < H; ++h) {
         size_t k = 0;
         for (int r = 0; r < B; ++r)
@@ -343,6 +365,7 @@ void Model::generic_bias_backward(const Batch& b) {
         pe_->bias_backward(params, grads, h, pair_dist_.data(), pair_qpos_.data(),
                            static_cast<int64_t>(n), pair_val_.data());
     }
+    grad_span.commit();
 }
 
 void Model::forward_impl(const Batch& b) {
@@ -364,8 +387,12 @@ void Model::forward_impl(const Batch& b) {
     }
     const float* wte = params_.at(layout_.view("wte"));
     be.embedding_forward(a.encoded, a.tokens.data(), a.positions, wte, wpe, N, C, V, table_rows);
-    if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_GENERIC)
-        pe_->input_forward(pe_tensors(params_), b.positions, N, a.encoded);
+    if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_GENERIC) {
+        HostSpan params(be, params_.data() + pe_begin(), layout_.total() - pe_begin(), true);
+        HostSpan encoded(be, a.encoded, NC, true);  // (B, T, C)
+        pe_->input_forward(pe_tensors(params.data()), b.positions, N, encoded.data());
+        encoded.commit();
+    }
     float* x = a.resid;  // (B, T, C) stream entering layer 0
     if (config_.embedding_layernorm) {
         be.layernorm_forward(x, a.emb_ln_mean, a.emb_ln_rstd, a.encoded,
@@ -381,6 +408,7 @@ void Model::forward_impl(const Batch& b) {
     AttentionOptions attn;
     attn.bias = bias_spec(T);
     attn.window = attention_window_;
+    attn.mode = attention_mode_;
     if (bias_generic_) generic_bias_forward(b);  // one table for every layer
 
     for (int l = 0; l < config_.n_layer; ++l) {
@@ -392,7 +420,7 @@ void Model::forward_impl(const Batch& b) {
         float* ln1_rstd = a.ln1_rstd + static_cast<size_t>(l) * N;
         float* qkv = a.qkv + l * NC * 3;
         float* atty = a.atty + l * NC;
-        float* att = a.att + static_cast<size_t>(l) * B * H * T * T;
+        float* att = a.att + static_cast<size_t>(l) * attention_saved_floats(attention_mode_, B, T, H);
         float* res2 = a.res2 + l * NC;
         float* ln2 = a.ln2 + l * NC;
         float* ln2_mean = a.ln2_mean + static_cast<size_t>(l) * N;
@@ -502,6 +530,7 @@ void Model::backward_impl(const Batch& b) {
     AttentionOptions attn;
     attn.bias = bias_spec(T);
     attn.window = attention_window_;
+    attn.mode = attention_mode_;
     if (bias_generic_) be.zero(a.dbias_table, static_cast<size_t>(B) * H * T * T);
 
     for (int l = config_.n_layer - 1; l >= 0; --l) {
@@ -513,7 +542,8 @@ void Model::backward_impl(const Batch& b) {
         const float* ln1_rstd = a.ln1_rstd + static_cast<size_t>(l) * N;
         const float* qkv = a.qkv + l * NC * 3;
         const float* atty = a.atty + l * NC;
-        const float* att = a.att + static_cast<size_t>(l) * B * H * T * T;
+        const float* att =
+            a.att + static_cast<size_t>(l) * attention_saved_floats(attention_mode_, B, T, H);
         const float* res2 = a.res2 + l * NC;
         const float* ln2 = a.ln2 + l * NC;
         const float* ln2_mean = a.ln2_mean + static_cast<size_t>(l) * N;
@@ -553,6 +583,7 @@ void Model::backward_impl(const Batch& b) {
         }
         be.layernorm_backward(a.dx, g.ln1_w, g.ln1_b, a.dln, xin, w.ln1_w, ln1_mean, ln1_rstd, N,
                               C);
+        announce_grads(layer_offsets_[l], layer_offsets_[l + 1]);  // layer l is done
     }
     if (bias_generic_) generic_bias_backward(b);  // every layer has added into dbias_table
 
@@ -575,16 +606,64 @@ void Model::backward_impl(const Batch& b) {
     }
     be.embedding_backward(dwte, dwpe, demb, a.tokens.data(), a.positions, N, C, V, table_rows);
     if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_GENERIC) {
-        auto pt = pe_tensors(params_);
-        auto gt = pe_tensors(grads_);
-        pe_->input_backward(pt, gt, b.positions, N, demb);
+        const size_t pe0 = pe_begin(), pe_n = layout_.total() - pe_begin();
+        HostSpan param_span(be, params_.data() + pe0, pe_n, true);
+        HostSpan grad_span(be, grads_.data() + pe0, pe_n, true);
+        HostSpan demb_span(be, const_cast<float*>(demb), NC, true);  // (B, T, C), read only
+        auto pt = pe_tensors(param_span.data());
+        auto gt = pe_tensors(grad_span.data());
+        pe_->input_backward(pt, gt, b.positions, N, demb_span.data());
+        grad_span.commit();
+    }
+    // The embeddings (also the tied head), the final norm, the head and the PE parameters are
+    // final only now; the layers were announced as the loop finished them.
+    announce_grads(0, layer_offsets_.front());
+    announce_grads(layer_offsets_.back(), layout_.total());
+}
+
+void Model::announce_grads(size_t begin, size_t end) {
+    if (grad_ready_ && end > begin) grad_ready_(grads_.data() + begin, end - begin);
+}
+
+void Model::set_attention_choice(AttentionChoice choice) {
+    const int C = config_.d_model, H = config_.n_head;
+    AttentionMode mode = AttentionMode::Materialised;
+    if (choice == AttentionChoice::Auto)
+        mode = backend_->attention_mode_auto(config_.context_length, C, H);
+    else if (choice == AttentionChoice::Flash)
+        mode = AttentionMode::Flash;
+    CTX_CHECK(backend_->attention_mode_supported(mode, C, H),
+              "attention = \"{}\": the {} backend has no {} attention for head dim {}",
+              attention_choice_name(choice), backend_->name(), attention_mode_name(mode), C / H);
+    attention_choice_ = choice;
+    if (mode != attention_mode_) {  // the saved buffer and the scratch change size
+        attention_mode_ = mode;
+        acts_.reset();
+        reserved_B_ = reserved_T_ = 0;
+    }
+}
+
+AttentionChoice attention_choice_from_name(const std::string& name) {
+    if (name == "auto") return AttentionChoice::Auto;
+    if (name == "materialised" || name == "materialized") return AttentionChoice::Materialised;
+    if (name == "flash") return AttentionChoice::Flash;
+    fail("unknown attention '{}' (expected auto, flash or materialised)", name);
+}
+
+const char* attention_choice_name(AttentionChoice c) {
+    switch (c) {
+        case AttentionChoice::Materialised: return "materialised";
+        case AttentionChoice::Flash: return "flash";
+        default: return "auto";
     }
 }
 
 void Model::after_update() {
     if (!pe_ || pe_view_index_.empty()) return;
-    auto t = pe_tensors(params_);
+    HostSpan span(*backend_, params_.data() + pe_begin(), layout_.total() - pe_begin(), true);
+    auto t = pe_tensors(span.data());
     pe_->after_update(t);
+    span.commit();
 }
 
 void Model::extend(int new_len, Arena* adam_m, Arena* adam_v) {
@@ -595,7 +674,8 @@ void Model::extend(int new_len, Arena* adam_m, Arena* adam_v) {
         return;
     }
     const ArenaLayout old_layout = layout_;
-    const std::vector<ctx_tensor> old_pe = pe_tensors(params_);
+    HostSpan old_span(*backend_, params_.data() + pe_begin(), layout_.total() - pe_begin(), true);
+    const std::vector<ctx_tensor> old_pe = pe_tensors(old_span.data());
     pe_->extend(old_len, new_len);
     config_.context_length = new_len;
     build_layout();
@@ -612,8 +692,12 @@ void Model::extend(int new_len, Arena* adam_m, Arena* adam_v) {
         if (adam_m) backend_->copy(new_m.at(nv), adam_m->at(*ov), nv.numel);
         if (adam_v) backend_->copy(new_v.at(nv), adam_v->at(*ov), nv.numel);
     }
-    std::vector<ctx_tensor> new_pe = pe_tensors(new_params);
+    // pe_begin() and pe_tensors() now follow the new layout.
+    HostSpan new_span(*backend_, new_params.data() + pe_begin(), layout_.total() - pe_begin(),
+                      true);
+    std::vector<ctx_tensor> new_pe = pe_tensors(new_span.data());
     pe_->extend_params(old_pe, new_pe);
+    new_span.commit();
     params_ = std::move(new_params);
     grads_ = Arena(*backend_, layout_.total());
     if (adam_m) *adam_m = std::move(new_m);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +24,17 @@ struct Batch {
     const int32_t* targets = nullptr;  // (B, T)
     const float* loss_mask = nullptr;  // (B, T) 1 = train this target
 };
+
+// Which attention implementation the model asks its backend for (a runtime choice, not part of
+// the checkpoint). Auto: the backend's preference (flash on CUDA, materialised on the CPU).
+enum class AttentionChoice { Auto = 0, Materialised = 1, Flash = 2 };
+AttentionChoice attention_choice_from_name(const std::string& name);  // auto|materialised|flash
+const char* attention_choice_name(AttentionChoice c);
+
+// Called by the backward pass with ranges of the gradient arena that no later op of the step
+// writes (one block of layers at a time, then the rest), so a data-parallel reducer can start
+// summing them while the backward pass goes on.
+using GradReadyHook = std::function<void(float* grads, size_t n)>;
 
 struct LossSums {
     double loss_sum = 0;  // sum over tokens of mask * nll
@@ -68,6 +80,15 @@ public:
     void set_attention_window(int window);
     int attention_window() const { return attention_window_; }
 
+    // Attention implementation; throws when the backend cannot run the chosen mode for this
+    // model's head dim. Activation buffers are resized on the next pass.
+    void set_attention_choice(AttentionChoice choice);
+    AttentionChoice attention_choice() const { return attention_choice_; }
+    AttentionMode attention_mode() const { return attention_mode_; }
+
+    // See GradReadyHook; an empty hook (the default) is never called.
+    void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+
     // Plugin hook after the optimizer changed parameters (e.g. KERPLE clamping).
     void after_update();
 
@@ -97,7 +118,12 @@ private:
     void forward_impl(const Batch& b);
     void backward_impl(const Batch& b);
     void upload_batch(const Batch& b);
-    std::vector<ctx_tensor> pe_tensors(const Arena& a) const;
+    // The PE parameters as plugin tensors over `base`, which holds the PE span of an arena
+    // (pe_span()): the arena memory itself on the CPU backend, a host copy on others.
+    std::vector<ctx_tensor> pe_tensors(float* base) const;
+    std::vector<ctx_tensor> pe_tensors(const Arena& a) const;  // in place (host backends only)
+    size_t pe_begin() const;  // arena offset where the PE parameters start (they come last)
+    void announce_grads(size_t begin, size_t end);
     BiasSpec bias_spec(int T);
     bool pe_bias_is_generic();
     void generic_bias_forward(const Batch& b);
@@ -109,6 +135,9 @@ private:
     ArenaLayout layout_;
     Arena params_, grads_;
     std::vector<size_t> pe_view_index_;  // plugin parameter i -> index in layout_.views()
+    // Arena offset of layer l's first parameter (l < L) and of what follows the layers (l = L):
+    // layer l's parameters (and gradients) are [layer_offsets_[l], layer_offsets_[l + 1]).
+    std::vector<size_t> layer_offsets_;
     ctx_input_spec input_spec_{};
     // Generic bias (CTX_BIAS_GENERIC): the plugin evaluates f_h on every causal (query, key) pair
     // of the batch, packed row by row as (b, i, j <= i): distances p_i - p_j, query positions p_i
@@ -118,6 +147,9 @@ private:
     std::vector<float> bias_stage_;  // (B, H, T, T) host staging for non-CPU backends only
     int reserved_B_ = 0, reserved_T_ = 0;
     int attention_window_ = 0;
+    AttentionChoice attention_choice_ = AttentionChoice::Auto;
+    AttentionMode attention_mode_ = AttentionMode::Materialised;
+    GradReadyHook grad_ready_;
     std::unique_ptr<Acts> acts_;
     std::vector<float> losses_host_;
 };

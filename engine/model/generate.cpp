@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/host_span.h"
 
 namespace ctx {
 
@@ -182,8 +183,13 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
     if (table_rows > 0) wpe = m.params_.at(m.layout_.views()[m.pe_view_index_[m.input_spec_.table_param]]);
     be.embedding_forward(b.encoded, b.tokens.data(), b.positions, wte, wpe, N, C, V,
                          static_cast<int>(std::max<int64_t>(table_rows, 0)));
-    if (pe && pe->has(CTX_PE_HOOK_INPUT) && m.input_spec_.kind == CTX_INPUT_GENERIC)
-        pe->input_forward(m.pe_tensors(m.params_), pos_new.data(), N, b.encoded);
+    if (pe && pe->has(CTX_PE_HOOK_INPUT) && m.input_spec_.kind == CTX_INPUT_GENERIC) {
+        const size_t pe0 = m.pe_begin();
+        HostSpan params(be, m.params_.data() + pe0, m.layout_.total() - pe0, true);
+        HostSpan encoded(be, b.encoded, NC, true);  // (N, C)
+        pe->input_forward(m.pe_tensors(params.data()), pos_new.data(), N, encoded.data());
+        encoded.commit();
+    }
     auto param = [&](const char* name) -> float* {
         const ParamView* v = m.layout_.find(name);
         return v ? m.params_.at(*v) : nullptr;
@@ -224,7 +230,9 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
             b.table_host.assign(tsize, 0.0f);
             b.table = Arena(be, tsize);
         }
-        const std::vector<ctx_tensor> params = m.pe_tensors(m.params_);
+        const size_t pe0 = m.pe_begin();
+        HostSpan param_span(be, m.params_.data() + pe0, m.layout_.total() - pe0, true);
+        const std::vector<ctx_tensor> params = m.pe_tensors(param_span.data());
         for (int i = 0; i < nb; ++i) {
             const int r = r0 + i, len = lens_[static_cast<size_t>(r)];
             const float* kp = b.kpos_host.data() + static_cast<size_t>(r) * S;

@@ -28,6 +28,18 @@ TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
     double tokens_since_log = 0;
     auto t_step = t_start;
     const bool interactive = isatty(STDERR_FILENO) != 0;
+    std::unique_ptr<GradReducer> own_reducer;
+    GradReducer* reducer = o.reducer;
+    if (!reducer) {
+        own_reducer = make_grad_reducer(model.backend(), comm, o.reduce);
+        reducer = own_reducer.get();
+    }
+    // The backward pass hands finished layers to the reducer; the hook is removed on every exit.
+    model.set_grad_ready_hook([reducer](float* g, size_t n) { reducer->ready(g, n); });
+    struct HookGuard {
+        Model& m;
+        ~HookGuard() { m.set_grad_ready_hook({}); }
+    } hook_guard{model};
     for (int64_t s = 0; s < o.steps; ++s) {
         data.next(buf, o.batch_size, o.seq_len);
         const Batch batch = buf.batch();
@@ -39,8 +51,9 @@ TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
         CTX_CHECK(counts[0] > 0, "step {}: the batch trains no token (every loss mask is 0)",
                   opt.step() + 1);
         model.backend().zero(model.grads().data(), model.grads().size());
+        reducer->begin();
         const LossSums local = model.forward_backward(batch, static_cast<float>(1.0 / counts[0]));
-        comm.allreduce_sum(model.grads().data(), model.grads().size());
+        reducer->finish();
         double loss_sum[1] = {local.loss_sum};
         comm.allreduce_sum(loss_sum, 1);
         const Optimizer::StepInfo info = opt.update();

@@ -12,6 +12,7 @@
 #include "model/decoder.h"
 #include "model/optimizer.h"
 #include "parallel/comm.h"
+#include "parallel/grad_reducer.h"
 
 namespace ctx {
 
@@ -20,6 +21,10 @@ struct TrainOptions {
     int batch_size = 8;  // rows per rank per step
     int seq_len = 128;
     int log_every = 10;  // 0: no progress lines
+    // Data-parallel gradient sum: `reducer` when given (kept across calls by the caller, e.g.
+    // an NCCL communicator), else one made for this call from `reduce`.
+    GradReduceOptions reduce;
+    GradReducer* reducer = nullptr;
 };
 
 struct StepRecord;

@@ -64,9 +64,11 @@ int run(const std::string& dir) {
     lua::Runtime runtime;
     open_ctx_module(runtime.state(), &engine);
     lua_State* L = runtime.state();
+    DeviceRequest cpu;  // the reference comparison is on the CPU backend
+    cpu.device = DeviceChoice::Cpu;
 
     const SafetensorsFile ref(dir + "/reference.safetensors");
-    ModelRef h = load_hf_model(L, dir + "/hf", "cpu", "hf_check:");
+    ModelRef h = load_hf_model(L, dir + "/hf", cpu, "hf_check:");
     Model& m = *h->model;
     const StTensor* tt = ref.find("tokens");
     CTX_CHECK(tt && tt->shape.size() == 2, "reference.safetensors: no (B, T) tokens");
@@ -108,7 +110,7 @@ int run(const std::string& dir) {
     for (const char* tag : {"sharded", "f16", "bf16"}) {
         const std::string vdir = dir + "/hf_" + tag;
         if (!fs::exists(vdir)) continue;
-        ModelRef v = load_hf_model(L, vdir, "cpu", "hf_check:");
+        ModelRef v = load_hf_model(L, vdir, cpu, "hf_check:");
         v->model->forward(batch);
         const double d = max_abs_diff(v->model->logits(batch),
                                       ref.read_f32(std::string("logits_") + tag));
