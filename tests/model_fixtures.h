@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -108,6 +109,24 @@ struct GradCheckOptions {
 };
 
 inline double mean_loss(Model& m, const Batch& b) { return m.forward(b).mean(); }
+
+// A PE plugin name with recipe-style options (parameterised model tests).
+struct PeCase {
+    std::string pe;
+    std::map<std::string, OptionValue> opts;
+};
+inline void PrintTo(const PeCase& c, std::ostream* os) { *os << c.pe; }
+
+// An arena's contents in host memory, whatever the backend.
+inline std::vector<float> host_copy(Backend& be, const Arena& a) {
+    std::vector<float> h(a.size());
+    be.copy_to_host(h.data(), a.data(), a.size());
+    return h;
+}
+
+inline bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 // The analytic gradient of the mean masked loss against central differences (eps 1e-2) on
 // sampled entries of every parameter view, entry by entry and as a vector per view.

@@ -18,15 +18,13 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "grad_reducer_cases.h"
+#include "mpi_gtest.h"
 #include "parallel/comm.h"
 #include "parallel/grad_reducer.h"
 
 namespace {
 
-ctx::Comm* world() {
-    static std::unique_ptr<ctx::Comm> c = ctx::mpi_initialized() ? ctx::make_mpi_comm() : nullptr;
-    return c.get();
-}
+ctx::Comm* world() { return ctx::test::mpi_world(); }
 
 #define REQUIRE_GPU_AND_NCCL()                                                         \
     if (ctx::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";             \
@@ -281,26 +279,4 @@ TEST(NcclMpi, SumsOverRanksInEveryMode) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    ::testing::InitGoogleTest(&argc, argv);
-    const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
-                          std::getenv("PMIX_RANK");
-    if (launched) ctx::mpi_init(&argc, &argv);
-    if (const char* want = std::getenv("CTX_TEST_EXPECT_WORLD")) {
-        const int have = world() ? world()->size() : 1;
-        if (have != std::atoi(want)) {
-            std::fprintf(stderr, "CTX_TEST_EXPECT_WORLD=%s but the MPI world has %d rank(s)\n",
-                         want, have);
-            return 1;
-        }
-    }
-    const int rc = RUN_ALL_TESTS();
-    int worst = rc;
-    if (launched) {
-        double r[1] = {double(rc != 0)};
-        world()->allreduce_sum(r, 1);
-        worst = r[0] > 0 ? 1 : 0;
-        ctx::mpi_finalize();
-    }
-    return worst;
-}
+int main(int argc, char** argv) { return ctx::test::mpi_gtest_main(argc, argv); }

@@ -20,17 +20,9 @@ namespace {
 
 using test::OptionValue;
 
-struct PeCase {
-    std::string pe;
-    std::map<std::string, OptionValue> opts;
-};
-void PrintTo(const PeCase& c, std::ostream* os) { *os << c.pe; }
+using test::PeCase;
 
-std::vector<float> host_copy(Backend& be, const Arena& a) {
-    std::vector<float> h(a.size());
-    be.copy_to_host(h.data(), a.data(), a.size());
-    return h;
-}
+using test::host_copy;
 
 ModelConfig config() {
     ModelConfig c = test::tiny_config();

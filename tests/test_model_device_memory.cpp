@@ -21,21 +21,11 @@ namespace {
 
 using test::OptionValue;
 
-struct PeCase {
-    std::string pe;
-    std::map<std::string, OptionValue> opts;
-};
-void PrintTo(const PeCase& c, std::ostream* os) { *os << c.pe; }
+using test::PeCase;
 
-std::vector<float> host_copy(Backend& be, const Arena& a) {
-    std::vector<float> h(a.size());
-    be.copy_to_host(h.data(), a.data(), a.size());
-    return h;
-}
+using test::host_copy;
 
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using test::bit_equal;
 
 ModelConfig config() {
     ModelConfig c = test::tiny_config();

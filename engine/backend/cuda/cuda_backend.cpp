@@ -321,7 +321,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device, Precision precision) {
     CTX_CHECK(precision == Precision::Fp32 || precision == Precision::Bf16,
               "cuda backend: precision must be fp32 or bf16, got value {}", int(precision));
     const int n = cuda_device_count();
-    if (n == 0) fail("no CUDA device is visible (cudaGetDeviceCount found none); use backend = \"cpu\"");
+    if (n == 0)
+        fail("no CUDA device is visible (cudaGetDeviceCount found none); use device = \"cpu\" "
+             "or \"auto\"");
     if (device < 0 || device >= n) fail("CUDA device {} does not exist ({} visible)", device, n);
     return std::make_unique<cuda::CudaBackend>(device, precision);
 }
