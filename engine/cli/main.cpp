@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "build_info.h"
@@ -36,6 +37,7 @@ void print_help() {
         "usage:\n"
         "  ctxengine [options] RECIPE.lua [ARGS...]   run a recipe (also under mpirun -np N)\n"
         "  ctxengine bench [--config NAME] ...        training throughput (bench --help)\n"
+        "  ctxengine bench attention ...              attention fwd+bwd TFLOP/s per PE\n"
         "  ctxengine data generate --out DIR ...      the default long-document corpus as shards\n"
         "  ctxengine data info FILE.shard             a shard's documents and lengths\n"
         "  ctxengine data qa --out F.jsonl --context N  retrieval questions (docs/EVAL.md)\n"
@@ -200,7 +202,13 @@ int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
     }
     if (o.command == "bench") {
         try {
-            return ctx::run_bench(o.args, registry, o.threads);
+            // The global --device / --precision apply unless bench names its own.
+            std::vector<std::string> args = o.args;
+            for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--device", o.device},
+                                              {"--precision", o.precision}})
+                if (!value.empty() && std::find(args.begin(), args.end(), flag) == args.end())
+                    args.insert(args.end(), {flag, value});
+            return ctx::run_bench(args, registry, o.threads);
         } catch (const ctx::Error& e) {
             spdlog::error("{}", e.what());
             return kExitRunError;
