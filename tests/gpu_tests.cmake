@@ -36,8 +36,3 @@ endforeach()
 file(GENERATE OUTPUT ${CTX_GPU_LABEL_SCRIPT} CONTENT "${CTX_GPU_LABEL_CONTENT}")
 set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${CTX_GPU_LABEL_SCRIPT})
 
-# test_ops_gpu_flash calls the CUDA backend's internal flash-attention entry points
-# (backend/cuda/cuda_flash.h), which exist only in builds with CUDA: tell it which build it is.
-if(TARGET test_ops_gpu_flash AND CTX_HAVE_CUDA)
-  target_compile_definitions(test_ops_gpu_flash PRIVATE CTX_TEST_HAVE_CUDA=1)
-endif()
