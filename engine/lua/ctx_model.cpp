@@ -471,8 +471,14 @@ int l_train(lua_State* L) {
     } catch (const Error& e) {
         fail("{} ctx.train: {}", where, e.what());
     }
-    const TrainResult r = train(*h.model, *h.optimizer, *data->stream, t, *engine.comm, 0,
-                                on_step);
+    TrainResult r;
+    try {
+        r = train(*h.model, *h.optimizer, *data->stream, t, *engine.comm, 0, on_step);
+    } catch (...) {
+        // A step that failed mid-backward leaves the reducer mid-step: do not reuse it.
+        engine.drop_grad_reducer(t.reducer);
+        throw;
+    }
     for (const StepRecord& s : r.steps) h.tokens_seen += static_cast<int64_t>(s.tokens);
 
     lua_newtable(L);

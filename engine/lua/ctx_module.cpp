@@ -42,6 +42,14 @@ GradReducer& EngineContext::grad_reducer(Backend& backend, const GradReduceOptio
     return *it->second;
 }
 
+void EngineContext::drop_grad_reducer(const GradReducer* reducer) {
+    for (auto it = reducers.begin(); it != reducers.end(); ++it)
+        if (it->second.get() == reducer) {
+            reducers.erase(it);
+            return;
+        }
+}
+
 MetricsWriter& EngineContext::metrics_for(const std::string& out_dir) {
     auto it = metrics.find(out_dir);
     if (it == metrics.end())

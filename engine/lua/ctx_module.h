@@ -36,6 +36,8 @@ struct EngineContext {
     // shared by every ctx.train of the run.
     std::map<std::string, std::unique_ptr<GradReducer>> reducers;
     GradReducer& grad_reducer(Backend& backend, const GradReduceOptions& options);
+    // Forgets a reducer (after a failed step left it mid-step); the next ctx.train builds anew.
+    void drop_grad_reducer(const GradReducer* reducer);
     // One metrics writer per output directory (rank 0 writes, others hold inactive writers).
     std::map<std::string, std::unique_ptr<MetricsWriter>> metrics;
     MetricsWriter& metrics_for(const std::string& out_dir);
