@@ -95,6 +95,9 @@ __global__ void attention_softmax_kernel(float* att, const float* positions, int
         mx = fmaxf(mx, x);
     }
     mx = warp_max(mx);
+    // The next loop reads entries other lanes wrote (its lanes start at lo, not 0): only
+    // __syncwarp orders memory between lanes (a shuffle does not).
+    __syncwarp();
     float sum = 0.0f;
     for (int j = lo + lane; j <= i; j += 32) {
         const float e = expf(r[j] - mx);

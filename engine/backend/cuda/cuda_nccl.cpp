@@ -193,13 +193,28 @@ private:
             check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     }
 
+    // "hostname/boot id": containers and pods often share a hostname across nodes, and GPUs sit
+    // at the same PCI address on every node of one model, so the hostname alone could call two
+    // nodes' GPUs the same device (NCCL identifies a node by its boot id too).
+    static void node_identity(char* out, size_t size) {
+        char name[64] = {};
+        gethostname(name, sizeof name - 1);
+        char boot[40] = {};
+        if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+            if (!std::fgets(boot, sizeof boot, f)) boot[0] = '\0';
+            std::fclose(f);
+        }
+        boot[std::strcspn(boot, "\n")] = '\0';
+        std::snprintf(out, size, "%s/%s", name, boot);
+    }
+
     void setup(Comm& comm) {
         const char* s = std::getenv("CTX_CUDA_SYNC");
         sync_each_step_ = s != nullptr && s[0] != '\0' && std::strcmp(s, "0") != 0;
 
         // 1. Local CUDA setup; its outcome and this rank's GPU go to every rank.
         RankInfo mine;
-        gethostname(mine.host, sizeof mine.host - 1);
+        node_identity(mine.host, sizeof mine.host);
         try {
             activate();
             check_cuda(cudaDeviceGetPCIBusId(mine.bus, sizeof mine.bus, device_),
@@ -246,18 +261,19 @@ private:
                   msg.error);
 
         // 3. The communicator (collective); every rank learns whether all succeeded.
+        // A rank whose init failed throws at once (the executable then aborts every rank):
+        // joining an MPI collective instead could wait forever for ranks still blocked inside
+        // the collective NCCL init.
         const ncclResult_t r = ncclCommInitRank(&nccl_, world_, msg.id, rank_);
-        std::string why;
         if (r != ncclSuccess) {
             const char* last = ncclGetLastError(nullptr);
-            why = fmt::format("{}{}{}", ncclGetErrorString(r), last && last[0] ? ": " : "",
-                              last ? last : "");
             nccl_ = nullptr;
+            fail("nccl gradient reducer: ncclCommInitRank ({} ranks, rank {}, cuda:{}) failed: "
+                 "{}{}{}", world_, rank_, device_, ncclGetErrorString(r),
+                 last && last[0] ? ": " : "", last ? last : "");
         }
-        double failed[1] = {r != ncclSuccess ? 1.0 : 0.0};
+        double failed[1] = {0.0};
         comm.allreduce_sum(failed, 1);
-        CTX_CHECK(r == ncclSuccess, "nccl gradient reducer: ncclCommInitRank ({} ranks, rank {}, "
-                  "cuda:{}) failed: {}", world_, rank_, device_, why);
         CTX_CHECK(failed[0] == 0.0,
                   "nccl gradient reducer: ncclCommInitRank failed on {} other rank(s)",
                   static_cast<int>(failed[0]));
