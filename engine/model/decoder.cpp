@@ -137,10 +137,8 @@ size_t Model::pe_begin() const {
     return pe_view_index_.empty() ? layout_.total() : layout_.views()[pe_view_index_[0]].offset;
 }
 
-std::vector<ctx_tensor> Model::pe_tensors(const Arena& a) const {
-    CTX_CHECK(backend_->kind() == DeviceKind::CPU,
-              "internal: PE tensors in place on a {} backend (stage them)", backend_->name());
-    return pe_tensors(a.data() + pe_begin());
+HostSpan Model::pe_span(const Arena& a) const {
+    return HostSpan(*backend_, a.data() + pe_begin(), layout_.total() - pe_begin(), true);
 }
 
 std::vector<ctx_tensor> Model::pe_tensors(float* base) const {
@@ -324,7 +322,7 @@ void Model::generic_bias_forward(const Batch& b) {
     }
     const bool direct = backend_->kind() == DeviceKind::CPU;  // host memory: write in place
     float* table = direct ? acts_->bias_table : bias_stage_.data();  // (B, H, T, T)
-    HostSpan param_span(*backend_, params_.data() + pe_begin(), layout_.total() - pe_begin(), true);
+    HostSpan param_span = pe_span(params_);
     const std::vector<ctx_tensor> params = pe_tensors(param_span.data());
     for (int h = 0; h < H; ++h) {
         pe_->bias_forward(params, h, pair_dist_.data(), pair_qpos_.data(),
@@ -350,9 +348,8 @@ void Model::generic_bias_backward(const Batch& b) {
         backend_->copy_to_host(bias_stage_.data(), dtable, static_cast<size_t>(B) * H * T * T);
         dtable = bias_stage_.data();
     }
-    const size_t pe0 = pe_begin(), pe_n = layout_.total() - pe_begin();
-    HostSpan param_span(*backend_, params_.data() + pe0, pe_n, true);
-    HostSpan grad_span(*backend_, grads_.data() + pe0, pe_n, true);
+    HostSpan param_span = pe_span(params_);
+    HostSpan grad_span = pe_span(grads_);
     const std::vector<ctx_tensor> params = pe_tensors(param_span.data());
     std::vector<ctx_tensor> grads = pe_tensors(grad_span.data());
     for (int h = 0; h < H; ++h) {
@@ -388,7 +385,7 @@ void Model::forward_impl(const Batch& b) {
     const float* wte = params_.at(layout_.view("wte"));
     be.embedding_forward(a.encoded, a.tokens.data(), a.positions, wte, wpe, N, C, V, table_rows);
     if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_GENERIC) {
-        HostSpan params(be, params_.data() + pe_begin(), layout_.total() - pe_begin(), true);
+        HostSpan params = pe_span(params_);
         HostSpan encoded(be, a.encoded, NC, true);  // (B, T, C)
         pe_->input_forward(pe_tensors(params.data()), b.positions, N, encoded.data());
         encoded.commit();
@@ -606,9 +603,8 @@ void Model::backward_impl(const Batch& b) {
     }
     be.embedding_backward(dwte, dwpe, demb, a.tokens.data(), a.positions, N, C, V, table_rows);
     if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_GENERIC) {
-        const size_t pe0 = pe_begin(), pe_n = layout_.total() - pe_begin();
-        HostSpan param_span(be, params_.data() + pe0, pe_n, true);
-        HostSpan grad_span(be, grads_.data() + pe0, pe_n, true);
+        HostSpan param_span = pe_span(params_);
+        HostSpan grad_span = pe_span(grads_);
         HostSpan demb_span(be, const_cast<float*>(demb), NC, true);  // (B, T, C), read only
         auto pt = pe_tensors(param_span.data());
         auto gt = pe_tensors(grad_span.data());
@@ -660,7 +656,7 @@ const char* attention_choice_name(AttentionChoice c) {
 
 void Model::after_update() {
     if (!pe_ || pe_view_index_.empty()) return;
-    HostSpan span(*backend_, params_.data() + pe_begin(), layout_.total() - pe_begin(), true);
+    HostSpan span = pe_span(params_);
     auto t = pe_tensors(span.data());
     pe_->after_update(t);
     span.commit();
@@ -674,7 +670,7 @@ void Model::extend(int new_len, Arena* adam_m, Arena* adam_v) {
         return;
     }
     const ArenaLayout old_layout = layout_;
-    HostSpan old_span(*backend_, params_.data() + pe_begin(), layout_.total() - pe_begin(), true);
+    HostSpan old_span = pe_span(params_);
     const std::vector<ctx_tensor> old_pe = pe_tensors(old_span.data());
     pe_->extend(old_len, new_len);
     config_.context_length = new_len;
@@ -693,8 +689,7 @@ void Model::extend(int new_len, Arena* adam_m, Arena* adam_v) {
         if (adam_v) backend_->copy(new_v.at(nv), adam_v->at(*ov), nv.numel);
     }
     // pe_begin() and pe_tensors() now follow the new layout.
-    HostSpan new_span(*backend_, new_params.data() + pe_begin(), layout_.total() - pe_begin(),
-                      true);
+    HostSpan new_span = pe_span(new_params);
     std::vector<ctx_tensor> new_pe = pe_tensors(new_span.data());
     pe_->extend_params(old_pe, new_pe);
     new_span.commit();

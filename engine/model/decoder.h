@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "model/arena.h"
 #include "model/config.h"
+#include "model/host_span.h"
 #include "plugin/pe_plugin.h"
 
 namespace ctx {
@@ -121,8 +122,9 @@ private:
     // The PE parameters as plugin tensors over `base`, which holds the PE span of an arena
     // (pe_span()): the arena memory itself on the CPU backend, a host copy on others.
     std::vector<ctx_tensor> pe_tensors(float* base) const;
-    std::vector<ctx_tensor> pe_tensors(const Arena& a) const;  // in place (host backends only)
     size_t pe_begin() const;  // arena offset where the PE parameters start (they come last)
+    // The PE parameters' span of `a` (params, grads or a new arena) as host memory, read in.
+    HostSpan pe_span(const Arena& a) const;
     void announce_grads(size_t begin, size_t end);
     BiasSpec bias_spec(int T);
     bool pe_bias_is_generic();

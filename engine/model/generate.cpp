@@ -184,8 +184,7 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
     be.embedding_forward(b.encoded, b.tokens.data(), b.positions, wte, wpe, N, C, V,
                          static_cast<int>(std::max<int64_t>(table_rows, 0)));
     if (pe && pe->has(CTX_PE_HOOK_INPUT) && m.input_spec_.kind == CTX_INPUT_GENERIC) {
-        const size_t pe0 = m.pe_begin();
-        HostSpan params(be, m.params_.data() + pe0, m.layout_.total() - pe0, true);
+        HostSpan params = m.pe_span(m.params_);
         HostSpan encoded(be, b.encoded, NC, true);  // (N, C)
         pe->input_forward(m.pe_tensors(params.data()), pos_new.data(), N, encoded.data());
         encoded.commit();
@@ -230,8 +229,7 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
             b.table_host.assign(tsize, 0.0f);
             b.table = Arena(be, tsize);
         }
-        const size_t pe0 = m.pe_begin();
-        HostSpan param_span(be, m.params_.data() + pe0, m.layout_.total() - pe0, true);
+        HostSpan param_span = m.pe_span(m.params_);
         const std::vector<ctx_tensor> params = m.pe_tensors(param_span.data());
         for (int i = 0; i < nb; ++i) {
             const int r = r0 + i, len = lens_[static_cast<size_t>(r)];

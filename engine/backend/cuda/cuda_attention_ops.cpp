@@ -102,9 +102,10 @@ BiasArgs BiasStaging::stage(const BiasSpec& bs, int H, cudaStream_t stream, cons
 
 // ================================================================ rotary
 
-void CudaBackend::rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,
-                                 const RotarySpec& spec) {
-    static constexpr const char* op = "rotary_forward";
+// sign +1: the forward rotation of q, k in x (qkv); sign -1: its transpose on x (dqkv), since the
+// forward map per pair is s R(a) and its transpose s R(-a).
+void CudaBackend::rotary_apply(float* x, const float* positions, int B, int T, int C, int H,
+                               const RotarySpec& spec, float sign, const char* op) {
     check_rotary(C, H, spec);
     if (spec.rotary_dims == 0 || B * T == 0) return;
     activate();
@@ -114,30 +115,21 @@ void CudaBackend::rotary_forward(float* qkv, const float* positions, int B, int 
     if (spec.amp_base != nullptr) h_rotary_.insert(h_rotary_.end(), spec.amp_base, spec.amp_base + half);
     float* d = d_rotary_.ensure(h_rotary_.size(), op);
     upload(d, h_rotary_.data(), h_rotary_.size() * sizeof(float), op);
-    done(launch_rotary(qkv, positions, B * T, C, H, spec.rotary_dims, int(spec.layout), d,
+    done(launch_rotary(x, positions, B * T, C, H, spec.rotary_dims, int(spec.layout), d,
                        spec.position_scale, spec.attention_factor,
-                       spec.amp_base != nullptr ? d + half : nullptr, spec.amp_scale_base, +1.0f,
+                       spec.amp_base != nullptr ? d + half : nullptr, spec.amp_scale_base, sign,
                        stream_),
          op);
 }
 
+void CudaBackend::rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,
+                                 const RotarySpec& spec) {
+    rotary_apply(qkv, positions, B, T, C, H, spec, +1.0f, "rotary_forward");
+}
+
 void CudaBackend::rotary_backward(float* dqkv, const float* positions, int B, int T, int C, int H,
                                   const RotarySpec& spec) {
-    static constexpr const char* op = "rotary_backward";
-    check_rotary(C, H, spec);
-    if (spec.rotary_dims == 0 || B * T == 0) return;
-    activate();
-    const int half = spec.rotary_dims / 2;
-    h_rotary_.assign(spec.inv_freq, spec.inv_freq + half);
-    if (spec.amp_base != nullptr) h_rotary_.insert(h_rotary_.end(), spec.amp_base, spec.amp_base + half);
-    float* d = d_rotary_.ensure(h_rotary_.size(), op);
-    upload(d, h_rotary_.data(), h_rotary_.size() * sizeof(float), op);
-    // The forward map per pair is s R(a); its transpose is s R(-a).
-    done(launch_rotary(dqkv, positions, B * T, C, H, spec.rotary_dims, int(spec.layout), d,
-                       spec.position_scale, spec.attention_factor,
-                       spec.amp_base != nullptr ? d + half : nullptr, spec.amp_scale_base, -1.0f,
-                       stream_),
-         op);
+    rotary_apply(dqkv, positions, B, T, C, H, spec, -1.0f, "rotary_backward");
 }
 
 // ================================================================ attention

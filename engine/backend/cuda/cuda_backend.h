@@ -194,7 +194,9 @@ private:
     DeviceScratch<uint16_t> bf16_act_, bf16_weight_, bf16_grad_;
     // ---- end of the bf16 block
 
-    // ---- attention helpers
+    // ---- rotary (sign +1 forward, -1 the transpose) and attention helpers
+    void rotary_apply(float* x, const float* positions, int B, int T, int C, int H,
+                      const RotarySpec& spec, float sign, const char* op);
     BiasArgs bias_args(const BiasSpec& bs, int H, const char* op) {
         return bias_staging_.stage(bs, H, stream_, op);
     }
