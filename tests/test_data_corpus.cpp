@@ -156,3 +156,72 @@ TEST(DataCorpus, ValidatesOptions) {
                   std::string::npos) << e.what();
     }
 }
+
+TEST(DataCorpus, FarFractionAddsATailOfFarRecalls) {
+    CorpusOptions o = small_options(11);
+    o.n_docs = 30;
+    o.facts_per_doc = 3;
+    o.min_distance = 8;
+    o.max_distance = 256;
+    int64_t n = 0, far = 0;
+    for (const auto& d : generate_corpus(o)) {
+        for (const auto& r : d.recalls) far += r.distance() > 256 + 200, ++n;
+    }
+    EXPECT_LT(far, n / 20) << "without the tail, little waits past max_distance (queueing only)";
+    o.far_fraction = 0.3;
+    o.far_distance = 2048;
+    int64_t n2 = 0, far2 = 0, beyond = 0;
+    for (const auto& d : generate_corpus(o)) {
+        for (const auto& r : d.recalls) {
+            ++n2;
+            far2 += r.distance() > 256 + 200;
+            beyond += r.distance() > 2048 + 400;
+        }
+    }
+    ASSERT_GT(n2, 200);
+    // 30% of draws land in [256, 2048]; far recalls wait longer, so their share of the recalls
+    // made is lower than their share of the draws, but far above the no-tail corpus's.
+    EXPECT_GT(far2, n2 / 8);
+    EXPECT_LT(far2, n2 * 3 / 10);
+    EXPECT_EQ(beyond, 0) << "nothing past far_distance (plus a queueing slack)";
+    o.far_distance = 100;
+    EXPECT_THROW(generate_document(o, 0), Error) << "far_distance below max_distance";
+}
+
+// local_repeat: a filler name recurs within its paragraph; 0 leaves the corpus as it was (no
+// extra random draws).
+TEST(DataCorpus, LocalRepeatMakesNamesRecurWithinParagraphs) {
+    const auto repeats = [](double p) {
+        CorpusOptions o = small_options(13);
+        o.n_docs = 10;
+        o.facts_per_doc = 1;
+        o.local_repeat = p;
+        int64_t same = 0, pairs = 0;
+        for (const auto& d : generate_corpus(o)) {
+            size_t at = 0;
+            while ((at = d.text.find("\n\n", at)) != std::string::npos) {
+                const size_t end = d.text.find("\n\n", at + 2);
+                const std::string para =
+                    d.text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+                // names that open a filler sentence: "X said that ...", "X walked to ..."
+                std::vector<std::string> names;
+                for (const char* verb : {" said that", " walked to"}) {
+                    size_t k = 0;
+                    while ((k = para.find(verb, k)) != std::string::npos) {
+                        size_t b = k;
+                        while (b > 0 && para[b - 1] != ' ' && para[b - 1] != '\n') --b;
+                        names.push_back(para.substr(b, k - b));
+                        k += 3;
+                    }
+                }
+                for (size_t i = 0; i < names.size(); ++i)
+                    for (size_t j = i + 1; j < names.size(); ++j) same += names[i] == names[j], ++pairs;
+                at += 2;
+            }
+        }
+        return pairs ? static_cast<double>(same) / static_cast<double>(pairs) : 0.0;
+    };
+    const double none = repeats(0.0), strong = repeats(0.9);
+    EXPECT_LT(none, 0.15) << "30 names drawn at random rarely coincide";
+    EXPECT_GT(strong, 0.6) << "the paragraph's own name most of the time";
+}

@@ -30,7 +30,9 @@ void usage(FILE* out) {
         "usage: ctxengine data generate --out DIR [--docs N] [--min-len N] [--max-len N]\n"
         "                               [--seed N] [--val-fraction F] [--facts N]\n"
         "                               [--recall-rate F] [--min-distance N]\n"
-        "                               [--max-distance N] [--bpe N] [--le LIST]\n"
+        "                               [--max-distance N] [--far-fraction F]\n"
+        "                               [--far-distance N] [--local-repeat F] [--bpe N]\n"
+        "                               [--le LIST]\n"
         "       ctxengine data info FILE.shard [--le LIST]\n"
         "       ctxengine data qa --out FILE.jsonl --context N [--qa-docs N] [--first-doc N]\n"
         "                         [--max-items N] [--min-answer-distance N] [corpus options]\n\n"
@@ -40,6 +42,10 @@ void usage(FILE* out) {
         "          --val-fraction 0.1 --facts 6 --recall-rate 0.9 --min-distance 192\n"
         "          --max-distance 4096 (bytes from a fact's latest mention to its recall,\n"
         "          log-uniform; choose them around the Lt and Le you will train with)\n"
+        "          --far-fraction F --far-distance N: a share F of the distances drawn\n"
+        "          log-uniform from [max-distance, N] instead (a tail of far recalls)\n"
+        "          --local-repeat F: probability that a filler name/thing/place is its\n"
+        "          paragraph's own (short-range repeats; default 0)\n"
         "          --bpe N: tokens from a byte-level BPE of N tokens trained on the train\n"
         "          split (DIR/tokenizer.json) instead of bytes\n"
         "info      validates a shard and prints its header and document statistics.\n"
@@ -148,6 +154,12 @@ CorpusOptions corpus_flags(const std::map<std::string, std::string>& f) {
         o.min_distance = parse_int("--min-distance", f.at("--min-distance"));
     if (f.count("--max-distance"))
         o.max_distance = parse_int("--max-distance", f.at("--max-distance"));
+    if (f.count("--far-fraction"))
+        o.far_fraction = parse_double("--far-fraction", f.at("--far-fraction"));
+    if (f.count("--far-distance"))
+        o.far_distance = parse_int("--far-distance", f.at("--far-distance"));
+    if (f.count("--local-repeat"))
+        o.local_repeat = parse_double("--local-repeat", f.at("--local-repeat"));
     try {
         o.validate();
     } catch (const Error& e) {
@@ -158,7 +170,8 @@ CorpusOptions corpus_flags(const std::map<std::string, std::string>& f) {
 
 const std::vector<std::string> kCorpusFlags = {"--docs", "--min-len", "--max-len", "--seed",
                                                "--facts", "--recall-rate", "--min-distance",
-                                               "--max-distance"};
+                                               "--max-distance", "--local-repeat",
+                                               "--far-fraction", "--far-distance"};
 
 std::vector<std::string> with_corpus_flags(std::vector<std::string> flags) {
     flags.insert(flags.end(), kCorpusFlags.begin(), kCorpusFlags.end());

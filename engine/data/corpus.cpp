@@ -86,55 +86,80 @@ const char* const kCount[] = {"two", "three", "four", "five", "six", "seven", "s
                               "many", "a dozen"};
 const char* const kMass[] = {"tar", "bread", "smoke", "salt", "rain", "pine", "oil", "apples"};
 
-std::string filler_sentence(Rng& rng) {
+// Word choice for filler sentences: uniform over the lists, or, with probability `repeat`, the
+// paragraph's own cast (one name, one thing, one place), so that names and things recur within
+// a paragraph as they do in real text: short-range dependencies beside the facts' long ones.
+// With repeat = 0 no extra random number is drawn (corpora of earlier versions are unchanged).
+struct FillerWords {
+    Rng& rng;
+    double repeat = 0;
+    const char *name = nullptr, *noun = nullptr, *place = nullptr;
+    template <size_t N>
+    const char* choose(const char* const (&list)[N], const char* cast) {
+        if (repeat > 0 && cast && rng.uniform() < repeat) return cast;
+        return pick(rng, list);
+    }
+    const char* a_name() { return choose(kNames, name); }
+    const char* a_noun() { return choose(kNoun, noun); }
+    const char* a_place() { return choose(kPlaceNoun, place); }
+    void new_paragraph() {
+        if (repeat <= 0) return;
+        name = pick(rng, kNames);
+        noun = pick(rng, kNoun);
+        place = pick(rng, kPlaceNoun);
+    }
+};
+
+std::string filler_sentence(FillerWords& w) {
+    Rng& rng = w.rng;
     std::string s;
     switch (rng.below(10)) {
         case 0:
-            s = std::string("The ") + pick(rng, kAdj) + " " + pick(rng, kNoun) + " " +
-                pick(rng, kTVerb) + " the " + pick(rng, kNoun) + " " + pick(rng, kPrep) +
-                " the " + pick(rng, kPlaceNoun) + ".";
+            s = std::string("The ") + pick(rng, kAdj) + " " + w.a_noun() + " " +
+                pick(rng, kTVerb) + " the " + w.a_noun() + " " + pick(rng, kPrep) +
+                " the " + w.a_place() + ".";
             break;
         case 1:
         {
             const std::string adj = pick(rng, kAdj);
-            s = std::string("In the ") + pick(rng, kTime) + ", " + pick(rng, kNames) + " " +
-                pick(rng, kTVerb) + " " + article(adj) + adj + " " + pick(rng, kNoun) + ".";
+            s = std::string("In the ") + pick(rng, kTime) + ", " + w.a_name() + " " +
+                pick(rng, kTVerb) + " " + article(adj) + adj + " " + w.a_noun() + ".";
         }
             break;
         case 2:
-            s = std::string(pick(rng, kNames)) + " said that the " + pick(rng, kNoun) +
+            s = std::string(w.a_name()) + " said that the " + w.a_noun() +
                 " was " + pick(rng, kAdj) + " and " + pick(rng, kAdj) + ".";
             break;
         case 3:
-            s = std::string("Nobody knew why the ") + pick(rng, kNoun) + " " + pick(rng, kIVerb) +
+            s = std::string("Nobody knew why the ") + w.a_noun() + " " + pick(rng, kIVerb) +
                 " so " + pick(rng, kAdv) + ".";
             break;
         case 4:
             s = std::string(pick(rng, kAdj));
-            s = (s[0] == 'o' ? "An " : "A ") + s + " " + pick(rng, kNoun) + " " +
-                pick(rng, kIVerb) + " " + pick(rng, kPrep) + " the " + pick(rng, kPlaceNoun) +
-                ", and " + pick(rng, kNames) + " " + pick(rng, kTVerb) + " it.";
+            s = (s[0] == 'o' ? "An " : "A ") + s + " " + w.a_noun() + " " +
+                pick(rng, kIVerb) + " " + pick(rng, kPrep) + " the " + w.a_place() +
+                ", and " + w.a_name() + " " + pick(rng, kTVerb) + " it.";
             break;
         case 5:
-            s = std::string("By the ") + pick(rng, kTime) + ", the " + pick(rng, kPlaceNoun) +
+            s = std::string("By the ") + pick(rng, kTime) + ", the " + w.a_place() +
                 " was " + pick(rng, kAdj) + " again.";
             break;
         case 6:
-            s = std::string(pick(rng, kNames)) + " walked to the " + pick(rng, kPlaceNoun) +
-                " and " + pick(rng, kTVerb) + " the " + pick(rng, kNoun) + " " +
+            s = std::string(w.a_name()) + " walked to the " + w.a_place() +
+                " and " + pick(rng, kTVerb) + " the " + w.a_noun() + " " +
                 pick(rng, kAdv) + ".";
             break;
         case 7:
-            s = std::string("There were ") + pick(rng, kCount) + " " + pick(rng, kNoun) +
-                "s " + pick(rng, kPrep) + " the " + pick(rng, kPlaceNoun) + ".";
+            s = std::string("There were ") + pick(rng, kCount) + " " + w.a_noun() +
+                "s " + pick(rng, kPrep) + " the " + w.a_place() + ".";
             break;
         case 8:
-            s = std::string("The ") + pick(rng, kPlaceNoun) + " smelled of " + pick(rng, kMass) +
+            s = std::string("The ") + w.a_place() + " smelled of " + pick(rng, kMass) +
                 " and " + pick(rng, kMass) + ".";
             break;
         default:
-            s = std::string("When the ") + pick(rng, kNoun) + " " + pick(rng, kIVerb) +
-                ", the " + pick(rng, kAdj) + " " + pick(rng, kNoun) + " " + pick(rng, kIVerb) +
+            s = std::string("When the ") + w.a_noun() + " " + pick(rng, kIVerb) +
+                ", the " + pick(rng, kAdj) + " " + w.a_noun() + " " + pick(rng, kIVerb) +
                 " " + pick(rng, kAdv) + ".";
             break;
     }
@@ -197,7 +222,7 @@ Fact random_fact(Rng& rng) {
 class DocBuilder {
 public:
     DocBuilder(const CorpusOptions& o, int64_t index)
-        : o_(o), rng_(mix64(mix64(o.seed) ^ static_cast<uint64_t>(index))) {
+        : o_(o), rng_(mix64(mix64(o.seed) ^ static_cast<uint64_t>(index))), words_{rng_, o.local_repeat} {
         target_ = o.min_len + static_cast<int64_t>(rng_.below(
                                   static_cast<uint64_t>(o.max_len - o.min_len + 1)));
         doc_.text.reserve(static_cast<size_t>(target_));
@@ -214,6 +239,7 @@ public:
     CorpusDoc build() {
         while (!done_) {
             const int n_sent = 3 + static_cast<int>(rng_.below(5));
+            words_.new_paragraph();
             for (int s = 0; s < n_sent && !done_; ++s) slot(s == 0 ? "" : " ");
             put("\n\n");
         }
@@ -237,9 +263,13 @@ private:
         return false;
     }
 
+    // Log-uniform on [min_distance, max_distance], or with probability far_fraction on
+    // [max_distance, far_distance] (no extra draw when far_fraction is 0).
     int64_t draw_distance() {
-        const double lo = std::log(static_cast<double>(o_.min_distance));
-        const double hi = std::log(static_cast<double>(o_.max_distance));
+        int64_t a = o_.min_distance, b = o_.max_distance;
+        if (o_.far_fraction > 0 && rng_.uniform() < o_.far_fraction) a = b, b = o_.far_distance;
+        const double lo = std::log(static_cast<double>(a));
+        const double hi = std::log(static_cast<double>(b));
         return static_cast<int64_t>(std::ceil(std::exp(rng_.uniform(lo, hi))));
     }
 
@@ -310,7 +340,7 @@ private:
             }
         }
         std::string unit(sep);  // (not sep + ...: GCC 12 warns falsely on that form)
-        unit += filler_sentence(rng_);
+        unit += filler_sentence(words_);
         put(unit);
     }
 
@@ -318,6 +348,7 @@ private:
     Rng rng_;
     int64_t target_ = 0;
     bool done_ = false;
+    FillerWords words_;
     std::vector<Fact> live_;
     CorpusDoc doc_;
 };
@@ -335,6 +366,12 @@ void CorpusOptions::validate() const {
               "corpus: recall_rate must be in [0, 1], got {}", recall_rate);
     CTX_CHECK(max_recalls_per_fact >= 1, "corpus: max_recalls_per_fact must be >= 1, got {}",
               max_recalls_per_fact);
+    CTX_CHECK(far_fraction >= 0.0 && far_fraction <= 1.0,
+              "corpus: far_fraction must be in [0, 1], got {}", far_fraction);
+    CTX_CHECK(far_fraction == 0.0 || far_distance >= max_distance,
+              "corpus: far_distance ({}) must be >= max_distance ({})", far_distance, max_distance);
+    CTX_CHECK(local_repeat >= 0.0 && local_repeat <= 1.0,
+              "corpus: local_repeat must be in [0, 1], got {}", local_repeat);
     CTX_CHECK(min_distance >= 1 && min_distance <= max_distance,
               "corpus: need 1 <= min_distance <= max_distance, got {} and {}", min_distance,
               max_distance);

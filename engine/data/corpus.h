@@ -35,6 +35,9 @@ struct CorpusOptions {
     int max_recalls_per_fact = 3;   // then it retires and a new fact is stated
     int64_t min_distance = 192;     // bytes from a value's latest mention to its recall
     int64_t max_distance = 4096;
+    double far_fraction = 0.0;      // P(a distance is drawn from [max_distance, far_distance])
+    int64_t far_distance = 0;       //   (log-uniform): a tail of far recalls
+    double local_repeat = 0.0;      // P(a filler name/thing/place is the paragraph's own)
     void validate() const;          // ctx::Error naming the bad field
 };
 

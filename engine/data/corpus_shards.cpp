@@ -15,7 +15,7 @@
 namespace ctx {
 
 static nlohmann::json manifest(const CorpusOptions& o, double val_fraction, int32_t bpe_vocab) {
-    return {{"generator", "ctxengine-corpus-1"},
+    nlohmann::json m = {{"generator", "ctxengine-corpus-1"},
             {"n_docs", o.n_docs},
             {"min_len", o.min_len},
             {"max_len", o.max_len},
@@ -28,6 +28,10 @@ static nlohmann::json manifest(const CorpusOptions& o, double val_fraction, int3
             {"val_fraction", val_fraction},
             {"tokenizer", bpe_vocab > 0 ? "bpe-" + std::to_string(bpe_vocab) + "-on-train"
                                         : std::string("bytes+specials-259")}};
+    // absent when unused: the manifests of corpora made before these options stay valid
+    if (o.local_repeat > 0) m["local_repeat"] = o.local_repeat;
+    if (o.far_fraction > 0) m["far_fraction"] = o.far_fraction, m["far_distance"] = o.far_distance;
+    return m;
 }
 
 CorpusShards write_corpus_shards(const std::string& dir_name, const CorpusOptions& o,

@@ -93,7 +93,12 @@ std::vector<OptSpec> corpus_schema() {
             {"facts", OptType::Integer, false, "facts live at once per document"},
             {"recall_rate", OptType::Number, false, "probability a due fact is recalled"},
             {"min_distance", OptType::Integer, false, "shortest recall distance (bytes)"},
-            {"max_distance", OptType::Integer, false, "longest recall distance (bytes)"}};
+            {"max_distance", OptType::Integer, false, "longest recall distance (bytes)"},
+            {"far_fraction", OptType::Number, false,
+             "probability a recall distance comes from [max_distance, far_distance] instead"},
+            {"far_distance", OptType::Integer, false, "longest far recall distance (bytes)"},
+            {"local_repeat", OptType::Number, false,
+             "probability a filler name/thing/place is its paragraph's own (0..1)"}};
 }
 
 CorpusOptions corpus_options(const lua::Options& o) {
@@ -106,6 +111,9 @@ CorpusOptions corpus_options(const lua::Options& o) {
     c.recall_rate = o.number("recall_rate", c.recall_rate);
     c.min_distance = o.integer("min_distance", c.min_distance);
     c.max_distance = o.integer("max_distance", c.max_distance);
+    c.far_fraction = o.number("far_fraction", c.far_fraction);
+    c.far_distance = o.integer("far_distance", c.far_distance);
+    c.local_repeat = o.number("local_repeat", c.local_repeat);
     return c;
 }
 
