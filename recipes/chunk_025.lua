@@ -8,4 +8,4 @@ local C = require("common")
 local out = arg[1] or "runs/chunk_025"
 if arg[2] == "quick" then C.quick(out) end
 local corpus = ctx.data.corpus(C.corpus)
-require("chunk_experiment")(C, corpus, out)
+require("chunk_experiment")(C, corpus, out, { recall = true })

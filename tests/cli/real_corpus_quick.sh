@@ -9,7 +9,7 @@ rm -rf "$dir"
   --val-fraction 0.2 > /dev/null
 out=$("$exe" "$recipe" "$dir/shards" "$dir/run" quick 2>&1) || { echo "$out"; exit 1; }
 echo "$out" | tail -8
-grep -Eq "chunk-0\.25 +\| +[0-9.]+ +[0-9.]+ +[0-9.]+ \| +[0-9.]+ +[0-9.]+ +[0-9.]+" <<<"$out"
+grep -Eq "chunk-0\.25 +RoPE +\| +[0-9.]+ +[0-9.]+ +[0-9.]+ \| +[0-9.]+ +[0-9.]+" <<<"$out"
 grep -q "vocabulary 259" <<<"$out"
 # A missing corpus is a clear error naming the shard and how to build it.
 if msg=$("$exe" "$recipe" "$dir/nosuch" "$dir/run2" quick 2>&1); then echo "no error"; exit 1; fi
