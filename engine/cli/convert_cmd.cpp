@@ -14,7 +14,7 @@
 #include "lua/ctx_module.h"
 #include "lua/runtime.h"
 #include "model/config_json.h"
-#include "model/training_state.h"
+#include "io/model_state.h"
 #include "parallel/comm.h"
 
 namespace ctx {

@@ -16,7 +16,7 @@
 #include "lua/lua_guard.h"
 #include "lua/userdata.h"
 #include "model/config_json.h"
-#include "model/training_state.h"
+#include "io/model_state.h"
 
 namespace ctx {
 namespace {
