@@ -12,7 +12,7 @@ import re
 import sys
 
 # Bottom first; each layer's CMake target (ctx_<folder>) links only the ones before it.
-LAYERS = ["core", "backend", "parallel", "data", "plugin", "model", "io", "eval", "lua", "cli"]
+LAYERS = ["core", "backend", "parallel", "data", "plugin", "model", "io", "eval", "session", "lua", "cli"]
 ANYWHERE = {"include", "ctx", "build_info.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
