@@ -2,10 +2,11 @@
 
 #include <cmath>
 #include <cstring>
-#include <map>
+#include <new>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "ctx/recall_spans.h"
 
 namespace ctx {
 namespace {
@@ -353,56 +354,20 @@ std::vector<CorpusDoc> generate_corpus(const CorpusOptions& options) {
 }
 
 std::vector<RecallSpan> find_recall_spans(std::string_view text) {
-    using sv = std::string_view;
-    constexpr sv kNote = "Note: ", kReminder = "Reminder: ", kQuestion = "Question: what is ",
-                 kAnswer = "? Answer: ";
-    std::map<std::string, std::pair<int64_t, int64_t>, std::less<>> latest;  // phrase -> value
-    std::vector<RecallSpan> out;
-    const sv markers[3] = {kNote, kReminder, kQuestion};
-    size_t next[3];
-    for (int m = 0; m < 3; ++m) next[m] = text.find(markers[m]);
-    while (true) {
-        int m = -1;
-        for (int k = 0; k < 3; ++k)
-            if (next[k] != sv::npos && (m < 0 || next[k] < next[m])) m = k;
-        if (m < 0) break;
-        const size_t at = next[m];
-        next[m] = text.find(markers[m], at + 1);
-        const size_t body = at + markers[m].size();
-        // A mention ends at the first '.'; one cut off by the document's end has none.
-        const size_t dot = text.find('.', body);
-        if (dot == sv::npos) continue;
-        const sv seg = text.substr(body, dot - body);
-        if (seg.find('\n') != sv::npos) continue;
-        sv phrase;
-        size_t vbegin;
-        if (m == 2) {
-            const size_t q = seg.find(kAnswer);
-            if (q == sv::npos) continue;
-            phrase = seg.substr(0, q);
-            vbegin = body + q + kAnswer.size();
-        } else {
-            const size_t k = seg.rfind(" is ");
-            if (k == sv::npos) continue;
-            phrase = seg.substr(0, k);
-            vbegin = body + k + 4;
-        }
-        if (vbegin >= dot || phrase.empty()) continue;
-        const auto span = std::make_pair(static_cast<int64_t>(vbegin), static_cast<int64_t>(dot));
-        auto it = latest.find(phrase);
-        if (m != 0 && it != latest.end()) {
-            RecallSpan r;
-            r.value_begin = span.first;
-            r.value_end = span.second;
-            r.source_begin = it->second.first;
-            r.source_end = it->second.second;
-            r.question = m == 2;
-            out.push_back(r);
-        }
-        if (it != latest.end())
-            it->second = span;
-        else
-            latest.emplace(std::string(phrase), span);
+    // One parser for the generator's tests and the eval plugins: ctx/recall_spans.h.
+    const auto len = static_cast<int64_t>(text.size());
+    std::vector<ctx_recall_span> spans(64);
+    int64_t n = ctx_find_recall_spans(text.data(), len, spans.data(), 64);
+    if (n > 64) {
+        spans.resize(static_cast<size_t>(n));
+        n = ctx_find_recall_spans(text.data(), len, spans.data(), n);
+    }
+    if (n < 0) throw std::bad_alloc();
+    std::vector<RecallSpan> out(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+        const ctx_recall_span& s = spans[static_cast<size_t>(i)];
+        out[static_cast<size_t>(i)] = {s.value_begin, s.value_end, s.source_begin, s.source_end,
+                                       s.question != 0};
     }
     return out;
 }

@@ -33,32 +33,37 @@ ctx_status fail_status(ctx_err* err, const std::string& message) {
     return CTX_ERR_INVALID_ARGUMENT;
 }
 
-// Rows are split across ranks (row r on rank r % world); the log-probabilities are then summed
-// over ranks, which reassembles them exactly because every other rank contributes zeros.
-ctx_status row_logprobs_impl(ctx_eval_host* h, const int32_t* tokens, const float* positions,
-                             const int32_t* targets, int64_t n_rows, int64_t row_len, int window,
-                             float* logprobs, ctx_err* err) {
+// Rows are split across ranks (row r on rank r % world); the outputs are then summed over
+// ranks, which reassembles them exactly because every other rank contributes zeros (argmax ids
+// travel as floats: exact below 2^24).
+ctx_status score_rows_impl(ctx_eval_host* h, const ctx_score_request& q, ctx_err* err) {
     try {
         EvalContext& c = *h->context;
-        CTX_CHECK(n_rows > 0 && row_len > 0, "row_logprobs: n_rows and row_len must be positive");
-        CTX_CHECK(window >= 0, "row_logprobs: window must be >= 0, got {}", window);
+        CTX_CHECK(q.n_rows > 0 && q.row_len > 0, "score_rows: n_rows and row_len must be positive");
+        CTX_CHECK(q.window >= 0, "score_rows: window must be >= 0, got {}", q.window);
+        CTX_CHECK(q.tokens && q.positions && q.targets, "score_rows: tokens, positions and "
+                                                        "targets must be given");
+        const int64_t V = c.model->config().vocab_size;
+        CTX_CHECK(!q.argmax || V < (int64_t(1) << 24), "score_rows: vocabulary too large");
         const int rank = c.comm->rank(), world = c.comm->size();
-        const size_t total = static_cast<size_t>(n_rows * row_len);
-        std::fill(logprobs, logprobs + total, 0.0f);
+        const size_t total = static_cast<size_t>(q.n_rows * q.row_len);
+        // (2, n_rows, row_len): log-probabilities, then argmax ids
+        std::vector<float> out(2 * total, 0.0f);
         std::vector<int64_t> mine;
-        for (int64_t r = rank; r < n_rows; r += world) mine.push_back(r);
+        for (int64_t r = rank; r < q.n_rows; r += world) mine.push_back(r);
         if (!mine.empty()) {
-            const int B = static_cast<int>(mine.size()), T = static_cast<int>(row_len);
+            const int B = static_cast<int>(mine.size()), T = static_cast<int>(q.row_len);
             if (h->rows.B != B || h->rows.T != T) h->rows.resize(B, T);
             for (int b = 0; b < B; ++b) {
-                const size_t src = static_cast<size_t>(mine[b] * row_len);
-                std::copy(tokens + src, tokens + src + T, h->rows.tokens.begin() + b * T);
-                std::copy(positions + src, positions + src + T, h->rows.positions.begin() + b * T);
-                std::copy(targets + src, targets + src + T, h->rows.targets.begin() + b * T);
+                const size_t src = static_cast<size_t>(mine[b] * q.row_len);
+                std::copy(q.tokens + src, q.tokens + src + T, h->rows.tokens.begin() + b * T);
+                std::copy(q.positions + src, q.positions + src + T,
+                          h->rows.positions.begin() + b * T);
+                std::copy(q.targets + src, q.targets + src + T, h->rows.targets.begin() + b * T);
             }
             std::fill(h->rows.mask.begin(), h->rows.mask.end(), 1.0f);
             const int saved_window = c.model->attention_window();
-            c.model->set_attention_window(window);
+            c.model->set_attention_window(q.window);
             try {
                 c.model->forward(h->rows.batch());
             } catch (...) {
@@ -69,27 +74,62 @@ ctx_status row_logprobs_impl(ctx_eval_host* h, const int32_t* tokens, const floa
             const float* losses = c.model->losses();
             for (int b = 0; b < B; ++b)
                 for (int t = 0; t < T; ++t)
-                    logprobs[mine[b] * row_len + t] = -losses[static_cast<size_t>(b) * T + t];
+                    out[mine[b] * q.row_len + t] = -losses[static_cast<size_t>(b) * T + t];
+            if (q.argmax) {
+                const std::vector<float> logits = c.model->logits(h->rows.batch());  // (B, T, V)
+                for (int b = 0; b < B; ++b)
+                    for (int t = 0; t < T; ++t) {
+                        const float* l = logits.data() + (static_cast<size_t>(b) * T + t) * V;
+                        const int64_t best = std::max_element(l, l + V) - l;  // first maximum
+                        out[total + mine[b] * q.row_len + t] = static_cast<float>(best);
+                    }
+            }
         }
-        c.comm->allreduce_sum(logprobs, total);
+        c.comm->allreduce_sum(out.data(), q.argmax ? 2 * total : total);
+        if (q.logprobs) std::copy_n(out.begin(), total, q.logprobs);
+        if (q.argmax)
+            for (size_t i = 0; i < total; ++i) q.argmax[i] = static_cast<int32_t>(out[total + i]);
         return CTX_OK;
     } catch (const std::exception& e) {
         return fail_status(err, e.what());
     }
 }
 
+ctx_status api_score_rows(ctx_eval_host* h, const ctx_score_request* request, ctx_err* err) {
+    if (!request || request->struct_size < offsetof(ctx_score_request, argmax) +
+                                               sizeof(request->argmax))
+        return fail_status(err, "score_rows: the request struct is missing or too small");
+    return score_rows_impl(h, *request, err);
+}
+
+ctx_score_request logprob_request(const int32_t* tokens, const float* positions,
+                                  const int32_t* targets, int64_t n_rows, int64_t row_len,
+                                  int32_t window, float* logprobs) {
+    ctx_score_request q{};
+    q.struct_size = sizeof q;
+    q.tokens = tokens;
+    q.positions = positions;
+    q.targets = targets;
+    q.n_rows = n_rows;
+    q.row_len = row_len;
+    q.window = window;
+    q.logprobs = logprobs;
+    return q;
+}
+
 ctx_status api_row_logprobs(ctx_eval_host* h, const int32_t* tokens, const float* positions,
                             const int32_t* targets, int64_t n_rows, int64_t row_len,
                             float* logprobs, ctx_err* err) {
-    return row_logprobs_impl(h, tokens, positions, targets, n_rows, row_len, 0, logprobs, err);
+    return score_rows_impl(
+        h, logprob_request(tokens, positions, targets, n_rows, row_len, 0, logprobs), err);
 }
 
 ctx_status api_row_logprobs_windowed(ctx_eval_host* h, const int32_t* tokens,
                                      const float* positions, const int32_t* targets,
                                      int64_t n_rows, int64_t row_len, int32_t window,
                                      float* logprobs, ctx_err* err) {
-    return row_logprobs_impl(h, tokens, positions, targets, n_rows, row_len, window, logprobs,
-                             err);
+    return score_rows_impl(
+        h, logprob_request(tokens, positions, targets, n_rows, row_len, window, logprobs), err);
 }
 
 const Tokenizer& tokenizer_of(ctx_eval_host* h) {
@@ -332,6 +372,7 @@ const ctx_eval_api& eval_api() {
         a.special_token = api_special_token;
         a.row_logprobs_windowed = api_row_logprobs_windowed;
         a.generate = api_generate;
+        a.score_rows = api_score_rows;
         return a;
     }();
     return api;

@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define CTX_PLUGIN_ABI_MAJOR 1
-#define CTX_PLUGIN_ABI_MINOR 2
+#define CTX_PLUGIN_ABI_MINOR 3
 
 /* Bytes a struct must have for `field` to be present: the offset where `field` ends. Structs
  * only grow at the end, so `x->struct_size >= CTX_OFFSET_END(type, field)` says whether the
@@ -358,6 +358,20 @@ typedef struct ctx_generate_request {
                                       * completed it (cut the decoded text at the match) */
 } ctx_generate_request;
 
+/* Teacher-forced scoring of rows (ABI 1.3, ctx_eval_api.score_rows). Inputs as row_logprobs;
+ * each output may be NULL when not wanted. */
+typedef struct ctx_score_request {
+    uint32_t struct_size;
+    const int32_t* tokens;    /* (n_rows, row_len) */
+    const float* positions;   /* (n_rows, row_len) */
+    const int32_t* targets;   /* (n_rows, row_len) */
+    int64_t n_rows, row_len;
+    int32_t window;           /* attend only to the last `window` tokens; 0: all */
+    float* logprobs;          /* out (n_rows, row_len): log p(targets[r][t] | tokens[r][0..t]) */
+    int32_t* argmax;          /* out (n_rows, row_len): the most likely next token (greedy
+                               * prediction; ties go to the lowest id) */
+} ctx_score_request;
+
 typedef struct ctx_eval_api {
     uint32_t struct_size;
     /* Per-token log-probabilities of rows: tokens/positions/targets (n_rows, row_len) row-major;
@@ -411,6 +425,11 @@ typedef struct ctx_eval_api {
     ctx_status (*generate)(ctx_eval_host* host, const ctx_generate_request* request,
                            int32_t* out_tokens, int64_t* out_lengths, int32_t* out_finish,
                            ctx_err* err);
+
+    /* ---- ABI 1.3 */
+    /* Log-probabilities and greedy predictions of rows in one pass, optionally windowed (see
+     * ctx_score_request): teacher-forced retrieval scores need the argmax, not only log p. */
+    ctx_status (*score_rows)(ctx_eval_host* host, const ctx_score_request* request, ctx_err* err);
 } ctx_eval_api;
 
 /* True when the host's eval API is new enough to have `field`. */

@@ -8,8 +8,10 @@
  * token-weighted exp(mean NLL).
  *
  * Options add the position-wise NLL curve (curve_bins) with its "windowed" control (attention
- * limited to the last `window` tokens, default Lt) and the extrapolation criterion of METHODS
- * 3.3 (records perplexity_curve and perplexity_extrapolation).
+ * limited to the last `window` tokens, default Lt), the extrapolation criterion of METHODS
+ * 3.3, and, on the generated corpus, teacher-forced recall accuracy by distance
+ * (recall_by_distance.h) on the same windows (records perplexity_curve,
+ * perplexity_extrapolation and perplexity_recall).
  *
  * Positions follow the `positions` option (METHODS.md 2.4): 0 .. L-1 by default, or gaps
  * U[eps, 1] for models trained with randomized positions, drawn per window from
@@ -21,6 +23,7 @@
 #include <string.h>
 
 #include "ctx/plugin.h"
+#include "recall_by_distance.h"
 
 #define MAX_LENGTHS 32
 
@@ -38,6 +41,10 @@ typedef struct perplexity {
     int extrapolation;
     double position_eps;
     uint64_t position_seed;
+    int recall;
+    double recall_edges[RECALL_MAX_BINS + 1]; /* multiples of Lt */
+    int n_recall_edges;
+    recall_index recalls; /* built per run */
 } perplexity;
 
 static const ctx_option_desc options[] = {
@@ -59,6 +66,12 @@ static const ctx_option_desc options[] = {
     {"extrapolation", CTX_OPT_BOOL, "false",
      "METHODS 3.3 criterion: for each length k > Lt below the longest, compare the summed "
      "log-likelihood of tokens i >= k of the longest windows with context k and with context Lt"},
+    {"recall", CTX_OPT_BOOL, "false",
+     "teacher-forced recall accuracy by distance on the generated corpus's recalls (a value is "
+     "right when the greedy prediction of each of its tokens is right); with `windowed`, also "
+     "under the control; records task perplexity_recall; needs a tokenizer"},
+    {"recall_bins", CTX_OPT_NUMBER_LIST, "{0, 1, 2, 4, 8, 16}",
+     "recall distance bin edges, increasing multiples of Lt (bins [e_k Lt, e_k+1 Lt))"},
 };
 
 static ctx_status fail(ctx_err* err, const char* message) {
@@ -143,6 +156,26 @@ static ctx_status create(const ctx_host_api* host, const ctx_options* opts, void
             return fail(err, msg);
         }
     }
+    p->recall = host->opt_bool(host->host, opts, "recall", 0);
+    if (host->opt_has(host->host, opts, "recall_bins")) {
+        const int64_t k = host->opt_number_list(host->host, opts, "recall_bins", p->recall_edges,
+                                                RECALL_MAX_BINS + 1);
+        int ok = k >= 2 && k <= RECALL_MAX_BINS + 1 && p->recall_edges[0] >= 0;
+        for (int64_t i = 1; ok && i < k; ++i) ok = p->recall_edges[i] > p->recall_edges[i - 1];
+        if (!ok) {
+            snprintf(msg, sizeof msg,
+                     "option 'recall_bins' needs 2 to %d increasing multiples of Lt starting at "
+                     ">= 0 (got %lld values)",
+                     RECALL_MAX_BINS + 1, (long long)k);
+            free(p);
+            return fail(err, msg);
+        }
+        p->n_recall_edges = (int)k;
+    } else {
+        static const double defaults[] = {0, 1, 2, 4, 8, 16};
+        p->n_recall_edges = 6;
+        memcpy(p->recall_edges, defaults, sizeof defaults);
+    }
     *instance = p;
     return CTX_OK;
 }
@@ -180,22 +213,23 @@ static window_ref* list_windows(const ctx_eval_api* api, ctx_eval_host* h, int64
 }
 
 /* Scores every window with attention limited to the last `attn_window` tokens (0: full): sums
- * of per-window perplexity and NLL, and (pos_nll, length L, when non-NULL) the NLL summed over
- * windows at each row position. */
-static ctx_status score_windows(const perplexity* p, const ctx_eval_api* api, ctx_eval_host* h,
+ * of per-window perplexity and NLL, (pos_nll, length L, when non-NULL) the NLL summed over
+ * windows at each row position, and (recall, when non-NULL) the recalls of each window. */
+static ctx_status score_windows(perplexity* p, const ctx_eval_api* api, ctx_eval_host* h,
                                 const window_ref* windows, int64_t n_windows, int64_t L,
                                 int64_t attn_window, double* sum_ppl, double* sum_nll,
-                                double* pos_nll, ctx_err* err) {
+                                double* pos_nll, recall_tally* recall, ctx_err* err) {
     const int64_t B = p->batch_size;
     ctx_status st = CTX_OK;
-    int32_t* buf = malloc(sizeof(int32_t) * (size_t)(L + 1));
+    int32_t* buf = malloc(sizeof(int32_t) * (size_t)(B * (L + 1)));
     int32_t* tok = malloc(sizeof(int32_t) * (size_t)(B * L));
     int32_t* tgt = malloc(sizeof(int32_t) * (size_t)(B * L));
     float* pos = malloc(sizeof(float) * (size_t)(B * L));
     float* lp = malloc(sizeof(float) * (size_t)(B * L));
+    int32_t* am = recall ? malloc(sizeof(int32_t) * (size_t)(B * L)) : NULL;
     *sum_ppl = *sum_nll = 0;
     if (pos_nll) memset(pos_nll, 0, sizeof(double) * (size_t)L);
-    if (!buf || !tok || !tgt || !pos || !lp) {
+    if (!buf || !tok || !tgt || !pos || !lp || (recall && !am)) {
         st = CTX_ERR_OUT_OF_MEMORY;
         ctx_err_set(err, "out of memory for evaluation buffers");
     }
@@ -206,11 +240,12 @@ static ctx_status score_windows(const perplexity* p, const ctx_eval_api* api, ct
     for (int64_t first = 0; st == CTX_OK && first < n_windows; first += B) {
         const int64_t rows = n_windows - first < B ? n_windows - first : B;
         for (int64_t r = 0; r < rows && st == CTX_OK; ++r) {
+            int32_t* row = buf + r * (L + 1);
             st = api->copy_tokens(h, windows[first + r].doc, windows[first + r].start, L + 1,
-                                  buf, err);
+                                  row, err);
             for (int64_t t = 0; t < L; ++t) {
-                tok[r * L + t] = buf[t];
-                tgt[r * L + t] = buf[t + 1];
+                tok[r * L + t] = row[t];
+                tgt[r * L + t] = row[t + 1];
             }
             {
                 /* gaps seeded per (seed, length, window): independent of batching */
@@ -220,11 +255,24 @@ static ctx_status score_windows(const perplexity* p, const ctx_eval_api* api, ct
                 ctx_fill_eval_positions(pos + r * L, L, p->positions, p->position_eps, rng);
             }
         }
-        if (st == CTX_OK)
+        if (st == CTX_OK && recall) {
+            ctx_score_request q;
+            memset(&q, 0, sizeof q);
+            q.struct_size = sizeof q;
+            q.tokens = tok, q.positions = pos, q.targets = tgt;
+            q.n_rows = rows, q.row_len = L, q.window = (int32_t)attn_window;
+            q.logprobs = lp, q.argmax = am;
+            st = api->score_rows(h, &q, err);
+        } else if (st == CTX_OK) {
             st = attn_window > 0
                      ? api->row_logprobs_windowed(h, tok, pos, tgt, rows, L, (int32_t)attn_window,
                                                   lp, err)
                      : api->row_logprobs(h, tok, pos, tgt, rows, L, lp, err);
+        }
+        for (int64_t r = 0; r < rows && st == CTX_OK && recall; ++r)
+            st = recall_tally_window(recall, &p->recalls, api, h, windows[first + r].doc,
+                                     windows[first + r].start, L, buf + r * (L + 1), am + r * L,
+                                     lp + r * L, err);
         for (int64_t r = 0; r < rows && st == CTX_OK; ++r) {
             double nll = 0;
             for (int64_t t = 0; t < L; ++t) {
@@ -240,6 +288,7 @@ static ctx_status score_windows(const perplexity* p, const ctx_eval_api* api, ct
     free(tgt);
     free(pos);
     free(lp);
+    free(am);
     return st;
 }
 
@@ -250,13 +299,17 @@ static const char* policy_name(const perplexity* p) {
 /* Scores all windows of length L; writes the perplexity record and, when asked, the binned
  * position-wise curve (with its windowed control). */
 static ctx_status eval_length(perplexity* p, const ctx_eval_api* api, ctx_eval_host* h,
-                              int64_t L, double multiple, int64_t control_window, ctx_err* err) {
+                              int64_t L, double multiple, int64_t lt, int64_t control_window,
+                              ctx_err* err) {
     int64_t n_windows = 0;
     window_ref* windows = list_windows(api, h, L, p->max_windows, &n_windows);
     double sum_ppl = 0, sum_nll = 0, w_ppl = 0, w_nll = 0;
     double *curve = NULL, *w_curve = NULL;
     const int windowed = p->windowed && control_window > 0;
+    recall_tally recall, w_recall;
     ctx_status st = CTX_OK;
+    recall_tally_init(&recall, p->recall_edges, p->n_recall_edges, lt, L);
+    recall_tally_init(&w_recall, p->recall_edges, p->n_recall_edges, lt, L);
     if (n_windows < 0) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     if (n_windows == 0) {
         char msg[160];
@@ -269,10 +322,16 @@ static ctx_status eval_length(perplexity* p, const ctx_eval_api* api, ctx_eval_h
         if (!curve || !w_curve) st = ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     }
     if (st == CTX_OK && n_windows > 0)
-        st = score_windows(p, api, h, windows, n_windows, L, 0, &sum_ppl, &sum_nll, curve, err);
-    if (st == CTX_OK && n_windows > 0 && windowed)
+        st = score_windows(p, api, h, windows, n_windows, L, 0, &sum_ppl, &sum_nll, curve,
+                           p->recall ? &recall : NULL, err);
+    if (st == CTX_OK && n_windows > 0 && windowed && control_window < L) {
         st = score_windows(p, api, h, windows, n_windows, L, control_window, &w_ppl, &w_nll,
-                           w_curve, err);
+                           w_curve, p->recall ? &w_recall : NULL, err);
+    } else if (st == CTX_OK && windowed) {
+        /* a window of at least the row's length is full causal attention: same numbers */
+        w_ppl = sum_ppl, w_nll = sum_nll, w_recall = recall;
+        if (curve) memcpy(w_curve, curve, sizeof(double) * (size_t)L);
+    }
     const int64_t tokens = n_windows * L;
     if (st == CTX_OK) {
         api->record_begin(h, "perplexity");
@@ -317,6 +376,33 @@ static ctx_status eval_length(perplexity* p, const ctx_eval_api* api, ctx_eval_h
         }
         st = api->record_end(h, err);
     }
+    for (int b = 0; st == CTX_OK && p->recall && b < recall.n_bins; ++b) {
+        api->record_begin(h, "perplexity_recall");
+        api->record_number(h, "length", (double)L);
+        api->record_number(h, "multiple", multiple);
+        api->record_string(h, "positions", policy_name(p));
+        api->record_number(h, "distance_from", (double)recall.edges[b]);
+        api->record_number(h, "distance_to", (double)recall.edges[b + 1]);
+        api->record_number(h, "recalls", (double)recall.count[b]);
+        api->record_number(h, "accuracy", recall.count[b] ? (double)recall.correct[b] /
+                                                                (double)recall.count[b]
+                                                          : NAN);
+        api->record_number(h, "value_nll", recall.value_tokens[b]
+                                               ? recall.value_nll[b] / (double)recall.value_tokens[b]
+                                               : NAN);
+        if (p->windowed) {
+            const recall_tally* w = &w_recall;
+            api->record_number(h, "window", (double)control_window);
+            api->record_number(h, "windowed_accuracy",
+                               windowed && w->count[b] ? (double)w->correct[b] / (double)w->count[b]
+                                                       : NAN);
+            api->record_number(h, "windowed_value_nll",
+                               windowed && w->value_tokens[b]
+                                   ? w->value_nll[b] / (double)w->value_tokens[b]
+                                   : NAN);
+        }
+        st = api->record_end(h, err);
+    }
     free(curve);
     free(w_curve);
     free(windows);
@@ -344,12 +430,12 @@ static ctx_status eval_extrapolation(perplexity* p, const ctx_eval_api* api, ctx
     at_k = calloc((size_t)lmax, sizeof(double));
     if (!at_lt || !at_k) st = ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     if (st == CTX_OK)
-        st = score_windows(p, api, h, windows, n_windows, lmax, lt, &ppl, &nll, at_lt, err);
+        st = score_windows(p, api, h, windows, n_windows, lmax, lt, &ppl, &nll, at_lt, NULL, err);
     for (int i = 0; st == CTX_OK && i < n; ++i) {
         const int64_t k = lengths[i];
         double ll_k = 0, ll_lt = 0;
         if (k <= lt || k >= lmax) continue;
-        st = score_windows(p, api, h, windows, n_windows, lmax, k, &ppl, &nll, at_k, err);
+        st = score_windows(p, api, h, windows, n_windows, lmax, k, &ppl, &nll, at_k, NULL, err);
         for (int64_t t = k; t < lmax; ++t) {
             ll_k -= at_k[t];
             ll_lt -= at_lt[t];
@@ -380,15 +466,27 @@ static ctx_status run(void* instance, const ctx_eval_api* api, ctx_eval_host* h,
     api->model_info(h, &info);
     const int64_t lt = info.trained_length > 0 ? info.trained_length : info.context_length;
     const int64_t control = p->window > 0 ? p->window : lt;
-    for (int i = 0; i < p->n; ++i) {
+    ctx_status st = p->recall ? recall_index_init(&p->recalls, api, h, err) : CTX_OK;
+    for (int i = 0; st == CTX_OK && i < p->n; ++i) {
         const int64_t L = p->by_multiple ? (int64_t)llround(p->multiples[i] * (double)lt)
                                          : p->lengths[i];
         const double multiple = (double)L / (double)lt;
-        if (L < 1) return fail(err, "an evaluation length rounds to 0 tokens");
+        if (L < 1) {
+            st = fail(err, "an evaluation length rounds to 0 tokens");
+            break;
+        }
         lengths[i] = L;
-        const ctx_status st = eval_length(p, api, h, L, multiple, control, err);
-        if (st != CTX_OK) return st;
+        st = eval_length(p, api, h, L, multiple, lt, control, err);
     }
+    if (st == CTX_OK && p->recall && p->recalls.skipped > 0) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "recall: %lld documents skipped: their tokens do not decode one by one",
+                 (long long)p->recalls.skipped);
+        api->log(h, CTX_LOG_WARN, msg);
+    }
+    if (p->recall) recall_index_free(&p->recalls);
+    if (st != CTX_OK) return st;
     return p->extrapolation ? eval_extrapolation(p, api, h, lengths, p->n, lt, err) : CTX_OK;
 }
 
@@ -396,7 +494,7 @@ static const ctx_eval_vtable vtable = {sizeof(ctx_eval_vtable), create, destroy,
 
 static const ctx_plugin_descriptor descriptor = {
     CTX_PLUGIN_ABI_MAJOR, CTX_PLUGIN_ABI_MINOR, sizeof(ctx_plugin_descriptor), CTX_PLUGIN_EVAL,
-    "perplexity", "1.1.0",
+    "perplexity", "1.2.0",
     "mean per-window and token-weighted perplexity at multiples of Lt (METHODS.md 3.3)",
     options, (int32_t)(sizeof options / sizeof options[0]), &vtable};
 
