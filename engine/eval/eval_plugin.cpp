@@ -96,8 +96,7 @@ ctx_status score_rows_impl(ctx_eval_host* h, const ctx_score_request& q, ctx_err
 }
 
 ctx_status api_score_rows(ctx_eval_host* h, const ctx_score_request* request, ctx_err* err) {
-    if (!request || request->struct_size < offsetof(ctx_score_request, argmax) +
-                                               sizeof(request->argmax))
+    if (!request || request->struct_size < CTX_OFFSET_END(ctx_score_request, argmax))
         return fail_status(err, "score_rows: the request struct is missing or too small");
     return score_rows_impl(h, *request, err);
 }
