@@ -30,7 +30,7 @@ void usage(FILE* out) {
         "usage: ctxengine data generate --out DIR [--docs N] [--min-len N] [--max-len N]\n"
         "                               [--seed N] [--val-fraction F] [--facts N]\n"
         "                               [--recall-rate F] [--min-distance N]\n"
-        "                               [--max-distance N] [--le LIST]\n"
+        "                               [--max-distance N] [--bpe N] [--le LIST]\n"
         "       ctxengine data info FILE.shard [--le LIST]\n"
         "       ctxengine data qa --out FILE.jsonl --context N [--qa-docs N] [--first-doc N]\n"
         "                         [--max-items N] [--min-answer-distance N] [corpus options]\n\n"
@@ -40,6 +40,8 @@ void usage(FILE* out) {
         "          --val-fraction 0.1 --facts 6 --recall-rate 0.9 --min-distance 192\n"
         "          --max-distance 4096 (bytes from a fact's latest mention to its recall,\n"
         "          log-uniform; choose them around the Lt and Le you will train with)\n"
+        "          --bpe N: tokens from a byte-level BPE of N tokens trained on the train\n"
+        "          split (DIR/tokenizer.json) instead of bytes\n"
         "info      validates a shard and prints its header and document statistics.\n"
         "qa        writes AltQA-shaped question rows from generated documents: N bytes of\n"
         "          context ending in \"Question: what is ...? Answer:\" and the recalled value\n"
@@ -164,7 +166,8 @@ std::vector<std::string> with_corpus_flags(std::vector<std::string> flags) {
 }
 
 int cmd_generate(const std::vector<std::string>& args) {
-    const auto f = parse_flags(args, 1, with_corpus_flags({"--out", "--val-fraction", "--le"}));
+    const auto f =
+        parse_flags(args, 1, with_corpus_flags({"--out", "--val-fraction", "--le", "--bpe"}));
     if (!f.count("--out")) throw UsageError("data generate needs --out DIR");
     const CorpusOptions o = corpus_flags(f);
     const double val_fraction =
@@ -173,7 +176,12 @@ int cmd_generate(const std::vector<std::string>& args) {
     if (!(val_fraction >= 0.0 && val_fraction <= 1.0))
         throw UsageError(fmt::format("--val-fraction must be in [0, 1], got {}", val_fraction));
 
-    const CorpusShards shards = write_corpus_shards(f.at("--out"), o, val_fraction);
+    const int64_t bpe = f.count("--bpe") ? parse_int("--bpe", f.at("--bpe")) : 0;
+    if (bpe != 0 && (bpe < 257 || bpe > (1 << 24)))
+        throw UsageError(fmt::format("--bpe must be 0 (bytes) or a vocabulary size in [257, {}], "
+                                     "got {}", 1 << 24, bpe));
+    const CorpusShards shards =
+        write_corpus_shards(f.at("--out"), o, val_fraction, static_cast<int32_t>(bpe));
     const std::string& train_path = shards.train_path;
     const std::string& val_path = shards.val_path;
     std::vector<int64_t> distances = shards.recall_distances;
@@ -194,6 +202,9 @@ int cmd_generate(const std::vector<std::string>& args) {
                     "p90 %lld; %.1f%% beyond 256\n", static_cast<long long>(recalls), q(0.1),
                     q(0.5), q(0.9), 100.0 * static_cast<double>(far) / distances.size());
     }
+    if (bpe > 0)
+        std::printf("tokenizer: %s (byte-level BPE, vocabulary %d, trained on the train split)\n",
+                    shards.tokenizer.c_str(), shards.vocab_size);
     print_summary(train_path, shards.train_lengths, les);
     print_summary(val_path, shards.val_lengths, les);
     return 0;

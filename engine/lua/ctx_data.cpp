@@ -16,7 +16,9 @@
 #include "data/row_stream_source.h"
 #include "data/shard.h"
 #include "data/windows.h"
+#include "data/tokenizer.h"
 #include "lua/ctx_module.h"
+#include "lua/ctx_tokenizer.h"
 #include "lua/ctx_types.h"
 #include "lua/lua_guard.h"
 #include "lua/userdata.h"
@@ -162,19 +164,30 @@ int l_corpus(lua_State* L) {
     std::vector<OptSpec> schema = corpus_schema();
     schema.push_back({"dir", OptType::String, true, "where the shards live (generated when missing)"});
     schema.push_back({"val_fraction", OptType::Number, false, "documents held out for validation"});
+    schema.push_back({"bpe", OptType::Integer, false,
+                      "tokens: 0 = bytes (default), N = a byte-level BPE of N tokens trained on "
+                      "the train split (saved as <dir>/tokenizer.json)"});
     const auto o = lua::Options::parse(L, 1, schema, "ctx.data.corpus", where);
     const CorpusOptions c = corpus_options(o);
     const double val_fraction = o.number("val_fraction", 0.1);
     const std::string dir = o.string("dir", "");
+    const int64_t bpe = o.integer("bpe", 0);
+    if (bpe != 0 && (bpe < 257 || bpe > (1 << 24)))
+        o.fail_key("bpe", fmt::format("must be 0 (bytes) or a vocabulary size in [257, {}], got {}",
+                                      1 << 24, bpe));
     // Rank 0 writes; the others wait and then read the same files.
     on_rank0(L, where, "ctx.data.corpus", [&] {
-        const CorpusShards s = write_corpus_shards(dir, c, val_fraction);
-        spdlog::info("corpus {}: {} train + {} validation documents ({})", dir,
+        const CorpusShards s = write_corpus_shards(dir, c, val_fraction, static_cast<int32_t>(bpe));
+        spdlog::info("corpus {}: {} train + {} validation documents, {} tokens ({})", dir,
                      s.train_lengths.size(), s.val_lengths.size(),
+                     bpe > 0 ? fmt::format("BPE, vocabulary {}", s.vocab_size) : "bytes",
                      s.reused ? "reused" : "generated");
     });
 
-    lua_createtable(L, 0, 3);
+    lua_createtable(L, 0, 4);
+    *lua::new_userdata<TokenizerRef>(L, kTokenizerType) =
+        load_tokenizer(bpe > 0 ? dir + "/tokenizer.json" : "byte");
+    lua_setfield(L, -2, "tokenizer");
     push_documents(L, std::make_shared<ShardReader>(dir + "/train.shard"));
     lua_setfield(L, -2, "train");
     push_documents(L, std::make_shared<ShardReader>(dir + "/val.shard"));

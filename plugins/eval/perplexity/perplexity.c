@@ -387,6 +387,11 @@ static ctx_status eval_length(perplexity* p, const ctx_eval_api* api, ctx_eval_h
         api->record_number(h, "accuracy", recall.count[b] ? (double)recall.correct[b] /
                                                                 (double)recall.count[b]
                                                           : NAN);
+        api->record_number(h, "questions", (double)recall.questions[b]);
+        api->record_number(h, "question_accuracy",
+                           recall.questions[b] ? (double)recall.questions_correct[b] /
+                                                     (double)recall.questions[b]
+                                               : NAN);
         api->record_number(h, "value_nll", recall.value_tokens[b]
                                                ? recall.value_nll[b] / (double)recall.value_tokens[b]
                                                : NAN);

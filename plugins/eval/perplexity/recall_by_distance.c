@@ -98,6 +98,7 @@ static ctx_status load_doc(recall_index* index, const ctx_eval_api* api, ctx_eva
                 it->value_begin = token_of_byte(starts, n, spans[s].value_begin);
                 it->value_end = token_of_byte(starts, n, spans[s].value_end - 1) + 1;
                 it->source = token_of_byte(starts, n, spans[s].source_begin);
+                it->question = spans[s].question;
             }
         }
     }
@@ -149,6 +150,8 @@ ctx_status recall_tally_window(recall_tally* tally, recall_index* index, const c
         tally->value_tokens[b] += it->value_end - it->value_begin;
         tally->count[b] += 1;
         tally->correct[b] += right;
+        tally->questions[b] += it->question != 0;
+        tally->questions_correct[b] += it->question != 0 && right;
     }
     return CTX_OK;
 }

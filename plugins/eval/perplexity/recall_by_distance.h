@@ -18,6 +18,7 @@
 typedef struct recall_item {
     int64_t value_begin, value_end; /* value tokens [value_begin, value_end) of the document */
     int64_t source;                 /* the token holding the source's first byte */
+    int question;                   /* "Question: ... Answer: V." (else "Reminder: ... is V.") */
 } recall_item;
 
 typedef struct recall_doc {
@@ -38,6 +39,7 @@ typedef struct recall_tally {
     int n_bins;
     int64_t edges[RECALL_MAX_BINS + 1]; /* tokens; bin b is [edges[b], edges[b + 1]) */
     int64_t count[RECALL_MAX_BINS], correct[RECALL_MAX_BINS];
+    int64_t questions[RECALL_MAX_BINS], questions_correct[RECALL_MAX_BINS]; /* of the above */
     double value_nll[RECALL_MAX_BINS];  /* summed over value tokens */
     int64_t value_tokens[RECALL_MAX_BINS];
 } recall_tally;
