@@ -6,7 +6,7 @@
 #include <map>
 
 #include "model_fixtures.h"
-#include "plugin/eval_plugin.h"
+#include "eval/eval_plugin.h"
 
 namespace ctx {
 namespace {

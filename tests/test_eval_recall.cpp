@@ -9,7 +9,7 @@
 #include "data/corpus.h"
 #include "data/tokenizer.h"
 #include "model_fixtures.h"
-#include "plugin/eval_plugin.h"
+#include "eval/eval_plugin.h"
 
 namespace ctx {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "data/tokenizer.h"
 #include "model_fixtures.h"
-#include "plugin/eval_plugin.h"
+#include "eval/eval_plugin.h"
 
 // The plugins' host-free parts, compiled into this test directly.
 #include "../plugins/eval/altqa/altqa_alter.cpp"

@@ -29,6 +29,16 @@ void check_embedding_tokens(const int32_t* tokens, const float* positions, int N
     }
 }
 
+void check_targets(const int32_t* targets, const float* mask, int N, int V) {
+    for (int n = 0; n < N; n++) {
+        const float m = mask != nullptr ? mask[n] : 1.0f;
+        if (m == 0.0f) continue;
+        CTX_CHECK(targets[n] >= 0 && targets[n] < V,
+                  "crossentropy: target {} at row {} (mask {}) is outside the vocabulary [0, {})",
+                  targets[n], n, m, V);
+    }
+}
+
 void check_rotary(int C, int H, const RotarySpec& spec) {
     CTX_CHECK(H > 0 && C % H == 0, "rotary: d_model {} is not divisible by {} heads", C, H);
     const int D = C / H;

@@ -20,6 +20,9 @@ int t5_bucket(double d, int num_buckets, int max_distance);
 
 // Every token in [0, V); with positions, every position in [0, P - 1] (the learned table).
 void check_embedding_tokens(const int32_t* tokens, const float* positions, int N, int V, int P);
+// Every target of a trained row (mask != 0; a null mask trains every row) in [0, V). Serial,
+// before any parallel region, so no exception is thrown from inside one.
+void check_targets(const int32_t* targets, const float* mask, int N, int V);
 // rotary_dims even, within the head dimension and kMaxRotaryPairs; inv_freq present.
 void check_rotary(int C, int H, const RotarySpec& spec);
 // T >= 1, heads divide d_model, window >= 0, and the bias family's parameters present and valid.

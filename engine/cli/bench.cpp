@@ -12,8 +12,8 @@
 #include <regex>
 
 #include "core/error.h"
+#include "core/options.h"
 #include "data/token_source.h"
-#include "lua/options.h"
 #include "model/trainer.h"
 #include "plugin/pe_plugin.h"
 
@@ -156,7 +156,7 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry) {
     if (pe_name != "none") {
         ctx_model_info info{sizeof(ctx_model_info), c.d_model, c.n_head, c.head_dim(),
                             c.n_layer, c.vocab_size, c.context_length};
-        lua::Options none;  // defaults
+        Options none;  // defaults
         pe = std::make_unique<PePlugin>(registry.get("pe/" + pe_name), info, none, 1);
     }
     Model model(c, *backend, std::move(pe), 1);

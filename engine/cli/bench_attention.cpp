@@ -10,8 +10,8 @@
 
 #include "cli/bench.h"
 #include "core/error.h"
+#include "core/options.h"
 #include "core/rng.h"
-#include "lua/options.h"
 #include "plugin/pe_plugin.h"
 
 namespace ctx {
@@ -127,7 +127,7 @@ std::unique_ptr<PeSetup> make_pe(const std::string& name, PluginRegistry& regist
     auto s = std::make_unique<PeSetup>();
     if (name == "none") return s;
     ctx_model_info info{sizeof(ctx_model_info), H * D, H, D, 1, 256, T};
-    lua::Options none;  // the plugin's defaults
+    Options none;  // the plugin's defaults
     s->plugin = std::make_unique<PePlugin>(registry.get("pe/" + name), info, none, 1);
     PePlugin& pe = *s->plugin;
     // Parameters: initialised on the host by the plugin's declarations, then copied.

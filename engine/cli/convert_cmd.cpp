@@ -1,6 +1,5 @@
 #include "cli/convert_cmd.h"
 
-#include <lua.hpp>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -10,12 +9,8 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "io/checkpoint.h"
-#include "lua/ctx_hf.h"
-#include "lua/ctx_module.h"
-#include "lua/runtime.h"
-#include "model/config_json.h"
-#include "model/training_state.h"
 #include "parallel/comm.h"
+#include "session/models.h"
 
 namespace ctx {
 namespace {
@@ -43,20 +38,11 @@ void usage(FILE* out) {
 }
 
 // HF_DIR -> OUT.h5: what ctx.save writes for a model without optimizer or data stream.
-void hf_to_checkpoint(lua_State* L, const std::string& dir, const std::string& out) {
+void hf_to_checkpoint(EngineContext& engine, const std::string& dir, const std::string& out) {
     DeviceRequest cpu;  // conversion is a copy of tensors: the CPU is enough
     cpu.device = DeviceChoice::Cpu;
-    ModelRef h = load_hf_model(L, dir, cpu, dir + ":");
-    TrainingState s;
-    capture_model(*h->model, nullptr, s);
-    s.pe_plugin = h->pe_name;
-    s.pe_options_json = h->pe_options_json;
-    if (h->model->pe()) s.pe_state = h->model->pe()->save_state();
-    s.metadata_json = json{{"style", h->style},
-                           {"trained_length", h->trained_length},
-                           {"world_size", 1},
-                           {"hf_source", dir}}
-                          .dump();
+    ModelRef h = model_from_hf(engine, dir, cpu, dir + ":");
+    TrainingState s = model_checkpoint_state(engine, *h, nullptr, json{{"hf_source", dir}});
     const std::filesystem::path parent = std::filesystem::path(out).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     save_checkpoint(out, s);
@@ -64,35 +50,11 @@ void hf_to_checkpoint(lua_State* L, const std::string& dir, const std::string& o
 }
 
 // IN.h5 -> OUT_DIR: the model part of ctx.load, then ctx.save_hf.
-void checkpoint_to_hf(lua_State* L, const std::string& in, const std::string& out,
+void checkpoint_to_hf(EngineContext& engine, const std::string& in, const std::string& out,
                       const std::string& tokenizer) {
-    const TrainingState s = load_checkpoint(in);
-    ModelConfig c;
-    json meta;
-    try {
-        c = model_config_from_json(json::parse(s.model_config_json));
-        meta = json::parse(s.metadata_json);
-    } catch (const json::exception& e) {
-        fail("{}: the model configuration is not valid JSON: {}", in, e.what());
-    } catch (const Error& e) {
-        fail("{}: {}", in, e.what());
-    }
-    PeSpec none;
-    none.plugin = "none";
-    const int top = lua_gettop(L);
-    const PeSpec& spec = s.pe_plugin == "none" || s.pe_plugin.empty()
-                             ? none
-                             : pe_spec_from_json(L, s.pe_plugin, s.pe_options_json, in + ":");
     DeviceRequest cpu;
     cpu.device = DeviceChoice::Cpu;
-    ModelRef h = build_model(L, c, meta.value("style", std::string("gpt2")), spec, 1, cpu);
-    lua_settop(L, top);
-    if (h->model->pe()) h->model->pe()->load_state(s.pe_state);
-    try {
-        restore_model(*h->model, nullptr, s);
-    } catch (const Error& e) {
-        fail("{}: {}", in, e.what());
-    }
+    ModelRef h = model_from_checkpoint(engine, load_checkpoint(in), in, cpu);
     std::unique_ptr<Tokenizer> tok;
     if (!tokenizer.empty()) tok = load_tokenizer(tokenizer);
     save_hf_model(*h, out, tokenizer, tok.get());
@@ -138,10 +100,8 @@ int run_convert_command(const std::vector<std::string>& args, PluginRegistry& re
     engine.threads = threads;
     engine.default_device = DeviceChoice::Cpu;  // conversion copies tensors: no GPU needed
     try {
-        lua::Runtime runtime;  // the PE options are validated like a recipe's
-        open_ctx_module(runtime.state(), &engine);
-        if (to_hf) checkpoint_to_hf(runtime.state(), pos[0], pos[1], tokenizer);
-        else hf_to_checkpoint(runtime.state(), pos[0], pos[1]);
+        if (to_hf) checkpoint_to_hf(engine, pos[0], pos[1], tokenizer);
+        else hf_to_checkpoint(engine, pos[0], pos[1]);
     } catch (const Error& e) {
         spdlog::error("convert: {}", e.what());
         return 1;

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "core/rng.h"
+#include "core/training_state.h"
 #include "data/token_source.h"
-#include "io/checkpoint.h"
 #include "parallel/comm.h"
 
 namespace ctx {

@@ -4,20 +4,6 @@
 
 namespace ctx {
 
-void BatchBuffers::resize(int b, int t) {
-    B = b;
-    T = t;
-    const size_t n = static_cast<size_t>(b) * t;
-    tokens.assign(n, 0);
-    targets.assign(n, 0);
-    positions.assign(n, 0.0f);
-    mask.assign(n, 0.0f);
-}
-
-Batch BatchBuffers::batch() const {
-    return Batch{B, T, tokens.data(), positions.data(), targets.data(), mask.data()};
-}
-
 TokenSource::TokenSource(std::vector<int32_t> tokens, int vocab_size)
     : tokens_(std::move(tokens)), vocab_size_(vocab_size) {
     CTX_CHECK(vocab_size_ > 0, "vocab_size must be positive, got {}", vocab_size_);

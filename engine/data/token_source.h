@@ -7,18 +7,9 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "model/decoder.h"
+#include "data/batch.h"
 
 namespace ctx {
-
-// Host buffers for one batch; batch() views them.
-struct BatchBuffers {
-    int B = 0, T = 0;
-    std::vector<int32_t> tokens, targets;  // (B, T)
-    std::vector<float> positions, mask;    // (B, T)
-    void resize(int b, int t);
-    Batch batch() const;
-};
 
 class TokenSource {
 public:

@@ -15,8 +15,6 @@
 #include "lua/ctx_types.h"
 #include "lua/lua_guard.h"
 #include "lua/userdata.h"
-#include "model/config_json.h"
-#include "model/training_state.h"
 
 namespace ctx {
 namespace {
@@ -24,24 +22,6 @@ namespace {
 using lua::guarded;
 using lua::OptType;
 using json = nlohmann::json;
-
-// Runs `what` on rank 0 and raises its error (if any) on every rank.
-template <typename F>
-void on_rank0(Comm& comm, F&& what) {
-    std::string error;
-    if (comm.rank() == 0) {
-        try {
-            what();
-        } catch (const std::exception& e) {
-            error = e.what();
-        }
-    }
-    uint64_t len = error.size();
-    comm.broadcast(&len, sizeof(len), 0);
-    error.resize(len);
-    if (len) comm.broadcast(error.data(), len, 0);
-    if (!error.empty()) throw Error(error);
-}
 
 // Table / Any keys of the options argument shared by save and save_checkpoint.
 const std::vector<lua::OptSpec> kSaveSchema = {
@@ -53,41 +33,29 @@ const std::vector<lua::OptSpec> kSaveSchema = {
 void save_state(lua_State* L, const std::string& path, const lua::Options& o) {
     EngineContext& engine = lua_detail::engine(L);
     ModelHandle& h = *lua::option_userdata<ModelRef>(L, o, "model", kModelType, "a ctx.model");
-    TrainingState s;
-    capture_model(*h.model, h.optimizer.get(), s);
-    s.recipe_text = engine.recipe_text;
-    s.pe_plugin = h.pe_name;
-    s.pe_options_json = h.pe_options_json;
-    if (h.model->pe()) s.pe_state = h.model->pe()->save_state();
-    s.tokens_seen = h.tokens_seen;
-    if (o.has("data")) {
-        DataRef d = lua::option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source");
-        d->stream->save(s, *engine.comm);
-    }
-    json meta = {{"style", h.style}, {"trained_length", h.trained_length},
-                 {"world_size", engine.comm->size()}};
+    json user = json::object();
     if (const lua::LuaRef* ref = o.ref("metadata")) {
         ref->push();
         lua_pushnil(L);
         while (lua_next(L, -2) != 0) {
             if (lua_type(L, -2) != LUA_TSTRING) o.fail_key("metadata", "must have string keys");
             const std::string k = lua_tostring(L, -2);
-            if (lua_type(L, -1) == LUA_TNUMBER) meta["user"][k] = lua_tonumber(L, -1);
-            else if (lua_type(L, -1) == LUA_TBOOLEAN) meta["user"][k] = lua_toboolean(L, -1) != 0;
-            else if (lua_type(L, -1) == LUA_TSTRING) meta["user"][k] = lua_tostring(L, -1);
+            if (lua_type(L, -1) == LUA_TNUMBER) user[k] = lua_tonumber(L, -1);
+            else if (lua_type(L, -1) == LUA_TBOOLEAN) user[k] = lua_toboolean(L, -1) != 0;
+            else if (lua_type(L, -1) == LUA_TSTRING) user[k] = lua_tostring(L, -1);
             else o.fail_key("metadata", fmt::format("value of '{}' must be a number, string or "
                                                     "boolean", k));
             lua_pop(L, 1);
         }
         lua_pop(L, 1);
     }
-    s.metadata_json = meta.dump();
-    on_rank0(*engine.comm, [&] {
-        const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-        if (!parent.empty()) std::filesystem::create_directories(parent);
-        save_checkpoint(path, s);
-        spdlog::info("saved checkpoint {} (step {}, {} tokens)", path, s.step, s.tokens_seen);
-    });
+    BatchSource* data = nullptr;
+    if (o.has("data"))
+        data = lua::option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source")
+                   ->stream.get();
+    json meta = json::object();
+    if (!user.empty()) meta["user"] = user;
+    write_checkpoint(engine, path, model_checkpoint_state(engine, h, data, meta));
 }
 
 // ctx.save(path, {model = m, data = stream, metadata = {...}})
@@ -130,39 +98,7 @@ int l_load(lua_State* L) {
     const auto o = lua::Options::parse(L, 2, schema, "ctx.load", where);
     EngineContext& engine = lua_detail::engine(L);
     const TrainingState s = load_checkpoint(path);
-    ModelConfig c;
-    json meta;
-    try {
-        c = model_config_from_json(json::parse(s.model_config_json));
-        meta = json::parse(s.metadata_json);
-    } catch (const json::exception& e) {
-        fail("{}: the model configuration is not valid JSON: {}", path, e.what());
-    } catch (const Error& e) {
-        fail("{}: {}", path, e.what());
-    }
-    const std::string style = meta.value("style", std::string("gpt2"));
-    PeSpec none;
-    none.plugin = "none";
-    const PeSpec& spec = s.pe_plugin == "none" || s.pe_plugin.empty()
-                             ? none
-                             : pe_spec_from_json(L, s.pe_plugin, s.pe_options_json, where);
-    ModelRef h = build_model(L, c, style, spec, 1, parse_device_request(L, o));
-    h->trained_length = meta.value("trained_length", c.context_length);
-    h->tokens_seen = s.tokens_seen;
-    if (h->model->pe()) h->model->pe()->load_state(s.pe_state);
-    if (!s.optimizer_config_json.empty()) {
-        try {
-            h->optimizer = std::make_unique<Optimizer>(
-                *h->model, optimizer_config_from_json(json::parse(s.optimizer_config_json)));
-        } catch (const json::exception& e) {
-            fail("{}: the optimizer configuration is not valid JSON: {}", path, e.what());
-        }
-    }
-    try {
-        restore_model(*h->model, h->optimizer.get(), s);
-    } catch (const Error& e) {
-        fail("{}: {}", path, e.what());
-    }
+    ModelRef h = model_from_checkpoint(engine, s, path, parse_device_request(L, o));
     if (o.has("data")) {
         DataRef d = lua::option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source");
         d->stream->restore(s, *engine.comm);

@@ -13,7 +13,7 @@
 #include "lua/ctx_types.h"
 #include "lua/lua_guard.h"
 #include "lua/userdata.h"
-#include "plugin/eval_plugin.h"
+#include "eval/eval_plugin.h"
 
 namespace ctx {
 namespace {

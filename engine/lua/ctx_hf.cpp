@@ -20,31 +20,7 @@ namespace fs = std::filesystem;
 
 ModelRef load_hf_model(lua_State* L, const std::string& dir, const DeviceRequest& device,
                        const std::string& where) {
-    HfCheckpoint ck = read_hf_checkpoint(dir);
-    // The PE as a recipe would ask for it (validated against the plugin's options); the spec
-    // userdata stays on the stack while the model is built.
-    const int top = lua_gettop(L);
-    const PeSpec& pe = pe_spec_from_json(L, ck.spec.pe_plugin, ck.spec.pe_options.dump(), where);
-    ModelRef h = build_model(L, ck.spec.config, ck.spec.style, pe, 1, device);
-    lua_settop(L, top);
-    set_model_params(*h->model, ck.tensors, dir);
-    const ModelConfig& c = h->model->config();
-    spdlog::info("loaded {} ({}: {} layers, d_model {}, {} heads, context {}, {} params, {})", dir,
-                 ck.spec.model_type, c.n_layer, c.d_model, c.n_head, c.context_length,
-                 h->model->num_params(), h->pe_name);
-    return h;
-}
-
-HfSpec hf_spec_of(const ModelHandle& h) {
-    json options;
-    try {
-        options = json::parse(h.pe_options_json);
-    } catch (const json::exception& e) {
-        fail("export: the model's PE options are not valid JSON: {}", e.what());
-    }
-    std::vector<uint8_t> state;
-    if (h.model->pe()) state = h.model->pe()->save_state();
-    return hf_spec_for_model(h.model->config(), h.style, h.pe_name, options, state);
+    return model_from_hf(lua_detail::engine(L), dir, device, where);
 }
 
 std::string tokenizer_source_path(const Tokenizer& tok) {
@@ -52,21 +28,6 @@ std::string tokenizer_source_path(const Tokenizer& tok) {
     if (name.rfind("bpe:", 0) != 0) return "";
     const size_t colon = name.find(':', 4);  // after the style
     return colon == std::string::npos ? "" : name.substr(colon + 1);
-}
-
-void save_hf_model(const ModelHandle& h, const std::string& dir,
-                   const std::string& tokenizer_source, const Tokenizer* tok) {
-    HfSpec spec = hf_spec_of(h);
-    if (tok) {
-        if (auto id = tok->bos_id()) spec.bos_token_id = *id;
-        if (auto id = tok->eos_id()) spec.eos_token_id = *id;
-        CTX_CHECK(tok->vocab_size() <= spec.config.vocab_size,
-                  "save_hf: the tokenizer has {} tokens but the model only {}", tok->vocab_size(),
-                  spec.config.vocab_size);
-    }
-    write_hf_checkpoint(dir, spec, model_tensors(*h.model, h.model->params()), tokenizer_source);
-    spdlog::info("wrote {} as {} (context {}{})", dir, spec.model_type, h.model->config().context_length,
-                 tokenizer_source.empty() ? ", no tokenizer files" : "");
 }
 
 namespace {

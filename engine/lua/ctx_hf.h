@@ -21,18 +21,10 @@ namespace ctx {
 
 class Tokenizer;
 
-// Reads an HF directory into a new model (PE built from config.json, parameters from the
-// weights). Needs the ctx module's engine context on L for plugins and backends. Pushes nothing.
+// Reads an HF directory into a new model (session/models.h model_from_hf with the ctx module's
+// engine context on L). Pushes nothing. hf_spec_of and save_hf_model: session/models.h.
 ModelRef load_hf_model(lua_State* L, const std::string& dir, const DeviceRequest& device,
                        const std::string& where);
-
-// The HF spec of a live model, the PE's current state (e.g. RoPE's factor after extend) included.
-HfSpec hf_spec_of(const ModelHandle& h);
-
-// Writes the model as an HF directory. tokenizer_source: "" (no tokenizer files), a directory,
-// or a tokenizer.json / vocab.json; tok (may be null) supplies bos/eos ids for config.json.
-void save_hf_model(const ModelHandle& h, const std::string& dir,
-                   const std::string& tokenizer_source, const Tokenizer* tok);
 
 // The file a ctx.Tokenizer was loaded from ("" for the byte tokenizer): its name() is
 // "bpe:<style>:<source>".

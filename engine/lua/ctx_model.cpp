@@ -8,12 +8,14 @@
 #include "lua/ctx_types.h"
 #include "lua/lua_guard.h"
 #include "lua/userdata.h"
-#include "model/trainer.h"
+#include "session/training.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
+#include <variant>
 
 namespace ctx {
 namespace {
@@ -37,56 +39,52 @@ ModelHandle& check_model(lua_State* L, int index) {
 }
 
 // ---- ctx.model
-const std::vector<OptSpec> kModelSchema = {
+// The ModelConfig keys (model_config_fields) and these.
+const std::vector<OptSpec> kModelExtraSchema = {
     {"style", OptType::String, false, "gpt2 | neox | bloom: defaults for the other keys"},
-    {"vocab_size", OptType::Integer, false, "vocabulary size"},
-    {"d_model", OptType::Integer, false, "model width"},
-    {"n_layer", OptType::Integer, false, "transformer blocks"},
-    {"n_head", OptType::Integer, false, "attention heads"},
-    {"context_length", OptType::Integer, false, "training context Lt"},
-    {"ffn_hidden", OptType::Integer, false, "MLP width (0: 4*d_model)"},
-    {"norm_eps", OptType::Number, false, "layernorm epsilon"},
-    {"init_std", OptType::Number, false, "init standard deviation"},
-    {"activation", OptType::String, false, "gelu_tanh | gelu_erf"},
-    {"parallel_residual", OptType::Bool, false, "GPT-NeoX residual"},
-    {"tied_embeddings", OptType::Bool, false, "lm head shares the token embedding"},
-    {"embedding_layernorm", OptType::Bool, false, "BLOOM's layernorm after the embedding"},
-    {"attention_bias", OptType::Bool, false, "biases in attention"},
-    {"mlp_bias", OptType::Bool, false, "biases in the MLP"},
-    {"norm_bias", OptType::Bool, false, "layernorm bias"},
     {"pe", OptType::Any, false, "positional encoding: a name or ctx.pe(name, options)"},
     {"seed", OptType::Integer, false, "initialisation seed"},
 };
 
-std::string default_pe(const std::string& style) {
-    if (style == "neox") return "rope";
-    if (style == "bloom") return "alibi";
-    return "learned";
+OptType opt_type_of(const ModelConfigField::Member& m) {
+    switch (m.index()) {
+        case 0: return OptType::Integer;
+        case 1: return OptType::Number;
+        case 2: return OptType::Bool;
+        default: return OptType::String;  // activation
+    }
+}
+
+// The ModelConfig fields of a ctx.model{} table over the style's defaults in c.
+void read_model_config(const lua::Options& o, ModelConfig& c) {
+    for (const ModelConfigField& f : model_config_fields()) {
+        std::visit(
+            [&](auto member) {
+                using M = decltype(member);
+                if constexpr (std::is_same_v<M, int ModelConfig::*>)
+                    c.*member = static_cast<int>(o.integer(f.name, c.*member));
+                else if constexpr (std::is_same_v<M, float ModelConfig::*>)
+                    c.*member = static_cast<float>(o.number(f.name, c.*member));
+                else if constexpr (std::is_same_v<M, bool ModelConfig::*>)
+                    c.*member = o.boolean(f.name, c.*member);
+                else
+                    c.*member = activation_from_name(
+                        o.choice(f.name, activation_name(c.*member), {"gelu_tanh", "gelu_erf"}));
+            },
+            f.member);
+    }
 }
 
 int l_model(lua_State* L) {
     const std::string where = lua::caller_where(L);
-    std::vector<OptSpec> schema = kModelSchema;
+    std::vector<OptSpec> schema = kModelExtraSchema;
+    for (const ModelConfigField& f : model_config_fields())
+        schema.push_back({f.name, opt_type_of(f.member), false, f.help});
     for (const OptSpec& s : device_option_specs()) schema.push_back(s);
     const auto o = lua::Options::parse(L, 1, schema, "ctx.model", where);
     const std::string style = o.choice("style", "gpt2", {"gpt2", "neox", "bloom"});
     ModelConfig c = ModelConfig::from_style(style);
-    c.vocab_size = static_cast<int>(o.integer("vocab_size", c.vocab_size));
-    c.d_model = static_cast<int>(o.integer("d_model", c.d_model));
-    c.n_layer = static_cast<int>(o.integer("n_layer", c.n_layer));
-    c.n_head = static_cast<int>(o.integer("n_head", c.n_head));
-    c.context_length = static_cast<int>(o.integer("context_length", c.context_length));
-    c.ffn_hidden = static_cast<int>(o.integer("ffn_hidden", c.ffn_hidden));
-    c.norm_eps = static_cast<float>(o.number("norm_eps", c.norm_eps));
-    c.init_std = static_cast<float>(o.number("init_std", c.init_std));
-    c.activation = activation_from_name(
-        o.choice("activation", activation_name(c.activation), {"gelu_tanh", "gelu_erf"}));
-    c.parallel_residual = o.boolean("parallel_residual", c.parallel_residual);
-    c.tied_embeddings = o.boolean("tied_embeddings", c.tied_embeddings);
-    c.embedding_layernorm = o.boolean("embedding_layernorm", c.embedding_layernorm);
-    c.attention_bias = o.boolean("attention_bias", c.attention_bias);
-    c.mlp_bias = o.boolean("mlp_bias", c.mlp_bias);
-    c.norm_bias = o.boolean("norm_bias", c.norm_bias);
+    read_model_config(o, c);
     try {
         c.validate();
     } catch (const Error& e) {
@@ -112,7 +110,8 @@ int l_model(lua_State* L) {
     }
     // The spec stays on the stack (anchored) while the model is built.
 
-    *new_userdata<ModelRef>(L, kModelType) = build_model(L, c, style, *spec, seed, device);
+    *new_userdata<ModelRef>(L, kModelType) =
+        build_model(lua_detail::engine(L), c, style, spec->plugin, spec->options, seed, device);
     return 1;
 }
 
@@ -149,87 +148,8 @@ DeviceRequest parse_device_request(lua_State* L, const lua::Options& o) {
     return r;
 }
 
-ModelRef build_model(lua_State* L, const ModelConfig& c, const std::string& style,
-                     const PeSpec& spec, uint64_t seed, const DeviceRequest& device) {
-    EngineContext& engine = lua_detail::engine(L);
-    ctx_model_info info{};
-    info.struct_size = sizeof(info);
-    info.d_model = c.d_model;
-    info.n_head = c.n_head;
-    info.head_dim = c.head_dim();
-    info.n_layer = c.n_layer;
-    info.vocab_size = c.vocab_size;
-    info.context_length = c.context_length;
-    std::unique_ptr<PePlugin> pe;
-    if (spec.plugin != "none") {
-        const LoadedPlugin& lib = engine.registry->get(spec.plugin);
-        pe = std::make_unique<PePlugin>(lib, info, spec.options, seed);
-    }
-    auto handle = std::make_shared<ModelHandle>();
-    handle->style = style;
-    handle->pe_name = spec.plugin;
-    handle->trained_length = c.context_length;
-    handle->pe_options_json = pe_options_to_json(spec, L);
-    Backend* backend = nullptr;
-    try {
-        backend = &engine.backend(device.device, device.precision);
-    } catch (const Error& e) {
-        fail("{}", e.what());
-    }
-    handle->model = std::make_unique<Model>(c, *backend, std::move(pe), seed);
-    handle->model->set_attention_choice(device.attention);
-    return handle;
-}
-
 void push_model(lua_State* L, ModelRef model) {
     *new_userdata<ModelRef>(L, kModelType) = std::move(model);
-}
-
-std::string pe_options_to_json(const PeSpec& spec, lua_State* L) {
-    nlohmann::json j = nlohmann::json::object();
-    if (spec.plugin == "none") return j.dump();
-    const LoadedPlugin& lib = lua_detail::engine(L).registry->get(spec.plugin);
-    for (const OptSpec& o : plugin_option_schema(*lib.descriptor)) {
-        if (!spec.options.has(o.name)) continue;
-        switch (o.type) {
-            case OptType::Integer: j[o.name] = spec.options.integer(o.name, 0); break;
-            case OptType::Bool: j[o.name] = spec.options.boolean(o.name, false); break;
-            case OptType::String: j[o.name] = spec.options.string(o.name, ""); break;
-            case OptType::NumberList: j[o.name] = spec.options.number_list(o.name); break;
-            default: j[o.name] = spec.options.number(o.name, 0); break;
-        }
-    }
-    return j.dump();
-}
-
-PeSpec& pe_spec_from_json(lua_State* L, const std::string& plugin, const std::string& text,
-                          const std::string& where) {
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::exception& e) {
-        fail("the PE options in the checkpoint are not valid JSON: {}", e.what());
-    }
-    CTX_CHECK(j.is_object(), "the PE options in the checkpoint must be a JSON object");
-    lua_newtable(L);  // rebuild the recipe's table, then validate it like any recipe table
-    for (const auto& [k, v] : j.items()) {
-        if (v.is_boolean()) lua_pushboolean(L, v.get<bool>());
-        else if (v.is_number_integer()) lua_pushinteger(L, v.get<int64_t>());
-        else if (v.is_number()) lua_pushnumber(L, v.get<double>());
-        else if (v.is_string()) lua_pushstring(L, v.get<std::string>().c_str());
-        else if (v.is_array()) {
-            lua_createtable(L, static_cast<int>(v.size()), 0);
-            for (size_t i = 0; i < v.size(); ++i) {
-                lua_pushnumber(L, v[i].get<double>());
-                lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
-            }
-        } else fail("the PE option '{}' in the checkpoint has an unsupported type", k);
-        lua_setfield(L, -2, k.c_str());
-    }
-    const int opts = lua_gettop(L);
-    PeSpec& spec = make_pe_spec(L, plugin, opts, where);
-    lua_remove(L, opts);  // the spec userdata stays on top
-    return spec;
 }
 
 namespace {
@@ -258,22 +178,25 @@ int m_config(lua_State* L) {
     };
     sets("style", h.style);
     sets("pe", h.pe_name);
-    seti("vocab_size", c.vocab_size);
-    seti("d_model", c.d_model);
-    seti("n_layer", c.n_layer);
-    seti("n_head", c.n_head);
-    seti("context_length", c.context_length);
+    for (const ModelConfigField& f : model_config_fields()) {
+        std::visit(
+            [&](auto member) {
+                using M = decltype(member);
+                if constexpr (std::is_same_v<M, int ModelConfig::*>) {
+                    seti(f.name, c.*member);
+                } else if constexpr (std::is_same_v<M, float ModelConfig::*>) {
+                    lua_pushnumber(L, c.*member);
+                    lua_setfield(L, -2, f.name);
+                } else if constexpr (std::is_same_v<M, bool ModelConfig::*>) {
+                    setb(f.name, c.*member);
+                } else {
+                    sets(f.name, activation_name(c.*member));
+                }
+            },
+            f.member);
+    }
+    seti("ffn_hidden", c.ffn());               // resolved (0 means 4 * d_model)
     seti("trained_length", h.trained_length);  // Lt before any extend()
-    seti("ffn_hidden", c.ffn());
-    lua_pushnumber(L, c.norm_eps);
-    lua_setfield(L, -2, "norm_eps");
-    sets("activation", activation_name(c.activation));
-    setb("parallel_residual", c.parallel_residual);
-    setb("tied_embeddings", c.tied_embeddings);
-    setb("embedding_layernorm", c.embedding_layernorm);
-    setb("attention_bias", c.attention_bias);
-    setb("mlp_bias", c.mlp_bias);
-    setb("norm_bias", c.norm_bias);
     sets("backend", h.model->backend().name());
     sets("device", h.model->backend().kind() == DeviceKind::CUDA ? "cuda" : "cpu");
     sets("precision", precision_name(h.model->backend().precision()));
@@ -376,27 +299,6 @@ void check_vocab(const lua::Options& o, const Model& model, const DataHandle& da
                                        data.vocab_size, model.config().vocab_size));
 }
 
-// Positional-encoding parameters in each step's metrics line (KERPLE's r1/r2, T5 tables, ...):
-// mean, min and max per tensor, "pe.<name>.mean" etc., so their trajectories can be plotted.
-void add_pe_param_stats(const Model& model, Record& r) {
-    Model& m = const_cast<Model&>(model);
-    std::vector<float> host;
-    for (const ParamView& v : model.layout().views()) {
-        if (v.name.rfind("pe.", 0) != 0) continue;
-        host.resize(v.numel);
-        model.backend().copy_to_host(host.data(), m.params().at(v), v.numel);
-        double sum = 0, lo = host[0], hi = host[0];
-        for (float x : host) {
-            sum += x;
-            lo = std::min<double>(lo, x);
-            hi = std::max<double>(hi, x);
-        }
-        r[v.name + ".mean"] = sum / static_cast<double>(v.numel);
-        r[v.name + ".min"] = lo;
-        r[v.name + ".max"] = hi;
-    }
-}
-
 int l_train(lua_State* L) {
     const std::string where = lua::caller_where(L);
     const auto o = lua::Options::parse(
@@ -434,31 +336,10 @@ int l_train(lua_State* L) {
     if (t.seq_len <= 0) o.fail_key("seq_len", fmt::format("must be positive, got {}", t.seq_len));
     // A new optimizer table starts a new schedule at the current step (moments are kept); no
     // table continues the existing schedule.
-    OptimizerConfig oc = parse_optimizer(L, o, t.steps);
-    oc.schedule_start = h.optimizer ? h.optimizer->step() : 0;
-    if (!h.optimizer)
-        h.optimizer = std::make_unique<Optimizer>(*h.model, oc);
-    else if (o.has("optimizer"))
-        h.optimizer->config() = oc;
-    EngineContext& engine = lua_detail::engine(L);
-    StepCallback on_step;
-    if (o.has("out_dir")) {
-        MetricsWriter* metrics = &engine.metrics_for(o.string("out_dir", ""));
-        Model* model = h.model.get();
-        on_step = [metrics, model](const StepRecord& s) {
-            Record r = Record::object();
-            r["type"] = "train";
-            r["step"] = s.step;
-            r["loss"] = s.loss;
-            r["lr"] = s.lr;
-            r["grad_norm"] = s.grad_norm;
-            r["tokens"] = s.tokens;
-            r["step_seconds"] = s.seconds;
-            r["tokens_per_s"] = s.seconds > 0 ? s.tokens / s.seconds : 0.0;
-            if (metrics->active()) add_pe_param_stats(*model, r);
-            metrics->jsonl(r);
-        };
-    }
+    TrainRequest request;
+    request.optimizer = parse_optimizer(L, o, t.steps);
+    request.new_schedule = o.has("optimizer");
+    request.out_dir = o.string("out_dir", "");
     const double bucket_mb = o.number("grad_bucket_mb", 25.0);
     if (!(bucket_mb > 0 && bucket_mb <= 4096))
         o.fail_key("grad_bucket_mb", fmt::format("must be in (0, 4096], got {}", bucket_mb));
@@ -466,20 +347,9 @@ int l_train(lua_State* L) {
     t.reduce.precision =
         reduce_precision_from_name(o.choice("reduce_precision", "fp32", {"fp32", "bf16"}));
     t.reduce.deterministic = o.boolean("deterministic", false);
-    try {
-        t.reducer = &engine.grad_reducer(h.model->backend(), t.reduce);
-    } catch (const Error& e) {
-        fail("{} ctx.train: {}", where, e.what());
-    }
-    TrainResult r;
-    try {
-        r = train(*h.model, *h.optimizer, *data->stream, t, *engine.comm, 0, on_step);
-    } catch (...) {
-        // A step that failed mid-backward leaves the reducer mid-step: do not reuse it.
-        engine.drop_grad_reducer(t.reducer);
-        throw;
-    }
-    for (const StepRecord& s : r.steps) h.tokens_seen += static_cast<int64_t>(s.tokens);
+    request.train = t;
+    const TrainResult r =
+        train_model(lua_detail::engine(L), h, *data->stream, std::move(request), where);
 
     lua_newtable(L);
     lua_createtable(L, static_cast<int>(r.steps.size()), 0);
@@ -570,9 +440,7 @@ void register_ctx_types(lua_State* L) {
 PeSpec& make_pe_spec(lua_State* L, const std::string& name, int opts_index,
                      const std::string& where) {
     EngineContext& engine = lua_detail::engine(L);
-    std::string full = name.rfind("pe/", 0) == 0 ? name : "pe/" + name;
-    // NoPE is the pe/none plugin when installed; without it, the engine's built-in "no PE".
-    if (full == "pe/none" && !engine.registry->find(full)) full = "none";
+    const std::string full = pe_plugin_name(*engine.registry, name);
     // opts_index 0: no options table; parse an explicit nil then.
     if (opts_index == 0) lua_pushnil(L);
     const int idx = opts_index == 0 ? lua_gettop(L) : opts_index;

@@ -7,9 +7,7 @@
 #include "data/batch_source.h"
 #include "data/token_source.h"
 #include "lua/options.h"
-#include "model/decoder.h"
-#include "model/device_select.h"
-#include "model/optimizer.h"
+#include "session/models.h"
 
 struct lua_State;
 
@@ -21,19 +19,7 @@ struct PeSpec {
     lua::Options options;
 };
 
-// A model with its optimizer (created by the first ctx.train, kept so later calls continue the
-// same AdamW state and schedule position).
-struct ModelHandle {
-    std::unique_ptr<Model> model;
-    std::unique_ptr<Optimizer> optimizer;
-    std::string style, pe_name;
-    int trained_length = 0;  // Lt at construction (evaluation multiples are relative to it)
-    std::string pe_options_json = "{}";  // the PE's options, to rebuild it from a checkpoint
-    int64_t tokens_seen = 0;             // global tokens trained on
-};
-
 inline constexpr const char* kModelType = "ctx.Model";
-using ModelRef = std::shared_ptr<ModelHandle>;
 
 void register_ctx_types(lua_State* L);
 // Resolves `name` ("rope", "pe/rope" or "none"), validates the options table at opts_index (may
@@ -54,24 +40,11 @@ void push_data(lua_State* L, std::shared_ptr<TokenSource> data, uint64_t seed);
 void push_data_handle(lua_State* L, DataRef data);
 // Sets ctx.model, ctx.train, ctx.evaluate on the table at the top of the stack.
 void register_model_functions(lua_State* L);
-// Where and how a model computes: the `device`, `precision` and `attention` options of
-// ctx.model, ctx.load and ctx.load_hf (`backend` is the older name of `device`).
-struct DeviceRequest {
-    DeviceChoice device = DeviceChoice::Auto;
-    Precision precision = Precision::Fp32;
-    AttentionChoice attention = AttentionChoice::Auto;
-};
-// The schema entries of those options, to append to a function's schema.
+// The `device`, `precision` and `attention` options of ctx.model, ctx.load and ctx.load_hf
+// (`backend` is the older name of `device`): schema entries to append to a function's schema.
 std::vector<lua::OptSpec> device_option_specs();
 // Reads them (defaults: the command line's --device / --precision, then auto / fp32).
 DeviceRequest parse_device_request(lua_State* L, const lua::Options& o);
-// Builds a model (the shared path of ctx.model and ctx.load). Pushes nothing.
-ModelRef build_model(lua_State* L, const ModelConfig& config, const std::string& style,
-                     const PeSpec& pe, uint64_t seed, const DeviceRequest& device);
-// The recipe-visible options of a PE as JSON, and back to a validated PeSpec (pushed).
-std::string pe_options_to_json(const PeSpec& spec, lua_State* L);
-PeSpec& pe_spec_from_json(lua_State* L, const std::string& plugin, const std::string& json,
-                          const std::string& where);
 void push_model(lua_State* L, ModelRef model);
 // Sets ctx.save, ctx.load, ctx.save_checkpoint, ctx.latest_checkpoint on the table at the top.
 void register_checkpoint_functions(lua_State* L);

@@ -11,19 +11,6 @@
 
 namespace ctx::lua {
 
-const char* opt_type_name(OptType t) {
-    switch (t) {
-        case OptType::Number: return "number";
-        case OptType::Integer: return "integer";
-        case OptType::Bool: return "boolean";
-        case OptType::String: return "string";
-        case OptType::NumberList: return "list of numbers";
-        case OptType::Table: return "table";
-        case OptType::Any: return "any value";
-    }
-    return "?";
-}
-
 // ------------------------------------------------------------------ LuaRef
 
 // The value is kept in the registry (shared by all threads of the state) and pushed back onto
@@ -95,23 +82,11 @@ struct StackGuard {
     ~StackGuard() { lua_settop(L, top); }
 };
 
-std::string prefix(const std::string& where, const std::string& context) {
-    std::string p = where;
-    if (!context.empty()) p += (p.empty() ? "" : " ") + context;
-    return p.empty() ? p : p + ": ";
-}
-
 std::string number_text(lua_State* L, int index) {
     lua_pushvalue(L, index);  // lua_tolstring converts in place; work on a copy
     std::string s = lua_tostring(L, -1);
     lua_pop(L, 1);
     return s;
-}
-
-std::string quoted(const std::string& s) {
-    constexpr size_t kMax = 40;
-    if (s.size() <= kMax) return "\"" + s + "\"";
-    return "\"" + s.substr(0, kMax) + "...\"";
 }
 
 // A value as it appears in messages: `string "four"`, `number 3`, `boolean true`, `table`.
@@ -124,7 +99,7 @@ std::string describe(lua_State* L, int index) {
         case LUA_TSTRING: {
             size_t len = 0;
             const char* s = lua_tolstring(L, index, &len);
-            return "string " + quoted(std::string(s, len));
+            return "string " + quote_option_text(std::string(s, len));
         }
         default: {
             // Engine userdata name their type (e.g. "ctx.Model") through __name.
@@ -168,14 +143,6 @@ std::string suggestion(const std::string& key, const std::vector<std::string>& k
     return best;
 }
 
-// Converts an integral float to int64 if it is exactly representable.
-bool integral(double d, int64_t* out) {
-    if (!std::isfinite(d) || std::floor(d) != d) return false;
-    if (d < -9223372036854775808.0 || d >= 9223372036854775808.0) return false;
-    *out = static_cast<int64_t>(d);
-    return true;
-}
-
 }  // namespace
 
 // ------------------------------------------------------------------ Options::parse
@@ -184,10 +151,8 @@ Options Options::parse(lua_State* L, int index, const std::vector<OptSpec>& sche
                        const std::string& context, const std::string& where) {
     index = lua_absindex(L, index);
     StackGuard guard(L);
-    Options out;
-    out.where_ = where;
-    out.context_ = context;
-    const std::string pre = prefix(where, context);
+    Options out(where, context);
+    const std::string pre = out.message_prefix();
 
     const int type = lua_type(L, index);
     if (type != LUA_TTABLE && type != LUA_TNIL && type != LUA_TNONE)
@@ -237,16 +202,16 @@ Options Options::parse(lua_State* L, int index, const std::vector<OptSpec>& sche
                 case OptType::Number:
                     if (lua_type(L, v) != LUA_TNUMBER)
                         throw Error(bad + "a number, got " + describe(L, v));
-                    out.values_[key] = static_cast<double>(lua_tonumber(L, v));
+                    out.set(key, static_cast<double>(lua_tonumber(L, v)));
                     break;
                 case OptType::Integer: {
                     int64_t i = 0;
                     if (lua_isinteger(L, v)) {
-                        out.values_[key] = static_cast<int64_t>(lua_tointeger(L, v));
+                        out.set(key, static_cast<int64_t>(lua_tointeger(L, v)));
                     } else if (lua_type(L, v) == LUA_TNUMBER) {
-                        if (!integral(lua_tonumber(L, v), &i))
+                        if (!integral_value(lua_tonumber(L, v), &i))
                             throw Error(bad + "an integer, got " + number_text(L, v));
-                        out.values_[key] = i;
+                        out.set(key, i);
                     } else {
                         throw Error(bad + "an integer, got " + describe(L, v));
                     }
@@ -255,7 +220,7 @@ Options Options::parse(lua_State* L, int index, const std::vector<OptSpec>& sche
                 case OptType::Bool:
                     if (lua_type(L, v) != LUA_TBOOLEAN)
                         throw Error(bad + "a boolean, got " + describe(L, v));
-                    out.values_[key] = static_cast<bool>(lua_toboolean(L, v));
+                    out.set(key, static_cast<bool>(lua_toboolean(L, v)));
                     break;
                 case OptType::String: {
                     // Strict: lua_isstring would accept numbers too.
@@ -263,7 +228,7 @@ Options Options::parse(lua_State* L, int index, const std::vector<OptSpec>& sche
                         throw Error(bad + "a string, got " + describe(L, v));
                     size_t len = 0;
                     const char* s = lua_tolstring(L, v, &len);
-                    out.values_[key] = std::string(s, len);
+                    out.set(key, std::string(s, len));
                     break;
                 }
                 case OptType::NumberList: {
@@ -276,7 +241,7 @@ Options Options::parse(lua_State* L, int index, const std::vector<OptSpec>& sche
                     while (lua_next(L, v) != 0) {
                         if (!lua_isinteger(L, -2) || lua_tointeger(L, -2) < 1) {
                             const std::string k = lua_type(L, -2) == LUA_TSTRING
-                                                      ? quoted(lua_tostring(L, -2))
+                                                      ? quote_option_text(lua_tostring(L, -2))
                                                       : describe(L, -2);
                             throw Error(bad + "a list of numbers, got a table with key " + k);
                         }
@@ -293,16 +258,18 @@ Options Options::parse(lua_State* L, int index, const std::vector<OptSpec>& sche
                         list.push_back(static_cast<double>(lua_tonumber(L, -1)));
                         lua_pop(L, 1);
                     }
-                    out.values_[key] = std::move(list);
+                    out.set(key, std::move(list));
                     break;
                 }
                 case OptType::Table:
                     if (lua_type(L, v) != LUA_TTABLE)
                         throw Error(bad + "a table, got " + describe(L, v));
                     out.refs_.emplace(key, LuaRef(L, v));
+                    out.held_keys_.insert(key);
                     break;
                 case OptType::Any:  // a key present in a table never holds nil
                     out.refs_.emplace(key, LuaRef(L, v));
+                    out.held_keys_.insert(key);
                     break;
             }
             lua_settop(L, v - 1);
@@ -321,78 +288,11 @@ Options Options::parse(lua_State* L, int index, const std::vector<OptSpec>& sche
     return out;
 }
 
-// ------------------------------------------------------------------ getters
-
-bool Options::has(const std::string& key) const {
-    return values_.count(key) != 0 || refs_.count(key) != 0;
-}
-
-// A getter of the wrong kind for a key is a bug in the caller's schema/getter pairing, still
-// reported against the recipe's key so it is traceable.
-double Options::number(const std::string& key, double dflt) const {
-    auto it = values_.find(key);
-    if (it == values_.end()) return dflt;
-    if (auto* d = std::get_if<double>(&it->second)) return *d;
-    if (auto* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
-    fail_key(key, "is not a number");
-}
-
-int64_t Options::integer(const std::string& key, int64_t dflt) const {
-    auto it = values_.find(key);
-    if (it == values_.end()) return dflt;
-    if (auto* i = std::get_if<int64_t>(&it->second)) return *i;
-    int64_t out = 0;
-    if (auto* d = std::get_if<double>(&it->second)) {
-        if (integral(*d, &out)) return out;
-        fail_key(key, "expects an integer, got " + fmt::format("{}", *d));
-    }
-    fail_key(key, "is not an integer");
-}
-
-bool Options::boolean(const std::string& key, bool dflt) const {
-    auto it = values_.find(key);
-    if (it == values_.end()) return dflt;
-    if (auto* b = std::get_if<bool>(&it->second)) return *b;
-    fail_key(key, "is not a boolean");
-}
-
-std::string Options::string(const std::string& key, const std::string& dflt) const {
-    auto it = values_.find(key);
-    if (it == values_.end()) return dflt;
-    if (auto* s = std::get_if<std::string>(&it->second)) return *s;
-    fail_key(key, "is not a string");
-}
-
-std::vector<double> Options::number_list(const std::string& key) const {
-    auto it = values_.find(key);
-    if (it == values_.end()) return {};
-    if (auto* l = std::get_if<std::vector<double>>(&it->second)) return *l;
-    fail_key(key, "is not a list of numbers");
-}
+// ------------------------------------------------------------------ Lua values
 
 const LuaRef* Options::ref(const std::string& key) const {
     auto it = refs_.find(key);
     return it == refs_.end() ? nullptr : &it->second;
-}
-
-std::string Options::choice(const std::string& key, const std::string& dflt,
-                            const std::vector<std::string>& allowed) const {
-    std::string v = string(key, dflt);
-    if (!has(key) || std::find(allowed.begin(), allowed.end(), v) != allowed.end()) return v;
-    std::string list;
-    for (size_t i = 0; i < allowed.size(); ++i) list += (i ? ", " : "") + allowed[i];
-    fail_key(key, "must be one of " + list + "; got " + quoted(v));
-}
-
-void Options::fail_key(const std::string& key, const std::string& message) const {
-    throw Error(prefix(where_, context_) + "option '" + key + "' " + message);
-}
-
-std::vector<std::string> Options::keys() const {
-    std::set<std::string> all;
-    for (const auto& [k, v] : values_) all.insert(k);
-    for (const auto& [k, v] : refs_) all.insert(k);
-    return {all.begin(), all.end()};
 }
 
 }  // namespace ctx::lua

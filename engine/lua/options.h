@@ -1,4 +1,5 @@
-// Option tables: a Lua table checked against a declared schema, turned into plain C++ values.
+// Option tables: a Lua table checked against a declared schema, turned into ctx::Options
+// (core/options.h).
 // Used for every table a recipe passes to the engine (ctx.model{...}, optimizer tables) and for
 // plugin options (the host validates them against ctx_option_desc before the plugin sees them).
 // Unknown keys, wrong types and missing required keys are errors that name the recipe's
@@ -13,28 +14,17 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/options.h"
 
 struct lua_State;
 
 namespace ctx::lua {
 
-enum class OptType {
-    Number,      // any Lua number
-    Integer,     // a Lua integer, or a float with an integral value
-    Bool,
-    String,
-    NumberList,  // a Lua sequence of numbers {1, 2.5, 3}
-    Table,       // a nested table, kept as a registry reference for the caller to parse
-    Any          // any value, kept as a registry reference (e.g. a model or plugin userdata)
-};
-const char* opt_type_name(OptType t);
-
-struct OptSpec {
-    std::string name;
-    OptType type = OptType::Number;
-    bool required = false;
-    std::string help;
-};
+// The Lua-free value type and schema (core/options.h), spelled as before inside ctx::lua.
+using ctx::OptSpec;
+using ctx::OptType;
+using ctx::OptValue;
+using ctx::opt_type_name;
 
 // A Lua value held by the registry (for Table / Any options). Movable, not copyable; released
 // in the destructor.
@@ -56,10 +46,11 @@ private:
     int ref_ = -1;
 };
 
-using OptValue = std::variant<double, int64_t, bool, std::string, std::vector<double>>;
-
-class Options {
+// Options read from a Lua table. As ctx::Options they go anywhere options go (plugin hosts,
+// model construction); the Lua values of Table / Any options stay here, behind ref().
+class Options : public ctx::Options {
 public:
+    using ctx::Options::Options;
     // Reads the table at `index` of L's stack against `schema`. `context` names the table in
     // messages ("ctx.model", "pe/rope options"); `where` is the "file:line:" prefix
     // (caller_where(L) at the call site). Throws ctx::Error:
@@ -71,31 +62,10 @@ public:
     static Options parse(lua_State* L, int index, const std::vector<OptSpec>& schema,
                          const std::string& context, const std::string& where);
 
-    bool has(const std::string& key) const;
-    double number(const std::string& key, double dflt) const;
-    int64_t integer(const std::string& key, int64_t dflt) const;
-    bool boolean(const std::string& key, bool dflt) const;
-    std::string string(const std::string& key, const std::string& dflt) const;
-    std::vector<double> number_list(const std::string& key) const;  // empty if absent
     // Table / Any options; nullptr if absent.
     const LuaRef* ref(const std::string& key) const;
 
-    // Checks a string option against allowed values; throws naming where/context/key.
-    std::string choice(const std::string& key, const std::string& dflt,
-                       const std::vector<std::string>& allowed) const;
-
-    // For error messages raised later by the caller about a specific key's value:
-    // "<where> <context>: option '<key>' <message>".
-    [[noreturn]] void fail_key(const std::string& key, const std::string& message) const;
-
-    const std::string& where() const { return where_; }
-    const std::string& context() const { return context_; }
-    // Keys present, in sorted order (for logging the effective configuration).
-    std::vector<std::string> keys() const;
-
 private:
-    std::string where_, context_;
-    std::map<std::string, OptValue> values_;
     std::map<std::string, LuaRef> refs_;
 };
 

@@ -35,6 +35,28 @@ void ModelConfig::validate() const {
     CTX_CHECK(init_std > 0, "init_std must be positive, got {}", init_std);
 }
 
+const std::vector<ModelConfigField>& model_config_fields() {
+    using C = ModelConfig;
+    static const std::vector<ModelConfigField> fields = {
+        {"vocab_size", &C::vocab_size, "vocabulary size"},
+        {"d_model", &C::d_model, "model width"},
+        {"n_layer", &C::n_layer, "transformer blocks"},
+        {"n_head", &C::n_head, "attention heads"},
+        {"context_length", &C::context_length, "training context Lt"},
+        {"ffn_hidden", &C::ffn_hidden, "MLP width (0: 4*d_model)"},
+        {"norm_eps", &C::norm_eps, "layernorm epsilon"},
+        {"init_std", &C::init_std, "init standard deviation"},
+        {"activation", &C::activation, "gelu_tanh | gelu_erf"},
+        {"parallel_residual", &C::parallel_residual, "GPT-NeoX residual"},
+        {"tied_embeddings", &C::tied_embeddings, "lm head shares the token embedding"},
+        {"embedding_layernorm", &C::embedding_layernorm, "BLOOM's layernorm after the embedding"},
+        {"attention_bias", &C::attention_bias, "biases in attention"},
+        {"mlp_bias", &C::mlp_bias, "biases in the MLP"},
+        {"norm_bias", &C::norm_bias, "layernorm bias"},
+    };
+    return fields;
+}
+
 const char* activation_name(Activation a) {
     return a == Activation::GeluTanh ? "gelu_tanh" : "gelu_erf";
 }

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <string>
+#include <variant>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -31,6 +33,18 @@ struct ModelConfig {
     static ModelConfig from_style(const std::string& style);
     void validate() const;  // throws ctx::Error naming the bad field
 };
+
+// Every field of ModelConfig once, in declaration order: the key that names it in ctx.model{},
+// model:config() and the checkpoint's JSON, and the member it sets. Readers and writers of those
+// forms loop over this table, so a new field is added here and nowhere else.
+struct ModelConfigField {
+    using Member = std::variant<int ModelConfig::*, float ModelConfig::*, bool ModelConfig::*,
+                                Activation ModelConfig::*>;
+    const char* name;
+    Member member;
+    const char* help;
+};
+const std::vector<ModelConfigField>& model_config_fields();
 
 const char* activation_name(Activation a);
 Activation activation_from_name(const std::string& name);  // "gelu_tanh" | "gelu_erf"

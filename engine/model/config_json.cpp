@@ -1,6 +1,8 @@
 #include "model/config_json.h"
 
 #include <set>
+#include <type_traits>
+#include <variant>
 
 #include "core/error.h"
 
@@ -31,42 +33,34 @@ void refuse_unknown(const json& j, const std::set<std::string>& seen, const char
 }  // namespace
 
 json model_config_to_json(const ModelConfig& c) {
-    return json{{"vocab_size", c.vocab_size},
-                {"d_model", c.d_model},
-                {"n_layer", c.n_layer},
-                {"n_head", c.n_head},
-                {"context_length", c.context_length},
-                {"ffn_hidden", c.ffn_hidden},
-                {"norm_eps", c.norm_eps},
-                {"init_std", c.init_std},
-                {"activation", activation_name(c.activation)},
-                {"parallel_residual", c.parallel_residual},
-                {"tied_embeddings", c.tied_embeddings},
-                {"embedding_layernorm", c.embedding_layernorm},
-                {"attention_bias", c.attention_bias},
-                {"mlp_bias", c.mlp_bias},
-                {"norm_bias", c.norm_bias}};
+    json j = json::object();
+    for (const ModelConfigField& f : model_config_fields()) {
+        std::visit(
+            [&](auto member) {
+                if constexpr (std::is_same_v<decltype(member), Activation ModelConfig::*>)
+                    j[f.name] = activation_name(c.*member);
+                else
+                    j[f.name] = c.*member;
+            },
+            f.member);
+    }
+    return j;
 }
 
 ModelConfig model_config_from_json(const json& j) {
     ModelConfig c;
     std::set<std::string> seen;
     std::string act = activation_name(c.activation);
-    read(j, "vocab_size", c.vocab_size, seen);
-    read(j, "d_model", c.d_model, seen);
-    read(j, "n_layer", c.n_layer, seen);
-    read(j, "n_head", c.n_head, seen);
-    read(j, "context_length", c.context_length, seen);
-    read(j, "ffn_hidden", c.ffn_hidden, seen);
-    read(j, "norm_eps", c.norm_eps, seen);
-    read(j, "init_std", c.init_std, seen);
-    read(j, "activation", act, seen);
-    read(j, "parallel_residual", c.parallel_residual, seen);
-    read(j, "tied_embeddings", c.tied_embeddings, seen);
-    read(j, "embedding_layernorm", c.embedding_layernorm, seen);
-    read(j, "attention_bias", c.attention_bias, seen);
-    read(j, "mlp_bias", c.mlp_bias, seen);
-    read(j, "norm_bias", c.norm_bias, seen);
+    for (const ModelConfigField& f : model_config_fields()) {
+        std::visit(
+            [&](auto member) {
+                if constexpr (std::is_same_v<decltype(member), Activation ModelConfig::*>)
+                    read(j, f.name, act, seen);
+                else
+                    read(j, f.name, c.*member, seen);
+            },
+            f.member);
+    }
     refuse_unknown(j, seen, "model config");
     c.activation = activation_from_name(act);
     c.validate();

@@ -55,7 +55,11 @@ struct Model::Acts {
 
 Model::Model(const ModelConfig& config, Backend& backend, std::unique_ptr<PePlugin> pe,
              uint64_t seed)
-    : config_(config), backend_(&backend), pe_(std::move(pe)) {
+    : config_(config),
+      backend_(&backend),
+      pe_(std::move(pe)),
+      block_(config_, backend),
+      attention_(backend, config.d_model, config.n_head) {
     config_.validate();
     build_layout();
     params_ = Arena(*backend_, layout_.total());
@@ -124,10 +128,10 @@ static float* view_or_null(const ArenaLayout& layout, const Arena& a, const std:
     return v ? a.at(*v) : nullptr;
 }
 
-Model::Layer Model::layer(int l, const Arena& a) const {
+BlockWeights Model::layer(int l, const Arena& a) const {
     const std::string p = fmt::format("layers.{}.", l);
     auto get = [&](const char* n) { return view_or_null(layout_, a, p + n); };
-    return Layer{get("ln1.weight"),      get("ln1.bias"),       get("attn.qkv.weight"),
+    return BlockWeights{get("ln1.weight"),      get("ln1.bias"),       get("attn.qkv.weight"),
                  get("attn.qkv.bias"),   get("attn.proj.weight"), get("attn.proj.bias"),
                  get("ln2.weight"),      get("ln2.bias"),       get("mlp.fc.weight"),
                  get("mlp.fc.bias"),     get("mlp.proj.weight"), get("mlp.proj.bias")};
@@ -235,11 +239,8 @@ void Model::reserve(int B, int T) {
         off += (sizes[i] + 15) / 16 * 16;
     }
     if (!bias_generic_) acts->bias_table = acts->dbias_table = nullptr;
-    const size_t pairs = bias_generic_ ? N * (static_cast<size_t>(T) + 1) / 2 : 0;
-    pair_dist_.assign(pairs, 0.0f);
-    pair_qpos_.assign(pairs, 0.0f);
-    pair_val_.assign(pairs, 0.0f);
-    bias_stage_.assign(bias_generic_ && backend_->kind() != DeviceKind::CPU ? table : 0, 0.0f);
+    bias_pairs_.reserve(bias_generic_ ? N * (static_cast<size_t>(T) + 1) / 2 : 0);
+    bias_stage_.resize(bias_generic_ && backend_->kind() != DeviceKind::CPU ? table : 0);
     acts->tokens.resize(N);
     acts->targets.resize(N);
     losses_host_.assign(N, 0.0f);
@@ -248,25 +249,37 @@ void Model::reserve(int B, int T) {
     reserved_T_ = T;
 }
 
-void Model::check_batch(const Batch& b) const {
-    CTX_CHECK(b.B > 0 && b.T > 0, "batch must have positive size, got B={} T={}", b.B, b.T);
-    const size_t N = static_cast<size_t>(b.B) * b.T;
-    const int V = config_.vocab_size;
-    int64_t table_rows = -1;
+int64_t Model::input_table_rows() const {
     if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_TABLE)
-        table_rows = pe_->params()[input_spec_.table_param].shape[0];
-    for (size_t i = 0; i < N; ++i) {
-        CTX_CHECK(b.tokens[i] >= 0 && b.tokens[i] < V, "token {} at row {} col {} is outside the "
-                  "vocabulary [0, {})", b.tokens[i], i / b.T, i % b.T, V);
-        CTX_CHECK(b.targets[i] >= 0 && b.targets[i] < V, "target {} at row {} col {} is outside "
-                  "the vocabulary [0, {})", b.targets[i], i / b.T, i % b.T, V);
-        const float p = b.positions[i];
+        return pe_->params()[input_spec_.table_param].shape[0];
+    return -1;
+}
+
+void Model::check_row(const int32_t* tokens, const int32_t* targets, const float* positions,
+                      int n, int row, int first_col) const {
+    const int V = config_.vocab_size;
+    const int64_t table_rows = input_table_rows();
+    for (int t = 0; t < n; ++t) {
+        const int col = first_col + t;
+        CTX_CHECK(tokens[t] >= 0 && tokens[t] < V, "token {} at row {} col {} is outside the "
+                  "vocabulary [0, {})", tokens[t], row, col, V);
+        CTX_CHECK(!targets || (targets[t] >= 0 && targets[t] < V), "target {} at row {} col {} "
+                  "is outside the vocabulary [0, {})", targets ? targets[t] : 0, row, col, V);
+        const float p = positions[t];
         CTX_CHECK(std::isfinite(p) && p >= 0.0f, "position {} at row {} col {} must be finite "
-                  "and >= 0", p, i / b.T, i % b.T);
+                  "and >= 0", p, row, col);
         CTX_CHECK(table_rows < 0 || p <= static_cast<float>(table_rows - 1),
                   "position {} exceeds the learned position table of {} rows ({}); extend the "
                   "model (model:extend(L)) before using longer positions", p, table_rows,
                   pe_->name());
+    }
+}
+
+void Model::check_batch(const Batch& b) const {
+    CTX_CHECK(b.B > 0 && b.T > 0, "batch must have positive size, got B={} T={}", b.B, b.T);
+    for (int r = 0; r < b.B; ++r) {
+        const size_t off = static_cast<size_t>(r) * b.T;
+        check_row(b.tokens + off, b.targets + off, b.positions + off, b.T, r, 0);
     }
 }
 
@@ -304,77 +317,25 @@ BiasSpec Model::bias_spec(int T) {
     return s;
 }
 
-// Packs every causal pair (b, i, j <= i) of the batch (row-major, the order the tables are
-// scattered in below), asks the plugin for each head's bias and scatters it into the (B, H, T, T)
-// table the attention op reads. Entries with j > i are never read.
-void Model::generic_bias_forward(const Batch& b) {
-    const int B = b.B, T = b.T, H = config_.n_head;
-    const size_t n = static_cast<size_t>(B) * T * (T + 1) / 2;
-    CTX_CHECK(n <= pair_dist_.size(), "internal: generic bias pair buffers are too small");
-    size_t k = 0;
-    for (int r = 0; r < B; ++r) {
-        const float* pos = b.positions + static_cast<size_t>(r) * T;  // (T)
-        for (int i = 0; i < T; ++i)
-            for (int j = 0; j <= i; ++j, ++k) {
-                pair_dist_[k] = static_cast<float>(static_cast<double>(pos[i]) - pos[j]);
-                pair_qpos_[k] = pos[i];
-            }
-    }
+void Model::fill_bias_table(GenericBiasPairs& pairs, float* table, int rows, int Tq, int S) {
+    const size_t n = static_cast<size_t>(rows) * config_.n_head * Tq * S;
     const bool direct = backend_->kind() == DeviceKind::CPU;  // host memory: write in place
-    float* table = direct ? acts_->bias_table : bias_stage_.data();  // (B, H, T, T)
+    if (!direct && bias_stage_.size() < n) bias_stage_.resize(n);
+    float* host = direct ? table : bias_stage_.data();  // (rows, H, Tq, S)
     HostSpan param_span = pe_span(params_);
-    const std::vector<ctx_tensor> params = pe_tensors(param_span.data());
-    for (int h = 0; h < H; ++h) {
-        pe_->bias_forward(params, h, pair_dist_.data(), pair_qpos_.data(),
-                          static_cast<int64_t>(n), pair_val_.data());
-        k = 0;
-        for (int r = 0; r < B; ++r)
-            for (int i = 0; i < T; ++i) {
-                float* row = table + ((static_cast<size_t>(r) * H + h) * T + i) * T;  // (T)
-                for (int j = 0; j <= i; ++j) row[j] = pair_val_[k++];
-            }
-    }
-    if (!direct)
-        backend_->copy_to_device(acts_->bias_table, table, static_cast<size_t>(B) * H * T * T);
+    pairs.forward(*pe_, pe_tensors(param_span.data()), config_.n_head, S, host);
+    if (!direct) backend_->copy_to_device(table, host, n);
 }
 
-// Gathers d(loss)/d(bias) of every causal pair from dbias_table (the sum over layers) and hands
-// it to the plugin, head by head, with the pairs of the forward pass.
-void Model::generic_bias_backward(const Batch& b) {
-    const int B = b.B, T = b.T, H = config_.n_head;
-    const size_t n = static_cast<size_t>(B) * T * (T + 1) / 2;
-    const float* dtable = acts_->dbias_table;  // (B, H, T, T)
-    if (backend_->kind() != DeviceKind::CPU) {
-        backend_->copy_to_host(bias_stage_.data(), dtable, static_cast<size_t>(B) * H * T * T);
-        dtable = bias_stage_.data();
-    }
-    HostSpan param_span = pe_span(params_);
-    HostSpan grad_span = pe_span(grads_);
-    const std::vector<ctx_tensor> params = pe_tensors(param_span.data());
-    std::vector<ctx_tensor> grads = pe_tensors(grad_span.data());
-    for (int h = 0; h < H; ++h) {
-        size_t k = 0;
-        for (int r = 0; r < B; ++r)
-            for (int i = 0; i < T; ++i) {
-                const float* row = dtable + ((static_cast<size_t>(r) * H + h) * T + i) * T;
-                for (int j = 0; j <= i; ++j) pair_val_[k++] = row[j];
-            }
-        pe_->bias_backward(params, grads, h, pair_dist_.data(), pair_qpos_.data(),
-                           static_cast<int64_t>(n), pair_val_.data());
-    }
-    grad_span.commit();
+RotarySpec Model::rotary_spec(int T) {
+    if (pe_ && pe_->has(CTX_PE_HOOK_ROTARY)) return pe_->rotary_spec(T);
+    return RotarySpec{};
 }
 
-void Model::forward_impl(const Batch& b) {
+void Model::embed(float* x, float* encoded, float* mean, float* rstd, const int32_t* tokens,
+                  const float* positions, const float* positions_host, int N) {
     Backend& be = *backend_;
-    Acts& a = *acts_;
-    const int B = b.B, T = b.T, C = config_.d_model, V = config_.vocab_size, F = config_.ffn();
-    const int H = config_.n_head, P = config_.n_layer;
-    const int N = B * T;
-    const size_t NC = static_cast<size_t>(N) * C;
-    (void)P;
-
-    // ---- embedding + input PE
+    const int C = config_.d_model, V = config_.vocab_size;
     const float* wpe = nullptr;
     int table_rows = 0;
     if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_TABLE) {
@@ -383,90 +344,99 @@ void Model::forward_impl(const Batch& b) {
         table_rows = static_cast<int>(v.shape[0]);
     }
     const float* wte = params_.at(layout_.view("wte"));
-    be.embedding_forward(a.encoded, a.tokens.data(), a.positions, wte, wpe, N, C, V, table_rows);
+    be.embedding_forward(encoded, tokens, positions, wte, wpe, N, C, V, table_rows);
     if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_GENERIC) {
         HostSpan params = pe_span(params_);
-        HostSpan encoded(be, a.encoded, NC, true);  // (B, T, C)
-        pe_->input_forward(pe_tensors(params.data()), b.positions, N, encoded.data());
-        encoded.commit();
+        HostSpan enc(be, encoded, static_cast<size_t>(N) * C, true);  // (N, C)
+        pe_->input_forward(pe_tensors(params.data()), positions_host, N, enc.data());
+        enc.commit();
     }
-    float* x = a.resid;  // (B, T, C) stream entering layer 0
     if (config_.embedding_layernorm) {
-        be.layernorm_forward(x, a.emb_ln_mean, a.emb_ln_rstd, a.encoded,
-                             view_or_null(layout_, params_, "emb_ln.weight"),
+        be.layernorm_forward(x, mean, rstd, encoded, view_or_null(layout_, params_, "emb_ln.weight"),
                              view_or_null(layout_, params_, "emb_ln.bias"), N, C,
                              config_.norm_eps);
     } else {
-        be.copy(x, a.encoded, NC);
+        be.copy(x, encoded, static_cast<size_t>(N) * C);
     }
+}
 
-    RotarySpec rot;
-    if (pe_ && pe_->has(CTX_PE_HOOK_ROTARY)) rot = pe_->rotary_spec(T);
+void Model::head(float* logits, float* ln, float* mean, float* rstd, const float* x, int N) {
+    const int C = config_.d_model, V = config_.vocab_size;
+    backend_->layernorm_forward(ln, mean, rstd, x, view_or_null(layout_, params_, "lnf.weight"),
+                                view_or_null(layout_, params_, "lnf.bias"), N, C,
+                                config_.norm_eps);
+    const float* w = config_.tied_embeddings ? params_.at(layout_.view("wte"))
+                                             : view_or_null(layout_, params_, "lm_head.weight");
+    backend_->matmul_forward(logits, ln, w, nullptr, N, C, V);  // (vocab-parallel later)
+}
+
+BlockActs Model::layer_acts(int l, int B, int T) const {
+    const Acts& a = *acts_;
+    const size_t N = static_cast<size_t>(B) * T, C = config_.d_model, F = config_.ffn();
+    const size_t NC = N * C, NF = N * F, L = static_cast<size_t>(l);
+    const size_t saved = attention_saved_floats(attention_mode_, B, T, config_.n_head);
+    return BlockActs{a.ln1 + L * NC,      a.ln1_mean + L * N, a.ln1_rstd + L * N,
+                     a.qkv + L * NC * 3,  a.atty + L * NC,    a.att + L * saved,
+                     a.res2 + L * NC,     a.ln2 + L * NC,     a.ln2_mean + L * N,
+                     a.ln2_rstd + L * N,  a.fch + L * NF,     a.fch_act + L * NF};
+}
+
+void Model::forward_impl(const Batch& b) {
+    Acts& a = *acts_;
+    const int B = b.B, T = b.T, N = B * T;
+    const size_t NC = static_cast<size_t>(N) * config_.d_model;
+
+    // ---- embedding + input PE -> the residual stream entering layer 0
+    embed(a.resid, a.encoded, a.emb_ln_mean, a.emb_ln_rstd, a.tokens.data(), a.positions,
+          b.positions, N);
+
+    // ---- the attention step of this pass (its specs serve the backward pass too)
+    const RotarySpec rot = rotary_spec(T);
     AttentionOptions attn;
     attn.bias = bias_spec(T);
     attn.window = attention_window_;
     attn.mode = attention_mode_;
-    if (bias_generic_) generic_bias_forward(b);  // one table for every layer
-
-    for (int l = 0; l < config_.n_layer; ++l) {
-        const Layer w = layer(l, params_);
-        float* xin = a.resid + l * NC;         // (B, T, C)
-        float* xout = a.resid + (l + 1) * NC;  // (B, T, C)
-        float* ln1 = a.ln1 + l * NC;
-        float* ln1_mean = a.ln1_mean + static_cast<size_t>(l) * N;
-        float* ln1_rstd = a.ln1_rstd + static_cast<size_t>(l) * N;
-        float* qkv = a.qkv + l * NC * 3;
-        float* atty = a.atty + l * NC;
-        float* att = a.att + static_cast<size_t>(l) * attention_saved_floats(attention_mode_, B, T, H);
-        float* res2 = a.res2 + l * NC;
-        float* ln2 = a.ln2 + l * NC;
-        float* ln2_mean = a.ln2_mean + static_cast<size_t>(l) * N;
-        float* ln2_rstd = a.ln2_rstd + static_cast<size_t>(l) * N;
-        float* fch = a.fch + l * static_cast<size_t>(N) * F;
-        float* fch_act = a.fch_act + l * static_cast<size_t>(N) * F;
-
-        // attention branch: ln1 -> qkv -> rotary -> attention -> out projection
-        be.layernorm_forward(ln1, ln1_mean, ln1_rstd, xin, w.ln1_w, w.ln1_b, N, C,
-                             config_.norm_eps);
-        be.matmul_forward(qkv, ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
-        if (rot.rotary_dims > 0) be.rotary_forward(qkv, a.positions, B, T, C, H, rot);
-        be.attention_forward(atty, att, qkv, a.positions, B, T, C, H, attn);
-        be.matmul_forward(a.tmp, atty, w.attn_proj_w, w.attn_proj_b, N, C, C);
-        be.add(res2, xin, a.tmp, NC);  // sequential: x + attn; parallel: also x + attn
-
-        // MLP branch: ln2 of (x + attn) sequentially, of x in parallel
-        const float* mlp_in = config_.parallel_residual ? xin : res2;
-        be.layernorm_forward(ln2, ln2_mean, ln2_rstd, mlp_in, w.ln2_w, w.ln2_b, N, C,
-                             config_.norm_eps);
-        be.matmul_forward(fch, ln2, w.fc_w, w.fc_b, N, C, F);
-        be.activation_forward(fch_act, fch, static_cast<size_t>(N) * F, config_.activation);
-        be.matmul_forward(a.tmp, fch_act, w.fc_proj_w, w.fc_proj_b, N, F, C);
-        be.add(xout, res2, a.tmp, NC);
+    attention_.begin(B, T, a.positions, rot, attn, a.attn_scratch);
+    if (bias_generic_) {  // one table for every layer
+        bias_pairs_.pack(B, T, b.positions, static_cast<size_t>(T), nullptr);
+        fill_bias_table(bias_pairs_, a.bias_table, B, T, T);
     }
 
-    const float* xL = a.resid + config_.n_layer * NC;
-    be.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, xL,
-                         view_or_null(layout_, params_, "lnf.weight"),
-                         view_or_null(layout_, params_, "lnf.bias"), N, C, config_.norm_eps);
-    const float* head = config_.tied_embeddings ? wte : view_or_null(layout_, params_, "lm_head.weight");
-    be.matmul_forward(a.logits, a.lnf, head, nullptr, N, C, V);
+    for (int l = 0; l < config_.n_layer; ++l)
+        block_.forward(layer(l, params_), a.resid + l * NC, a.resid + (l + 1) * NC,
+                       layer_acts(l, B, T), a.tmp, N, l, attention_);
+
+    head(a.logits, a.lnf, a.lnf_mean, a.lnf_rstd, a.resid + config_.n_layer * NC, N);
 }
 
-LossSums Model::forward(const Batch& b) {
+// One pass over a batch: forward and the loss, then (train) the backward pass.
+LossSums Model::run_pass(const Batch& b, bool train, float grad_scale) {
     reserve(b.B, b.T);
     check_batch(b);
     upload_batch(b);
     forward_impl(b);
     const int N = b.B * b.T;
-    backend_->crossentropy_forward(acts_->losses, acts_->logits, acts_->targets.data(),
-                                   acts_->loss_mask, N, config_.vocab_size);
+    if (train)
+        backend_->crossentropy_forward_backward(acts_->logits, acts_->losses,
+                                                acts_->targets.data(), acts_->loss_mask, N,
+                                                config_.vocab_size, grad_scale);
+    else
+        backend_->crossentropy_forward(acts_->losses, acts_->logits, acts_->targets.data(),
+                                       acts_->loss_mask, N, config_.vocab_size);
     backend_->copy_to_host(losses_host_.data(), acts_->losses, N);
     LossSums s;
     for (int i = 0; i < N; ++i) {
         s.loss_sum += losses_host_[i];
         s.mask_sum += b.loss_mask[i];
     }
+    if (train) backward_impl(b);
     return s;
+}
+
+LossSums Model::forward(const Batch& b) { return run_pass(b, false, 0.0f); }
+
+LossSums Model::forward_backward(const Batch& b, float grad_scale) {
+    return run_pass(b, true, grad_scale);
 }
 
 void Model::set_attention_window(int window) {
@@ -482,31 +452,13 @@ std::vector<float> Model::logits(const Batch& b) const {
     return out;
 }
 
-LossSums Model::forward_backward(const Batch& b, float grad_scale) {
-    reserve(b.B, b.T);
-    check_batch(b);
-    upload_batch(b);
-    forward_impl(b);
-    const int N = b.B * b.T;
-    backend_->crossentropy_forward_backward(acts_->logits, acts_->losses, acts_->targets.data(),
-                                            acts_->loss_mask, N, config_.vocab_size, grad_scale);
-    backend_->copy_to_host(losses_host_.data(), acts_->losses, N);
-    LossSums s;
-    for (int i = 0; i < N; ++i) {
-        s.loss_sum += losses_host_[i];
-        s.mask_sum += b.loss_mask[i];
-    }
-    backward_impl(b);
-    return s;
-}
-
 void Model::backward_impl(const Batch& b) {
     Backend& be = *backend_;
     Acts& a = *acts_;
-    const int B = b.B, T = b.T, C = config_.d_model, V = config_.vocab_size, F = config_.ffn();
+    const int B = b.B, T = b.T, C = config_.d_model, V = config_.vocab_size;
     const int H = config_.n_head;
     const int N = B * T;
-    const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
+    const size_t NC = static_cast<size_t>(N) * C;
 
     // ---- head: logits = lnf @ head^T (a.logits now holds dlogits)
     float* dwte = grads_.at(layout_.view("wte"));
@@ -522,67 +474,25 @@ void Model::backward_impl(const Batch& b) {
                           view_or_null(layout_, params_, "lnf.weight"), a.lnf_mean, a.lnf_rstd,
                           N, C);
 
-    RotarySpec rot;
-    if (pe_ && pe_->has(CTX_PE_HOOK_ROTARY)) rot = pe_->rotary_spec(T);
-    AttentionOptions attn;
-    attn.bias = bias_spec(T);
-    attn.window = attention_window_;
-    attn.mode = attention_mode_;
+    const BlockGradBuffers d{a.dln, a.dln2, a.datty, a.dqkv, a.dfch, a.dfch_act};
     if (bias_generic_) be.zero(a.dbias_table, static_cast<size_t>(B) * H * T * T);
-
     for (int l = config_.n_layer - 1; l >= 0; --l) {
-        const Layer w = layer(l, params_);
-        const Layer g = layer(l, grads_);
-        const float* xin = a.resid + l * NC;
-        const float* ln1 = a.ln1 + l * NC;
-        const float* ln1_mean = a.ln1_mean + static_cast<size_t>(l) * N;
-        const float* ln1_rstd = a.ln1_rstd + static_cast<size_t>(l) * N;
-        const float* qkv = a.qkv + l * NC * 3;
-        const float* atty = a.atty + l * NC;
-        const float* att =
-            a.att + static_cast<size_t>(l) * attention_saved_floats(attention_mode_, B, T, H);
-        const float* res2 = a.res2 + l * NC;
-        const float* ln2 = a.ln2 + l * NC;
-        const float* ln2_mean = a.ln2_mean + static_cast<size_t>(l) * N;
-        const float* ln2_rstd = a.ln2_rstd + static_cast<size_t>(l) * N;
-        const float* fch = a.fch + l * NF;
-        const float* fch_act = a.fch_act + l * NF;
-        const float* mlp_in = config_.parallel_residual ? xin : res2;
-
-        // dx holds d(loss)/d(x_out). MLP branch first: x_out = res2 + mlp(ln2(mlp_in)).
-        be.zero(a.dfch_act, NF);
-        be.matmul_backward(a.dfch_act, g.fc_proj_w, g.fc_proj_b, a.dx, fch_act, w.fc_proj_w, N,
-                           F, C);
-        be.zero(a.dfch, NF);
-        be.activation_backward(a.dfch, fch, a.dfch_act, NF, config_.activation);
-        float* dln2 = config_.parallel_residual ? a.dln2 : a.dln;
-        be.zero(dln2, NC);
-        be.matmul_backward(dln2, g.fc_w, g.fc_b, a.dfch, ln2, w.fc_w, N, C, F);
-        if (!config_.parallel_residual) {
-            // dx becomes d/d(res2): the residual path plus the MLP layernorm's input gradient.
-            be.layernorm_backward(a.dx, g.ln2_w, g.ln2_b, dln2, mlp_in, w.ln2_w, ln2_mean,
-                                  ln2_rstd, N, C);
-        }
-        // attention branch: res2 = x_in + proj(attention(rotary(qkv(ln1(x_in)))))
-        be.zero(a.datty, NC);
-        be.matmul_backward(a.datty, g.attn_proj_w, g.attn_proj_b, a.dx, atty, w.attn_proj_w, N,
-                           C, C);
-        be.zero(a.dqkv, NC * 3);
-        be.attention_backward(a.dqkv, a.attn_scratch, a.datty, qkv, att, atty, a.positions, B, T, C,
-                              H, attn);
-        if (rot.rotary_dims > 0) be.rotary_backward(a.dqkv, a.positions, B, T, C, H, rot);
-        be.zero(a.dln, NC);
-        be.matmul_backward(a.dln, g.qkv_w, g.qkv_b, a.dqkv, ln1, w.qkv_w, N, C, 3 * C);
-        if (config_.parallel_residual) {
-            // Both branches read x_in: their layernorm gradients join the residual in dx.
-            be.layernorm_backward(a.dx, g.ln2_w, g.ln2_b, dln2, mlp_in, w.ln2_w, ln2_mean,
-                                  ln2_rstd, N, C);
-        }
-        be.layernorm_backward(a.dx, g.ln1_w, g.ln1_b, a.dln, xin, w.ln1_w, ln1_mean, ln1_rstd, N,
-                              C);
+        block_.backward(layer(l, params_), layer(l, grads_), a.resid + l * NC, layer_acts(l, B, T),
+                        a.dx, d, N, l, attention_);  // attention_: the forward pass's step
         announce_grads(layer_offsets_[l], layer_offsets_[l + 1]);  // layer l is done
     }
-    if (bias_generic_) generic_bias_backward(b);  // every layer has added into dbias_table
+    if (bias_generic_) {  // every layer has added into dbias_table
+        const float* dtable = a.dbias_table;  // (B, H, T, T)
+        if (be.kind() != DeviceKind::CPU) {
+            be.copy_to_host(bias_stage_.data(), dtable, static_cast<size_t>(B) * H * T * T);
+            dtable = bias_stage_.data();
+        }
+        HostSpan param_span = pe_span(params_);
+        HostSpan grad_span = pe_span(grads_);
+        std::vector<ctx_tensor> grads = pe_tensors(grad_span.data());
+        bias_pairs_.backward(*pe_, pe_tensors(param_span.data()), grads, H, T, dtable);
+        grad_span.commit();
+    }
 
     // ---- embedding: dx is now d/d(x_0)
     const float* demb = a.dx;

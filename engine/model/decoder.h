@@ -10,21 +10,16 @@
 
 #include "backend/backend.h"
 #include "core/rng.h"
+#include "data/batch.h"
 #include "model/arena.h"
+#include "model/attention_step.h"
+#include "model/block.h"
 #include "model/config.h"
+#include "model/generic_bias.h"
 #include "model/host_span.h"
 #include "plugin/pe_plugin.h"
 
 namespace ctx {
-
-// One step's rows, host memory. Positions are the tokens' ORIGINAL positions (floats).
-struct Batch {
-    int B = 0, T = 0;
-    const int32_t* tokens = nullptr;   // (B, T)
-    const float* positions = nullptr;  // (B, T)
-    const int32_t* targets = nullptr;  // (B, T)
-    const float* loss_mask = nullptr;  // (B, T) 1 = train this target
-};
 
 // Which attention implementation the model asks its backend for (a runtime choice, not part of
 // the checkpoint). Auto: the backend's preference (flash on CUDA, materialised on the CPU).
@@ -56,7 +51,9 @@ public:
     PePlugin* pe() const { return pe_.get(); }
     const ArenaLayout& layout() const { return layout_; }
     Arena& params() { return params_; }
+    const Arena& params() const { return params_; }
     Arena& grads() { return grads_; }
+    const Arena& grads() const { return grads_; }
     // Number of trainable scalars (alignment padding excluded).
     size_t num_params() const;
 
@@ -101,21 +98,40 @@ public:
     // Floating point operations of one training step per token (llm.c: 6N + 6 L C T).
     double flops_per_token(int T) const;
 
+    // ---- the stages of the stack, for every pass that runs it (forward and backward here,
+    // KvGenerator's cached steps). N tokens; buffers are the caller's, device memory.
+    const TransformerBlock& block() const { return block_; }
+    BlockWeights layer_weights(int l) const { return layer(l, params_); }
+    // x (N, C) = wte[tokens] (+ the input PE at positions) (-> embedding layernorm). encoded
+    // (N, C) and mean, rstd (N) are kept for backward. tokens: host (N); positions: device (N),
+    // positions_host the same on the host (a generic input PE runs there).
+    void embed(float* x, float* encoded, float* mean, float* rstd, const int32_t* tokens,
+               const float* positions, const float* positions_host, int N);
+    // logits (N, V) = head(final layernorm(x (N, C))); ln (N, C), mean, rstd (N) kept.
+    void head(float* logits, float* ln, float* mean, float* rstd, const float* x, int N);
+    // The checks every row passes before it runs: tokens (and targets, when given) in the
+    // vocabulary, positions finite, >= 0 and within a learned table. Host memory, n tokens of
+    // row `row` starting at column first_col (for the messages).
+    void check_row(const int32_t* tokens, const int32_t* targets, const float* positions, int n,
+                   int row, int first_col) const;
+    // The PE's rotation for rows of T tokens (rotary_dims 0 without a rotary PE).
+    RotarySpec rotary_spec(int T);
+    // The PE's attention bias for rows of T tokens with its parameters' gradients; a generic
+    // bias is a Table over this model's (B, H, T, T) training table.
+    BiasSpec bias_spec(int T);
+    bool bias_is_generic() const { return bias_generic_; }
+    // Generic bias: table (rows, H, Tq, S) device memory, filled for the pairs packed in `pairs`
+    // (see GenericBiasPairs) from the PE's current parameters.
+    void fill_bias_table(GenericBiasPairs& pairs, float* table, int rows, int Tq, int S);
+
 private:
-    friend class KvGenerator;  // model/generate.h: the same blocks over a key/value cache
-    struct Layer {  // views of one block's parameters
-        float *ln1_w, *ln1_b;              // (C)
-        float *qkv_w, *qkv_b;              // (3C, C), (3C)   rows [q | k | v]
-        float *attn_proj_w, *attn_proj_b;  // (C, C), (C)
-        float *ln2_w, *ln2_b;              // (C)
-        float *fc_w, *fc_b;                // (F, C), (F)
-        float *fc_proj_w, *fc_proj_b;      // (C, F), (C)
-    };
     struct Acts;   // activation buffers
     void build_layout();
     void init_params(uint64_t seed);
-    Layer layer(int l, const Arena& a) const;
+    BlockWeights layer(int l, const Arena& a) const;
+    BlockActs layer_acts(int l, int B, int T) const;
     void check_batch(const Batch& b) const;
+    LossSums run_pass(const Batch& b, bool train, float grad_scale);
     void forward_impl(const Batch& b);
     void backward_impl(const Batch& b);
     void upload_batch(const Batch& b);
@@ -126,10 +142,8 @@ private:
     // The PE parameters' span of `a` (params, grads or a new arena) as host memory, read in.
     HostSpan pe_span(const Arena& a) const;
     void announce_grads(size_t begin, size_t end);
-    BiasSpec bias_spec(int T);
     bool pe_bias_is_generic();
-    void generic_bias_forward(const Batch& b);
-    void generic_bias_backward(const Batch& b);
+    int64_t input_table_rows() const;  // rows of a learned input table, -1 without one
 
     ModelConfig config_;
     Backend* backend_;
@@ -141,12 +155,14 @@ private:
     // layer l's parameters (and gradients) are [layer_offsets_[l], layer_offsets_[l + 1]).
     std::vector<size_t> layer_offsets_;
     ctx_input_spec input_spec_{};
-    // Generic bias (CTX_BIAS_GENERIC): the plugin evaluates f_h on every causal (query, key) pair
-    // of the batch, packed row by row as (b, i, j <= i): distances p_i - p_j, query positions p_i
-    // and one head's values / gradients. Host memory, sized by reserve().
+    TransformerBlock block_;
+    // The attention step of the current forward pass, reused by its backward pass.
+    CausalAttention attention_;
+    // Generic bias (CTX_BIAS_GENERIC): the causal pairs of the batch (sized by reserve()) and
+    // host staging of a (rows, H, Tq, S) table for non-CPU backends.
     bool bias_generic_ = false;
-    std::vector<float> pair_dist_, pair_qpos_, pair_val_;  // (B * T (T + 1) / 2)
-    std::vector<float> bias_stage_;  // (B, H, T, T) host staging for non-CPU backends only
+    GenericBiasPairs bias_pairs_;
+    std::vector<float> bias_stage_;
     int reserved_B_ = 0, reserved_T_ = 0;
     int attention_window_ = 0;
     AttentionChoice attention_choice_ = AttentionChoice::Auto;

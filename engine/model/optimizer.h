@@ -45,6 +45,8 @@ public:
     void set_step(int64_t s) { step_ = s; }
     Arena& m() { return m_; }
     Arena& v() { return v_; }
+    const Arena& m() const { return m_; }
+    const Arena& v() const { return v_; }
 
     // Global L2 norm of the gradient arena (padding is zero and does not count).
     double grad_norm() const;

@@ -1,5 +1,5 @@
 // The identity and MPI gradient reducers, and the factory (grad_reducer.h; docs/PARALLEL.md).
-// The NCCL reducer lives with the CUDA backend (backend/cuda/cuda_nccl.cpp).
+// The NCCL reducer is parallel/nccl_reducer.cpp.
 #include "parallel/grad_reducer.h"
 
 #include <mpi.h>

@@ -1,7 +1,5 @@
 #include "plugin/pe_plugin.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -9,186 +7,18 @@
 #include "core/error.h"
 
 namespace ctx {
-namespace {
 
-// Bytes a plugin's vtable must have for the host to read `field` (slots appended in ABI 1.1 and
-// later lie beyond the struct_size of older plugins, and are then treated as NULL).
-#define CTX_PE_SLOT_END(field) (offsetof(ctx_pe_vtable, field) + sizeof(((ctx_pe_vtable*)nullptr)->field))
-
-lua::OptType opt_type_of(int32_t t, const char* plugin, const char* name) {
-    switch (t) {
-        case CTX_OPT_NUMBER: return lua::OptType::Number;
-        case CTX_OPT_INTEGER: return lua::OptType::Integer;
-        case CTX_OPT_BOOL: return lua::OptType::Bool;
-        case CTX_OPT_STRING: return lua::OptType::String;
-        case CTX_OPT_NUMBER_LIST: return lua::OptType::NumberList;
-        default: fail("plugin {} declares option '{}' with unknown type {}", plugin, name, t);
-    }
-}
-
-const lua::Options& opts_of(const ctx_options* o) {
-    return *reinterpret_cast<const lua::Options*>(o);
-}
-
-// ---- ctx_host_api callbacks. They run inside plugin code, so nothing may throw out of them.
-void host_log(void* host, int32_t level, const char* message) {
-    auto* h = static_cast<PluginHostContext*>(host);
-    const char* msg = message ? message : "";
-    switch (level) {
-        case CTX_LOG_DEBUG: spdlog::debug("[{}] {}", h->plugin_name, msg); break;
-        case CTX_LOG_WARN: spdlog::warn("[{}] {}", h->plugin_name, msg); break;
-        case CTX_LOG_ERROR: spdlog::error("[{}] {}", h->plugin_name, msg); break;
-        default: spdlog::info("[{}] {}", h->plugin_name, msg); break;
-    }
-}
-
-int32_t host_opt_has(void*, const ctx_options* o, const char* key) {
-    return o && key && opts_of(o).has(key) ? 1 : 0;
-}
-
-double host_opt_number(void*, const ctx_options* o, const char* key, double dflt) {
-    try {
-        return o && key ? opts_of(o).number(key, dflt) : dflt;
-    } catch (...) {
-        return dflt;
-    }
-}
-
-int64_t host_opt_integer(void*, const ctx_options* o, const char* key, int64_t dflt) {
-    try {
-        return o && key ? opts_of(o).integer(key, dflt) : dflt;
-    } catch (...) {
-        return dflt;
-    }
-}
-
-int32_t host_opt_bool(void*, const ctx_options* o, const char* key, int32_t dflt) {
-    try {
-        return o && key ? (opts_of(o).boolean(key, dflt != 0) ? 1 : 0) : dflt;
-    } catch (...) {
-        return dflt;
-    }
-}
-
-const char* host_opt_string(void* host, const ctx_options* o, const char* key,
-                            const char* dflt) {
-    // The returned pointer must outlive the call: keep the string in the host context.
-    try {
-        if (!o || !key || !opts_of(o).has(key)) return dflt;
-        auto& kept = static_cast<PluginHostContext*>(host)->strings[key];
-        kept = opts_of(o).string(key, "");
-        return kept.c_str();
-    } catch (...) {
-        return dflt;
-    }
-}
-
-int64_t host_opt_number_list(void*, const ctx_options* o, const char* key, double* out,
-                             int64_t cap) {
-    try {
-        if (!o || !key || !opts_of(o).has(key)) return -1;
-        const auto v = opts_of(o).number_list(key);
-        for (int64_t i = 0; i < cap && i < static_cast<int64_t>(v.size()); ++i) out[i] = v[i];
-        return static_cast<int64_t>(v.size());
-    } catch (...) {
-        return -1;
-    }
-}
-
-int32_t host_register_param(void* host, const ctx_param_desc* d, ctx_err* err) {
-    auto* h = static_cast<PluginHostContext*>(host);
-    if (!h->registering) {
-        ctx_err_set(err, "register_param may only be called inside create() or extend()");
-        return -1;
-    }
-    if (!d || !d->name || !*d->name || d->ndim < 1 || d->ndim > 4) {
-        ctx_err_set(err, "register_param: a parameter needs a name and 1..4 dimensions");
-        return -1;
-    }
-    PeParamDecl p;
-    p.name = d->name;
-    for (int i = 0; i < d->ndim; ++i) {
-        if (d->shape[i] <= 0) {
-            ctx_err_set(err, "register_param: every dimension must be positive");
-            return -1;
-        }
-        p.shape.push_back(d->shape[i]);
-    }
-    p.init = d->init;
-    p.init_scale = d->init_scale;
-    p.init_lo = d->init_lo;
-    p.init_hi = d->init_hi;
-    p.weight_decay = d->weight_decay != 0;
-    auto& list = *h->registering;
-    for (size_t i = 0; i < list.size(); ++i) {
-        if (list[i].name == p.name) {  // re-declaration during extend(): replaces the shape
-            list[i] = p;
-            return static_cast<int32_t>(i);
-        }
-    }
-    list.push_back(p);
-    return static_cast<int32_t>(list.size() - 1);
-}
-
-uint64_t host_rng_u64(void* host) { return static_cast<PluginHostContext*>(host)->rng.next_u64(); }
-
-}  // namespace
-
-PluginHostContext::PluginHostContext(std::string name, uint64_t seed)
-    : plugin_name(std::move(name)), rng(seed) {
-    api.struct_size = sizeof(ctx_host_api);
-    api.abi_major = CTX_PLUGIN_ABI_MAJOR;
-    api.abi_minor = CTX_PLUGIN_ABI_MINOR;
-    api.host = this;
-    api.log = host_log;
-    api.opt_has = host_opt_has;
-    api.opt_number = host_opt_number;
-    api.opt_integer = host_opt_integer;
-    api.opt_bool = host_opt_bool;
-    api.opt_string = host_opt_string;
-    api.opt_number_list = host_opt_number_list;
-    api.register_param = host_register_param;
-    api.rng_u64 = host_rng_u64;
-}
-
-std::vector<lua::OptSpec> plugin_option_schema(const ctx_plugin_descriptor& d) {
-    std::vector<lua::OptSpec> schema;
-    for (int32_t i = 0; i < d.n_options; ++i) {
-        const ctx_option_desc& o = d.options[i];
-        schema.push_back({o.name, opt_type_of(o.type, d.name, o.name), false,
-                          o.help ? o.help : ""});
-    }
-    return schema;
-}
-
-PePlugin::PePlugin(const LoadedPlugin& lib, const ctx_model_info& model,
-                   const lua::Options& options, uint64_t seed)
+PePlugin::PePlugin(const LoadedPlugin& lib, const ctx_model_info& model, const Options& options,
+                   uint64_t seed)
     : lib_(&lib), vt_(static_cast<const ctx_pe_vtable*>(lib.descriptor->vtable)),
-      name_(lib.full_name), model_(model), hooks_(vt_->hooks) {
-    CTX_CHECK(lib.kind() == CTX_PLUGIN_PE, "plugin {} is not a positional encoding", name_);
-    host_ = std::make_unique<PluginHostContext>(name_, seed);
-    ctx_err err{};
-    host_->registering = &params_;
-    const ctx_status st = vt_->create(&host_->api, &model,
-                                      reinterpret_cast<const ctx_options*>(&options), &instance_,
-                                      &err);
-    host_->registering = nullptr;
-    if (st != CTX_OK) {
-        instance_ = nullptr;
-        fail("{} {}: {}", options.where(), name_,
-             err.message[0] ? err.message : "create() failed without a message");
-    }
-}
+      name_(lib.full_name), model_(model), hooks_(vt_->hooks),
+      instance_(require_kind(lib, CTX_PLUGIN_PE, "a positional encoding"), options, seed,
+                [&](const ctx_host_api* host, const ctx_options* o, void** out, ctx_err* err) {
+                    return vt_->create(host, &model, o, out, err);
+                },
+                vt_->destroy, &params_) {}
 
-PePlugin::~PePlugin() {
-    if (instance_) vt_->destroy(instance_);
-}
-
-void PePlugin::check(ctx_status status, const char* call, const ctx_err& err) const {
-    if (status == CTX_OK) return;
-    fail("{}: {} failed (status {}): {}", name_, call, static_cast<int>(status),
-         err.message[0] ? err.message : "no message");
-}
+PePlugin::~PePlugin() = default;
 
 void PePlugin::init_params(std::vector<ctx_tensor>& tensors, Rng& rng) {
     CTX_CHECK(tensors.size() == params_.size(), "{}: expected {} parameter tensors, got {}",
@@ -216,9 +46,9 @@ void PePlugin::init_params(std::vector<ctx_tensor>& tensors, Rng& rng) {
         CTX_CHECK(vt_->init_params != nullptr,
                   "{}: a parameter asks for plugin initialisation but init_params is NULL", name_);
         ctx_err err{};
-        check(vt_->init_params(instance_, tensors.data(), static_cast<int32_t>(tensors.size()),
-                               &err),
-              "init_params", err);
+        instance_.check(vt_->init_params(instance_.get(), tensors.data(),
+                                         static_cast<int32_t>(tensors.size()), &err),
+                        "init_params", err);
     }
 }
 
@@ -227,7 +57,7 @@ ctx_input_spec PePlugin::input_spec() {
     spec.struct_size = sizeof(spec);
     spec.table_param = -1;
     ctx_err err{};
-    check(vt_->input_spec(instance_, &spec, &err), "input_spec", err);
+    instance_.check(vt_->input_spec(instance_.get(), &spec, &err), "input_spec", err);
     if (spec.kind == CTX_INPUT_TABLE) {
         CTX_CHECK(spec.table_param >= 0 && spec.table_param < static_cast<int32_t>(params_.size()),
                   "{}: input table parameter index {} is out of range", name_, spec.table_param);
@@ -243,19 +73,20 @@ ctx_input_spec PePlugin::input_spec() {
 void PePlugin::input_forward(const std::vector<ctx_tensor>& params, const float* positions,
                              int64_t n_tokens, float* x) {
     ctx_err err{};
-    check(vt_->input_forward(instance_, params.data(), static_cast<int32_t>(params.size()),
-                             positions, n_tokens, x, &err),
-          "input_forward", err);
+    instance_.check(
+        vt_->input_forward(instance_.get(), params.data(), static_cast<int32_t>(params.size()),
+                           positions, n_tokens, x, &err),
+        "input_forward", err);
 }
 
-void PePlugin::input_backward(const std::vector<ctx_tensor>& params,
-                              std::vector<ctx_tensor>& grads, const float* positions,
-                              int64_t n_tokens, const float* dx) {
+void PePlugin::input_backward(const std::vector<ctx_tensor>& params, std::vector<ctx_tensor>& grads,
+                              const float* positions, int64_t n_tokens, const float* dx) {
     if (!vt_->input_backward) return;
     ctx_err err{};
-    check(vt_->input_backward(instance_, params.data(), grads.data(),
-                              static_cast<int32_t>(params.size()), positions, n_tokens, dx, &err),
-          "input_backward", err);
+    instance_.check(
+        vt_->input_backward(instance_.get(), params.data(), grads.data(),
+                            static_cast<int32_t>(params.size()), positions, n_tokens, dx, &err),
+        "input_backward", err);
 }
 
 RotarySpec PePlugin::rotary_spec(int64_t seq_len) {
@@ -265,7 +96,7 @@ RotarySpec PePlugin::rotary_spec(int64_t seq_len) {
     s.attention_factor = 1.0f;
     s.amp_scale_base = 512.0f;
     ctx_err err{};
-    check(vt_->rotary_spec(instance_, seq_len, &s, &err), "rotary_spec", err);
+    instance_.check(vt_->rotary_spec(instance_.get(), seq_len, &s, &err), "rotary_spec", err);
     CTX_CHECK(s.rotary_dims > 0 && s.rotary_dims % 2 == 0 && s.inv_freq != nullptr,
               "{}: rotary_spec returned rotary_dims {} (must be even and positive) or no "
               "frequencies", name_, s.rotary_dims);
@@ -289,7 +120,7 @@ ctx_bias_spec PePlugin::bias_spec(int64_t seq_len) {
     s.num_buckets = 32;
     s.max_distance = 128;
     ctx_err err{};
-    check(vt_->bias_spec(instance_, seq_len, &s, &err), "bias_spec", err);
+    instance_.check(vt_->bias_spec(instance_.get(), seq_len, &s, &err), "bias_spec", err);
     const int32_t n = static_cast<int32_t>(params_.size());
     CTX_CHECK(s.kind >= CTX_BIAS_NONE && s.kind <= CTX_BIAS_GENERIC, "{}: unknown bias kind {}",
               name_, s.kind);
@@ -333,7 +164,8 @@ ctx_bias_spec PePlugin::bias_spec(int64_t seq_len) {
                       "{}.1 (this ctxengine supports {}.{}; the plugin was built for {}.{} and its "
                       "vtable is {} bytes, {} are needed)", name_, CTX_PLUGIN_ABI_MAJOR,
                       CTX_PLUGIN_ABI_MAJOR, CTX_PLUGIN_ABI_MINOR, lib_->descriptor->abi_major,
-                      lib_->descriptor->abi_minor, vt_->struct_size, CTX_PE_SLOT_END(bias_backward));
+                      lib_->descriptor->abi_minor, vt_->struct_size,
+                      CTX_OFFSET_END(ctx_pe_vtable, bias_backward));
             break;
         default: break;
     }
@@ -341,40 +173,41 @@ ctx_bias_spec PePlugin::bias_spec(int64_t seq_len) {
 }
 
 bool PePlugin::has_generic_bias() const {
-    return vt_->struct_size >= CTX_PE_SLOT_END(bias_backward) && vt_->bias_forward != nullptr &&
-           vt_->bias_backward != nullptr;
+    return vt_->struct_size >= CTX_OFFSET_END(ctx_pe_vtable, bias_backward) &&
+           vt_->bias_forward != nullptr && vt_->bias_backward != nullptr;
 }
 
 void PePlugin::bias_forward(const std::vector<ctx_tensor>& params, int32_t head,
-                            const float* distance, const float* query_pos, int64_t n,
-                            float* bias) {
+                            const float* distance, const float* query_pos, int64_t n, float* bias) {
     CTX_CHECK(has_generic_bias(), "{}: bias_forward is not provided", name_);
     ctx_err err{};
-    check(vt_->bias_forward(instance_, params.data(), static_cast<int32_t>(params.size()), head,
-                            distance, query_pos, n, bias, &err),
-          "bias_forward", err);
+    instance_.check(
+        vt_->bias_forward(instance_.get(), params.data(), static_cast<int32_t>(params.size()), head,
+                          distance, query_pos, n, bias, &err),
+        "bias_forward", err);
 }
 
-void PePlugin::bias_backward(const std::vector<ctx_tensor>& params,
-                             std::vector<ctx_tensor>& grads, int32_t head, const float* distance,
-                             const float* query_pos, int64_t n, const float* dbias) {
+void PePlugin::bias_backward(const std::vector<ctx_tensor>& params, std::vector<ctx_tensor>& grads,
+                             int32_t head, const float* distance, const float* query_pos, int64_t n,
+                             const float* dbias) {
     CTX_CHECK(has_generic_bias(), "{}: bias_backward is not provided", name_);
     CTX_CHECK(grads.size() == params.size(), "{}: {} gradient tensors for {} parameters", name_,
               grads.size(), params.size());
     ctx_err err{};
-    check(vt_->bias_backward(instance_, params.data(), grads.data(),
-                             static_cast<int32_t>(params.size()), head, distance, query_pos, n,
-                             dbias, &err),
-          "bias_backward", err);
+    instance_.check(vt_->bias_backward(instance_.get(), params.data(), grads.data(),
+                                       static_cast<int32_t>(params.size()), head, distance,
+                                       query_pos, n, dbias, &err),
+                    "bias_backward", err);
 }
 
 const std::vector<PeParamDecl>& PePlugin::extend(int64_t old_len, int64_t new_len) {
     CTX_CHECK(vt_->extend != nullptr, "{} does not support extend()", name_);
     ctx_err err{};
-    host_->registering = &params_;
-    const ctx_status st = vt_->extend(&host_->api, instance_, old_len, new_len, &err);
-    host_->registering = nullptr;
-    check(st, "extend", err);
+    PluginHostContext& host = instance_.host();
+    host.registering = &params_;
+    const ctx_status st = vt_->extend(&host.api, instance_.get(), old_len, new_len, &err);
+    host.registering = nullptr;
+    instance_.check(st, "extend", err);
     return params_;
 }
 
@@ -391,7 +224,7 @@ void PePlugin::extend_params(const std::vector<ctx_tensor>& old_params,
         fail("{}: parameter shapes changed in extend() but extend_params is NULL", name_);
     }
     ctx_err err{};
-    check(vt_->extend_params(instance_, old_params.data(), new_params.data(),
+    instance_.check(vt_->extend_params(instance_.get(), old_params.data(), new_params.data(),
                              static_cast<int32_t>(new_params.size()), &err),
           "extend_params", err);
 }
@@ -399,17 +232,21 @@ void PePlugin::extend_params(const std::vector<ctx_tensor>& old_params,
 void PePlugin::after_update(std::vector<ctx_tensor>& params) {
     if (!vt_->after_update) return;
     ctx_err err{};
-    check(vt_->after_update(instance_, params.data(), static_cast<int32_t>(params.size()), &err),
-          "after_update", err);
+    instance_.check(vt_->after_update(instance_.get(), params.data(),
+                                      static_cast<int32_t>(params.size()), &err),
+                    "after_update", err);
 }
 
 std::vector<uint8_t> PePlugin::save_state() {
     if (!vt_->save_state) return {};
     ctx_err err{};
     size_t size = 0;
-    check(vt_->save_state(instance_, nullptr, 0, &size, &err), "save_state (size query)", err);
+    instance_.check(vt_->save_state(instance_.get(), nullptr, 0, &size, &err),
+                    "save_state (size query)", err);
     std::vector<uint8_t> buf(size);
-    if (size) check(vt_->save_state(instance_, buf.data(), size, &size, &err), "save_state", err);
+    if (size)
+        instance_.check(vt_->save_state(instance_.get(), buf.data(), size, &size, &err),
+                        "save_state", err);
     buf.resize(size);
     return buf;
 }
@@ -420,7 +257,8 @@ void PePlugin::load_state(const std::vector<uint8_t>& state) {
         return;
     }
     ctx_err err{};
-    check(vt_->load_state(instance_, state.data(), state.size(), &err), "load_state", err);
+    instance_.check(vt_->load_state(instance_.get(), state.data(), state.size(), &err),
+                    "load_state", err);
 }
 
 }  // namespace ctx

@@ -1,47 +1,25 @@
-// The host side of a PE plugin: implements ctx_host_api for it, turns its ctx_status errors into
-// ctx::Error (prefixed with the plugin's name), and translates its hook specs into backend specs.
+// The host side of a PE plugin: one PluginInstance (plugin/plugin_instance.h: host API, errors
+// as ctx::Error prefixed with the plugin's name), its hooks called through the vtable, and its
+// hook specs translated into backend specs.
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/options.h"
 #include "core/rng.h"
 #include "ctx/plugin.h"
-#include "lua/options.h"
+#include "plugin/plugin_instance.h"
 #include "plugin/registry.h"
 
 namespace ctx {
 
-struct PeParamDecl {
-    std::string name;  // as the plugin named it ("wpe"); the model stores it as "pe.<name>"
-    std::vector<int64_t> shape;
-    int32_t init = CTX_INIT_ZEROS;
-    float init_scale = 0, init_lo = 0, init_hi = 0;
-    bool weight_decay = false;
-};
-
-// The option schema a plugin declared, in the form lua::Options::parse takes.
-std::vector<lua::OptSpec> plugin_option_schema(const ctx_plugin_descriptor& d);
-
-// Host services shared by every plugin instance: logging, options, parameter registration, RNG.
-// The address is the `void* host` of ctx_host_api, so it must not move while the plugin lives.
-struct PluginHostContext {
-    std::string plugin_name;
-    Rng rng;
-    std::vector<PeParamDecl>* registering = nullptr;  // non-null only during create / extend
-    std::map<std::string, std::string> strings;        // opt_string results, kept alive here
-    ctx_host_api api{};
-    explicit PluginHostContext(std::string name, uint64_t seed);
-};
-
 class PePlugin {
 public:
     // Creates the instance: options must already be validated against plugin_option_schema().
-    PePlugin(const LoadedPlugin& lib, const ctx_model_info& model, const lua::Options& options,
+    PePlugin(const LoadedPlugin& lib, const ctx_model_info& model, const Options& options,
              uint64_t seed);
     ~PePlugin();
     PePlugin(const PePlugin&) = delete;
@@ -90,16 +68,13 @@ public:
     void load_state(const std::vector<uint8_t>& state);
 
 private:
-    void check(ctx_status status, const char* call, const ctx_err& err) const;
-
     const LoadedPlugin* lib_;
     const ctx_pe_vtable* vt_;
     std::string name_;
     ctx_model_info model_{};
     uint32_t hooks_ = 0;
-    std::unique_ptr<PluginHostContext> host_;
-    void* instance_ = nullptr;
-    std::vector<PeParamDecl> params_;
+    std::vector<PeParamDecl> params_;  // filled by create (so declared before instance_)
+    PluginInstance instance_;
 };
 
 }  // namespace ctx

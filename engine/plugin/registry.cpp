@@ -28,9 +28,6 @@ namespace ctx {
 
 namespace {
 
-// Bytes a struct must have for the host to read `field`: the offset where `field` ends.
-#define CTX_OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)nullptr)->field))
-
 // What ABI 1.0 reads. When a later minor appends fields, these stay at the 1.0 values (older
 // plugins remain loadable) and the host treats slots beyond a plugin's struct_size as NULL.
 constexpr size_t kDescriptorMinSize = CTX_OFFSET_END(ctx_plugin_descriptor, vtable);

@@ -6,27 +6,17 @@
 
 namespace ctx {
 
-SamplerPlugin::SamplerPlugin(const LoadedPlugin& lib, const lua::Options& options,
-                             int32_t vocab_size, uint64_t seed)
+SamplerPlugin::SamplerPlugin(const LoadedPlugin& lib, const Options& options, int32_t vocab_size,
+                             uint64_t seed)
     : lib_(&lib), vt_(static_cast<const ctx_sampler_vtable*>(lib.descriptor->vtable)),
-      name_(lib.full_name), vocab_(vocab_size) {
-    CTX_CHECK(lib.kind() == CTX_PLUGIN_SAMPLER, "plugin {} is not a sampler", name_);
+      name_(lib.full_name), vocab_(vocab_size),
+      // Samplers declare no parameters: registering stays null, so register_param fails cleanly.
+      instance_(require_kind(lib, CTX_PLUGIN_SAMPLER, "a sampler"), options, seed, vt_->create,
+                vt_->destroy) {
     CTX_CHECK(vocab_size > 0, "{}: vocab_size must be positive, got {}", name_, vocab_size);
-    host_ = std::make_unique<PluginHostContext>(name_, seed);
-    ctx_err err{};
-    // Samplers declare no parameters: registering stays null, so register_param fails cleanly.
-    const ctx_status st = vt_->create(&host_->api, reinterpret_cast<const ctx_options*>(&options),
-                                      &instance_, &err);
-    if (st != CTX_OK) {
-        instance_ = nullptr;
-        fail("{} {}: {}", options.where(), name_,
-             err.message[0] ? err.message : "create() failed without a message");
-    }
 }
 
-SamplerPlugin::~SamplerPlugin() {
-    if (instance_) vt_->destroy(instance_);
-}
+SamplerPlugin::~SamplerPlugin() = default;
 
 void SamplerPlugin::sample(const int32_t* window, int64_t window_len, uint64_t rng_state[4],
                            ctx_sample_row& row) {
@@ -36,10 +26,8 @@ void SamplerPlugin::sample(const int32_t* window, int64_t window_len, uint64_t r
               "{}: sample needs row buffers of positive length (got {})", name_, row.row_len);
     const int64_t row_len = row.row_len;
     ctx_err err{};
-    const ctx_status st = vt_->sample(instance_, window, window_len, rng_state, &row, &err);
-    if (st != CTX_OK)
-        fail("{}: sample failed (status {}): {}", name_, static_cast<int>(st),
-             err.message[0] ? err.message : "no message");
+    instance_.check(vt_->sample(instance_.get(), window, window_len, rng_state, &row, &err),
+                    "sample", err);
     CTX_CHECK(row.row_len == row_len, "{}: invalid row: the plugin changed row_len from {} to {}",
               name_, row_len, row.row_len);
     validate(row);

@@ -4,13 +4,12 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
 
+#include "core/options.h"
 #include "ctx/plugin.h"
 #include "data/row_sampler.h"
-#include "lua/options.h"
-#include "plugin/pe_plugin.h"
+#include "plugin/plugin_instance.h"
 #include "plugin/registry.h"
 
 namespace ctx {
@@ -20,7 +19,7 @@ public:
     // options must already be validated against plugin_option_schema(*lib.descriptor).
     // vocab_size bounds the tokens and targets of every row. seed feeds host->rng_u64 (the
     // per-row stream is the rng_state passed to sample(), not this).
-    SamplerPlugin(const LoadedPlugin& lib, const lua::Options& options, int32_t vocab_size,
+    SamplerPlugin(const LoadedPlugin& lib, const Options& options, int32_t vocab_size,
                   uint64_t seed = 0);
     ~SamplerPlugin() override;
     SamplerPlugin(const SamplerPlugin&) = delete;
@@ -49,8 +48,7 @@ private:
     std::string name_;
     int32_t vocab_;
     bool strict_ = true;
-    std::unique_ptr<PluginHostContext> host_;
-    void* instance_ = nullptr;
+    PluginInstance instance_;
 };
 
 }  // namespace ctx

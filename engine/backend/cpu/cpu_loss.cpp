@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
+#include "backend/op_common.h"
 #include "core/error.h"
 
 namespace ctx::cpu {
@@ -13,17 +14,6 @@ namespace ctx::cpu {
 namespace {
 
 inline float mask_at(const float* mask, int n) { return mask != nullptr ? mask[n] : 1.0f; }
-
-// Targets of trained rows must index the vocabulary; checked up front (serially: it is N compares)
-// so no exception is thrown from inside a parallel region.
-void check_targets(const int32_t* targets, const float* mask, int N, int V) {
-    for (int n = 0; n < N; n++) {
-        if (mask_at(mask, n) == 0.0f) continue;
-        CTX_CHECK(targets[n] >= 0 && targets[n] < V,
-                  "crossentropy: target {} at row {} (mask {}) is outside the vocabulary [0, {})",
-                  targets[n], n, mask_at(mask, n), V);
-    }
-}
 
 inline float row_max(const float* x, int V) {
     float m = x[0];

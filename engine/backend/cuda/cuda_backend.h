@@ -148,8 +148,8 @@ public:
                                   const AttentionOptions& opt) override;
     size_t attention_cached_scratch_floats(int S) const override;
 
-    cudaStream_t stream() const { return stream_; }  // accessors for cuda_nccl.cpp
-    int device() const { return device_; }           // accessors for cuda_nccl.cpp
+    cudaStream_t stream() const { return stream_; }  // for parallel/nccl_reducer.cpp
+    int device() const { return device_; }           // for parallel/nccl_reducer.cpp
 
 private:
     // ---- errors and bookkeeping (cuda_backend.cpp)

@@ -14,18 +14,6 @@ namespace ctx::cuda {
 
 namespace {
 
-
-inline float mask_at(const float* mask, int n) { return mask != nullptr ? mask[n] : 1.0f; }
-
-void check_targets(const int32_t* targets, const float* mask, int N, int V) {
-    for (int n = 0; n < N; n++) {
-        if (mask_at(mask, n) == 0.0f) continue;
-        CTX_CHECK(targets[n] >= 0 && targets[n] < V,
-                  "crossentropy: target {} at row {} (mask {}) is outside the vocabulary [0, {})",
-                  targets[n], n, mask_at(mask, n), V);
-    }
-}
-
 // Groups of a deterministic scatter-add (launch_grouped_row_add), packed as
 // [target (G) | start (G + 1) | row (K)] for one upload. Entries k = 0 .. K-1 add source row
 // src[k] (times weight[k]) into destination dst[k]; entries are grouped by destination in a

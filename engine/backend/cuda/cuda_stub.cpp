@@ -2,7 +2,6 @@
 // using them says clearly why they cannot work.
 #include "backend/backend.h"
 #include "core/error.h"
-#include "parallel/grad_reducer.h"
 
 namespace ctx {
 
@@ -14,13 +13,5 @@ std::unique_ptr<Backend> make_cuda_backend(int /*device*/, Precision /*precision
 bool cuda_backend_available() { return false; }
 
 int cuda_device_count() { return 0; }
-
-std::unique_ptr<GradReducer> make_nccl_grad_reducer(Backend& /*cuda_backend*/, Comm& /*comm*/,
-                                                    const GradReduceOptions& /*options*/) {
-    fail("the NCCL gradient reducer needs the CUDA backend, and ctxengine was built without "
-         "CUDA (nvcc was not found at configure time); rebuild with CUDA and NCCL");
-}
-
-bool nccl_available() { return false; }
 
 }  // namespace ctx

@@ -35,6 +35,11 @@ extern "C" {
 #define CTX_PLUGIN_ABI_MAJOR 1
 #define CTX_PLUGIN_ABI_MINOR 3
 
+/* Bytes a struct must have for `field` to be present: the offset where `field` ends. Structs
+ * only grow at the end, so `x->struct_size >= CTX_OFFSET_END(type, field)` says whether the
+ * other side was built with `field`. */
+#define CTX_OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
+
 #if defined(_WIN32)
 #define CTX_PLUGIN_EXPORT __declspec(dllexport)
 #else
@@ -429,7 +434,7 @@ typedef struct ctx_eval_api {
 
 /* True when the host's eval API is new enough to have `field`. */
 #define ctx_eval_api_has(api, field) \
-    ((api)->struct_size >= offsetof(ctx_eval_api, field) + sizeof((api)->field) && (api)->field)
+    ((api)->struct_size >= CTX_OFFSET_END(ctx_eval_api, field) && (api)->field)
 
 
 

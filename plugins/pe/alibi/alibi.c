@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
 
 typedef struct alibi {
     int32_t n_head;
@@ -38,7 +37,7 @@ static ctx_status alibi_create(const ctx_host_api* host, const ctx_model_info* m
     (void)options; /* no options */
     if (!host || !model || !instance)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
-    if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
+    if (model->struct_size < CTX_OFFSET_END(ctx_model_info, context_length))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     *instance = NULL;
     if (model->n_head <= 0)
@@ -70,7 +69,7 @@ static ctx_status alibi_bias_spec(void* instance, int64_t seq_len, ctx_bias_spec
     (void)seq_len;
     if (!a || !spec)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
-    if (spec->struct_size < OFFSET_END(ctx_bias_spec, param_b))
+    if (spec->struct_size < CTX_OFFSET_END(ctx_bias_spec, param_b))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "bias_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = CTX_BIAS_LINEAR;

@@ -43,7 +43,6 @@
 #error "define KERPLE_VARIANT_LOG=1 or KERPLE_VARIANT_POWER=1"
 #endif
 
-#define OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
 
 typedef struct kerple {
     int32_t n_head;
@@ -94,9 +93,9 @@ static ctx_status kerple_create(const ctx_host_api* host, const ctx_model_info* 
     if (!host || !model || !instance)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
     *instance = NULL;
-    if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
+    if (model->struct_size < CTX_OFFSET_END(ctx_model_info, context_length))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
-    if (host->struct_size < OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
+    if (host->struct_size < CTX_OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
         !host->register_param)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: host API is too old");
     if (model->n_head <= 0)
@@ -186,7 +185,7 @@ static ctx_status kerple_bias_spec(void* instance, int64_t seq_len, ctx_bias_spe
     (void)seq_len;
     if (!k || !spec)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
-    if (spec->struct_size < OFFSET_END(ctx_bias_spec, param_b))
+    if (spec->struct_size < CTX_OFFSET_END(ctx_bias_spec, param_b))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "bias_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = KERPLE_POWER ? CTX_BIAS_KERPLE_POWER : CTX_BIAS_KERPLE_LOG;

@@ -23,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
 
 typedef struct learned {
     int64_t rows;        /* current table length */
@@ -58,10 +57,10 @@ static ctx_status learned_create(const ctx_host_api* host, const ctx_model_info*
 
     if (!host || !model || !instance)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
-    if (host->struct_size < OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
+    if (host->struct_size < CTX_OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
         !host->register_param)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
-    if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
+    if (model->struct_size < CTX_OFFSET_END(ctx_model_info, context_length))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     *instance = NULL;
     if (model->context_length <= 0 || model->d_model <= 0)
@@ -96,7 +95,7 @@ static ctx_status learned_input_spec(void* instance, ctx_input_spec* spec, ctx_e
     const learned* l = (const learned*)instance;
     if (!l || !spec)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "input_spec: NULL instance or spec");
-    if (spec->struct_size < OFFSET_END(ctx_input_spec, table_param))
+    if (spec->struct_size < CTX_OFFSET_END(ctx_input_spec, table_param))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "input_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = CTX_INPUT_TABLE;

@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
 
 typedef struct nope {
     int32_t n_head; /* kept only so the instance is a real allocation */
@@ -31,7 +30,7 @@ static ctx_status none_create(const ctx_host_api* host, const ctx_model_info* mo
     (void)options; /* no options */
     if (!host || !model || !instance)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
-    if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
+    if (model->struct_size < CTX_OFFSET_END(ctx_model_info, context_length))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     *instance = NULL;
     n = (nope*)calloc(1, sizeof *n);
@@ -49,7 +48,7 @@ static ctx_status none_bias_spec(void* instance, int64_t seq_len, ctx_bias_spec*
     (void)seq_len;
     if (!instance || !spec)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
-    if (spec->struct_size < OFFSET_END(ctx_bias_spec, max_distance))
+    if (spec->struct_size < CTX_OFFSET_END(ctx_bias_spec, max_distance))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "bias_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = CTX_BIAS_NONE;

@@ -62,7 +62,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
 
 #define ROPE_PI 3.14159265358979323846
 #define ROPE_STATE_MAGIC 0x45504f52u
@@ -302,10 +301,10 @@ static ctx_status rope_create(const ctx_host_api* host, const ctx_model_info* mo
 
     if (!host || !model || !instance)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
-    if (host->struct_size < OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
+    if (host->struct_size < CTX_OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
         !host->opt_string)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
-    if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
+    if (model->struct_size < CTX_OFFSET_END(ctx_model_info, context_length))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     *instance = NULL;
 
@@ -405,7 +404,7 @@ static ctx_status rope_rotary_spec(void* instance, int64_t seq_len, ctx_rotary_s
     rope* r = (rope*)instance;
     if (!r || !spec)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "rotary_spec: NULL instance or spec");
-    if (spec->struct_size < OFFSET_END(ctx_rotary_spec, amp_scale_base))
+    if (spec->struct_size < CTX_OFFSET_END(ctx_rotary_spec, amp_scale_base))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "rotary_spec: spec struct_size %u is too small", spec->struct_size);
     /* Only dynamic NTK depends on the row length; recompute when it changes. */

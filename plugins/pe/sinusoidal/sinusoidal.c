@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
 
 typedef struct sinusoidal {
     int32_t d_model;
@@ -37,9 +36,9 @@ static ctx_status sinusoidal_create(const ctx_host_api* host, const ctx_model_in
 
     if (!host || !model || !instance)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
-    if (host->struct_size < OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number)
+    if (host->struct_size < CTX_OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
-    if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
+    if (model->struct_size < CTX_OFFSET_END(ctx_model_info, context_length))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
     *instance = NULL;
     if (model->d_model <= 0)
@@ -81,7 +80,7 @@ static void sinusoidal_destroy(void* instance) {
 static ctx_status sinusoidal_input_spec(void* instance, ctx_input_spec* spec, ctx_err* err) {
     if (!instance || !spec)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "input_spec: NULL instance or spec");
-    if (spec->struct_size < OFFSET_END(ctx_input_spec, table_param))
+    if (spec->struct_size < CTX_OFFSET_END(ctx_input_spec, table_param))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "input_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = CTX_INPUT_GENERIC;

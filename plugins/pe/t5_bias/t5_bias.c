@@ -25,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
 
 #define T5_MAX_BUCKETS 512 /* the CPU attention op's per-(b, h) gradient slots */
 
@@ -44,9 +43,9 @@ static ctx_status t5_create(const ctx_host_api* host, const ctx_model_info* mode
     if (!host || !model || !instance)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host, model or instance");
     *instance = NULL;
-    if (model->struct_size < OFFSET_END(ctx_model_info, context_length))
+    if (model->struct_size < CTX_OFFSET_END(ctx_model_info, context_length))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: model info is too small");
-    if (host->struct_size < OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
+    if (host->struct_size < CTX_OFFSET_END(ctx_host_api, rng_u64) || !host->opt_number ||
         !host->opt_integer || !host->register_param)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: host API is too old");
     if (model->n_head <= 0 || model->d_model <= 0)
@@ -102,7 +101,7 @@ static ctx_status t5_bias_spec(void* instance, int64_t seq_len, ctx_bias_spec* s
     (void)seq_len;
     if (!t || !spec)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "bias_spec: NULL instance or spec");
-    if (spec->struct_size < OFFSET_END(ctx_bias_spec, max_distance))
+    if (spec->struct_size < CTX_OFFSET_END(ctx_bias_spec, max_distance))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "bias_spec: spec struct_size %u is too small", spec->struct_size);
     spec->kind = CTX_BIAS_T5;

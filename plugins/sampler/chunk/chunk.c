@@ -31,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
 
 enum { BOUNDARY_CONCAT = 0, BOUNDARY_NEXT = 1, BOUNDARY_MASK = 2 };
 
@@ -49,7 +48,7 @@ static ctx_status chunk_create(const ctx_host_api* host, const ctx_options* opti
     chunk_sampler* c;
     if (!host || !instance)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host or instance");
-    if (host->struct_size < OFFSET_END(ctx_host_api, opt_string) || !host->opt_number ||
+    if (host->struct_size < CTX_OFFSET_END(ctx_host_api, opt_string) || !host->opt_number ||
         !host->opt_string)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
     *instance = NULL;

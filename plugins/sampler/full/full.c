@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
 
 typedef struct full_sampler {
     int32_t random_span; /* 0: "start", 1: "random" */
@@ -32,7 +31,7 @@ static ctx_status full_create(const ctx_host_api* host, const ctx_options* optio
     full_sampler* f;
     if (!host || !instance)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host or instance");
-    if (host->struct_size < OFFSET_END(ctx_host_api, opt_string) || !host->opt_string)
+    if (host->struct_size < CTX_OFFSET_END(ctx_host_api, opt_string) || !host->opt_string)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
     *instance = NULL;
     span = host->opt_string(host->host, options, "span", "start");

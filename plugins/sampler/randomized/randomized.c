@@ -29,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OFFSET_END(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
 
 typedef struct randomized_sampler {
     double eps;
@@ -43,7 +42,7 @@ static ctx_status randomized_create(const ctx_host_api* host, const ctx_options*
     randomized_sampler* r;
     if (!host || !instance)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: NULL host or instance");
-    if (host->struct_size < OFFSET_END(ctx_host_api, opt_string) || !host->opt_number ||
+    if (host->struct_size < CTX_OFFSET_END(ctx_host_api, opt_string) || !host->opt_number ||
         !host->opt_string)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API is too old");
     *instance = NULL;

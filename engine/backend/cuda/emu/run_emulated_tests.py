@@ -99,6 +99,9 @@ def main():
     sources += [os.path.join(be_dir, f) for f in sorted(os.listdir(be_dir)) if f.endswith(".cpp")]
     cpu_dir = os.path.join(ROOT, "engine", "backend", "cpu")
     sources += [os.path.join(cpu_dir, f) for f in sorted(os.listdir(cpu_dir)) if f.endswith(".cpp")]
+    # The NCCL reducer as built without NCCL (a factory that says so): the real one in
+    # libctx_parallel.a needs libnccl and the CUDA runtime, which emulation leaves out.
+    sources.append(os.path.join(ROOT, "engine", "parallel", "nccl_reducer.cpp"))
     for s in sources:
         jobs.append((backend_flags, s, os.path.join(out, os.path.basename(s)[:-4] + ".o")))
     backend_objs = [j[2] for j in jobs]

@@ -1,4 +1,4 @@
-#include "plugin/eval_plugin.h"
+#include "eval/eval_plugin.h"
 
 #include <spdlog/spdlog.h>
 
@@ -96,8 +96,7 @@ ctx_status score_rows_impl(ctx_eval_host* h, const ctx_score_request& q, ctx_err
 }
 
 ctx_status api_score_rows(ctx_eval_host* h, const ctx_score_request* request, ctx_err* err) {
-    if (!request || request->struct_size < offsetof(ctx_score_request, argmax) +
-                                               sizeof(request->argmax))
+    if (!request || request->struct_size < CTX_OFFSET_END(ctx_score_request, argmax))
         return fail_status(err, "score_rows: the request struct is missing or too small");
     return score_rows_impl(h, *request, err);
 }
@@ -187,8 +186,7 @@ ctx_status api_generate(ctx_eval_host* h, const ctx_generate_request* req, int32
                         int64_t* out_lengths, int32_t* out_finish, ctx_err* err) {
     try {
         EvalContext& c = *h->context;
-        CTX_CHECK(req && req->struct_size >= offsetof(ctx_generate_request, stop_strings) +
-                                                 sizeof(req->stop_strings),
+        CTX_CHECK(req && req->struct_size >= CTX_OFFSET_END(ctx_generate_request, stop_strings),
                   "generate: the request struct is missing or too small");
         CTX_CHECK(req->n_prompts >= 1 && req->prompts && req->prompt_lengths,
                   "generate: needs at least one prompt");
@@ -381,24 +379,13 @@ const ctx_eval_api& eval_api() {
 
 }  // namespace
 
-EvalPlugin::EvalPlugin(const LoadedPlugin& lib, const lua::Options& options, uint64_t seed)
+EvalPlugin::EvalPlugin(const LoadedPlugin& lib, const Options& options, uint64_t seed)
     : lib_(&lib), vt_(static_cast<const ctx_eval_vtable*>(lib.descriptor->vtable)),
-      name_(lib.full_name) {
-    CTX_CHECK(lib.kind() == CTX_PLUGIN_EVAL, "plugin {} is not an evaluation task", name_);
-    host_ = std::make_unique<PluginHostContext>(name_, seed);
-    ctx_err err{};
-    const ctx_status st = vt_->create(&host_->api, reinterpret_cast<const ctx_options*>(&options),
-                                      &instance_, &err);
-    if (st != CTX_OK) {
-        instance_ = nullptr;
-        fail("{} {}: {}", options.where(), name_,
-             err.message[0] ? err.message : "create() failed without a message");
-    }
-}
+      name_(lib.full_name),
+      instance_(require_kind(lib, CTX_PLUGIN_EVAL, "an evaluation task"), options, seed,
+                vt_->create, vt_->destroy) {}
 
-EvalPlugin::~EvalPlugin() {
-    if (instance_) vt_->destroy(instance_);
-}
+EvalPlugin::~EvalPlugin() = default;
 
 void EvalPlugin::run(EvalContext& context) {
     CTX_CHECK(context.model && context.documents && context.comm,
@@ -407,10 +394,7 @@ void EvalPlugin::run(EvalContext& context) {
     host.context = &context;
     host.plugin_name = name_;
     ctx_err err{};
-    const ctx_status st = vt_->run(instance_, &eval_api(), &host, &err);
-    if (st != CTX_OK)
-        fail("{}: run failed (status {}): {}", name_, static_cast<int>(st),
-             err.message[0] ? err.message : "no message");
+    instance_.check(vt_->run(instance_.get(), &eval_api(), &host, &err), "run", err);
     CTX_CHECK(host.pending_error.empty(), "{}: {}", name_, host.pending_error);
     CTX_CHECK(!host.in_record, "{}: a record was begun but never ended", name_);
 }

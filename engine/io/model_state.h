@@ -1,5 +1,5 @@
-// Between the live objects (model, optimizer) and a TrainingState (io/checkpoint.h): host copies
-// of the arenas by view name, and the checks that a state fits a model.
+// Between the live objects (model, optimizer) and a TrainingState (core/training_state.h): host
+// copies of the arenas by view name, and the checks that a state fits a model.
 #pragma once
 
 #include "io/checkpoint.h"

@@ -1,4 +1,4 @@
-// The NCCL gradient reducer of the CUDA backend (parallel/grad_reducer.h; docs/PARALLEL.md).
+// The NCCL gradient reducer for the CUDA backend (parallel/grad_reducer.h; docs/PARALLEL.md).
 //
 // Setup (collective): every rank reports its host and GPU (PCI bus id) over the MPI comm, so two
 // ranks on one GPU (which NCCL >= 2.5 refuses: "Duplicate GPU detected") or a rank whose CUDA
@@ -18,8 +18,8 @@
 //   deterministic bf16   cast, ncclAllGather (ncclBfloat16), sum the widened values in order
 // Staging buffers grow to the largest bucket (<= bucket_bytes) in the first step, then stay.
 //
-// Built without NCCL (CMake found no nccl.h / libnccl; CTX_HAVE_NCCL is a compile definition of
-// this file only), the factory says so.
+// Built without NCCL (CMake found no nccl.h / libnccl, or no CUDA; CTX_HAVE_NCCL is a compile
+// definition of this file only), the factory says so.
 #include "backend/backend.h"
 #include "parallel/grad_reducer.h"
 
@@ -36,7 +36,7 @@
 #include <exception>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_nccl_kernels.h"
+#include "parallel/nccl_kernels.h"
 #include "parallel/comm.h"
 
 static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0),

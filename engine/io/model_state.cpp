@@ -1,4 +1,4 @@
-#include "model/training_state.h"
+#include "io/model_state.h"
 
 #include <fmt/ranges.h>
 
@@ -11,7 +11,6 @@ namespace ctx {
 
 void capture_model(const Model& model, const Optimizer* opt, TrainingState& state) {
     Backend& be = model.backend();
-    Model& m = const_cast<Model&>(model);  // arenas are read, not changed
     state.model_config_json = model_config_to_json(model.config()).dump();
     if (opt) {
         state.optimizer_config_json = optimizer_config_to_json(opt->config()).dump();
@@ -24,9 +23,9 @@ void capture_model(const Model& model, const Optimizer* opt, TrainingState& stat
         t.shape = v.shape;
         t.weight_decay = v.weight_decay;
         t.params.resize(v.numel);
-        be.copy_to_host(t.params.data(), m.params().at(v), v.numel);
+        be.copy_to_host(t.params.data(), model.params().at(v), v.numel);
         if (opt) {
-            Optimizer& o = const_cast<Optimizer&>(*opt);
+            const Optimizer& o = *opt;
             t.adam_m.resize(v.numel);
             t.adam_v.resize(v.numel);
             be.copy_to_host(t.adam_m.data(), o.m().at(v), v.numel);

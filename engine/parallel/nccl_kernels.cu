@@ -1,4 +1,4 @@
-// Kernels of the NCCL gradient reducer (declared in cuda_nccl_kernels.h): bf16 casts for the
+// Kernels of the NCCL gradient reducer (declared in nccl_kernels.h): bf16 casts for the
 // wire and the rank-ordered sum of the deterministic mode. Grid-stride loops, one element per
 // thread and iteration; no atomics, so every element has one fixed sequence of operations.
 #include <cuda_runtime.h>
@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_device.cuh"
-#include "backend/cuda/cuda_nccl_kernels.h"
+#include "parallel/nccl_kernels.h"
 
 namespace ctx::cuda {
 

@@ -1,5 +1,4 @@
-// CUDA backend (private header): kernels of the NCCL gradient reducer (cuda_nccl.cpp), in
-// cuda_nccl_kernels.cu. Plain C++ declarations; bf16 data is passed as its 16-bit patterns
+// Kernels of the NCCL gradient reducer (parallel/nccl_reducer.cpp), in nccl_kernels.cu. Plain C++ declarations; bf16 data is passed as its 16-bit patterns
 // (uint16_t), so the host side compiles without NVIDIA's bf16 header. Every launcher enqueues on
 // `s` and returns cudaGetLastError(); n = 0 launches nothing.
 #pragma once

@@ -1,18 +1,18 @@
 // The host side of evaluation plugins: ctx_eval_api over a model, a document set and a metrics
-// sink, and the instance wrapper.
+// sink, and the instance wrapper. Above the model (it runs it), unlike the PE and sampler hosts.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/options.h"
 #include "ctx/plugin.h"
 #include "data/shard.h"
 #include "io/metrics.h"
-#include "lua/options.h"
 #include "model/decoder.h"
 #include "parallel/comm.h"
-#include "plugin/pe_plugin.h"
+#include "plugin/plugin_instance.h"
 #include "plugin/registry.h"
 
 namespace ctx {
@@ -31,7 +31,7 @@ struct EvalContext {
 
 class EvalPlugin {
 public:
-    EvalPlugin(const LoadedPlugin& lib, const lua::Options& options, uint64_t seed);
+    EvalPlugin(const LoadedPlugin& lib, const Options& options, uint64_t seed);
     ~EvalPlugin();
     EvalPlugin(const EvalPlugin&) = delete;
     EvalPlugin& operator=(const EvalPlugin&) = delete;
@@ -43,8 +43,7 @@ private:
     const LoadedPlugin* lib_;
     const ctx_eval_vtable* vt_;
     std::string name_;
-    std::unique_ptr<PluginHostContext> host_;
-    void* instance_ = nullptr;
+    PluginInstance instance_;
 };
 
 }  // namespace ctx

@@ -1,0 +1,77 @@
+#include "model/block.h"
+
+#include "core/error.h"
+
+namespace ctx {
+
+void AttentionStep::backward(int, float*, const float*, const float*, const float*,
+                             const float*) {
+    fail("internal: this attention step runs forward only (no backward pass)");
+}
+
+void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_out,
+                               const BlockActs& a, float* tmp, int N, int layer,
+                               AttentionStep& attention) const {
+    Backend& be = backend_;
+    const ModelConfig& c = config_;
+    const int C = c.d_model, F = c.ffn();
+    const size_t NC = static_cast<size_t>(N) * C;
+
+    // attention branch: ln1 -> qkv (column-parallel) -> attention -> proj (row-parallel)
+    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C, c.norm_eps);
+    be.matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
+    attention.forward(layer, a.qkv, a.atty, a.att);
+    be.matmul_forward(tmp, a.atty, w.attn_proj_w, w.attn_proj_b, N, C, C);
+    be.add(a.res2, x, tmp, NC);  // sequential: x + attn; parallel: also x + attn
+
+    // MLP branch: ln2 of (x + attn) sequentially, of x in parallel; fc (column-parallel) ->
+    // activation -> fc_proj (row-parallel)
+    const float* mlp_in = c.parallel_residual ? x : a.res2;
+    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, mlp_in, w.ln2_w, w.ln2_b, N, C,
+                         c.norm_eps);
+    be.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, F);
+    be.activation_forward(a.fch_act, a.fch, static_cast<size_t>(N) * F, c.activation);
+    be.matmul_forward(tmp, a.fch_act, w.fc_proj_w, w.fc_proj_b, N, F, C);
+    be.add(x_out, a.res2, tmp, NC);
+}
+
+void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, const float* x,
+                                const BlockActs& a, float* dx, const BlockGradBuffers& d, int N,
+                                int layer, AttentionStep& attention) const {
+    Backend& be = backend_;
+    const ModelConfig& c = config_;
+    const int C = c.d_model, F = c.ffn();
+    const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
+    const float* mlp_in = c.parallel_residual ? x : a.res2;
+
+    // dx holds d(loss)/d(x_out). MLP branch first: x_out = res2 + mlp(ln2(mlp_in)).
+    be.zero(d.dfch_act, NF);
+    be.matmul_backward(d.dfch_act, g.fc_proj_w, g.fc_proj_b, dx, a.fch_act, w.fc_proj_w, N, F,
+                       C);
+    be.zero(d.dfch, NF);
+    be.activation_backward(d.dfch, a.fch, d.dfch_act, NF, c.activation);
+    float* dln2 = c.parallel_residual ? d.dln2 : d.dln;
+    be.zero(dln2, NC);
+    be.matmul_backward(dln2, g.fc_w, g.fc_b, d.dfch, a.ln2, w.fc_w, N, C, F);
+    if (!c.parallel_residual) {
+        // dx becomes d/d(res2): the residual path plus the MLP layernorm's input gradient.
+        be.layernorm_backward(dx, g.ln2_w, g.ln2_b, dln2, mlp_in, w.ln2_w, a.ln2_mean,
+                              a.ln2_rstd, N, C);
+    }
+    // attention branch: res2 = x + proj(attention(qkv(ln1(x))))
+    be.zero(d.datty, NC);
+    be.matmul_backward(d.datty, g.attn_proj_w, g.attn_proj_b, dx, a.atty, w.attn_proj_w, N, C,
+                       C);
+    be.zero(d.dqkv, NC * 3);
+    attention.backward(layer, d.dqkv, d.datty, a.qkv, a.att, a.atty);
+    be.zero(d.dln, NC);
+    be.matmul_backward(d.dln, g.qkv_w, g.qkv_b, d.dqkv, a.ln1, w.qkv_w, N, C, 3 * C);
+    if (c.parallel_residual) {
+        // Both branches read x: their layernorm gradients join the residual in dx.
+        be.layernorm_backward(dx, g.ln2_w, g.ln2_b, dln2, mlp_in, w.ln2_w, a.ln2_mean,
+                              a.ln2_rstd, N, C);
+    }
+    be.layernorm_backward(dx, g.ln1_w, g.ln1_b, d.dln, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C);
+}
+
+}  // namespace ctx

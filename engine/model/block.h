@@ -1,0 +1,93 @@
+// The transformer block (Megatron-Core's TransformerLayer, llm.c's explicit passes): the one
+// layer body that training, evaluation and cached generation all run. What differs between those
+// paths is only how attention sees the other tokens, so that is a parameter (AttentionStep,
+// model/attention_step.h: full or windowed causal attention over whole rows, or new tokens over
+// a key/value cache).
+//
+// Pre-LN, in the GPT-2 / NeoX / BLOOM styles of ModelConfig:
+//   sequential: r = x + proj(attn(ln1(x)));  x_out = r + mlp(ln2(r))
+//   parallel:   r = x + proj(attn(ln1(x)));  x_out = r + mlp(ln2(x))     (GPT-NeoX)
+//   mlp(h) = fc_proj(act(fc(h)))
+//
+// Room for what comes next, without it yet: a tensor-parallel layout splits qkv and fc by
+// columns (heads and hidden units per rank) and proj and fc_proj by rows, with an all-reduce of
+// their outputs where the comments below say "row-parallel"; a block style (Llama: RMSNorm,
+// SwiGLU, grouped-query attention) changes the norm, the MLP and the qkv shapes of this file and
+// of BlockWeights, not its callers.
+#pragma once
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+namespace ctx {
+
+// Views of one block's parameters, or of their gradients (same layout). Shapes per ModelConfig:
+// C = d_model, F = ffn(). Biases and norm biases are null when the config has none.
+struct BlockWeights {
+    float *ln1_w, *ln1_b;              // (C)
+    float *qkv_w, *qkv_b;              // (3C, C), (3C)   rows [q | k | v]
+    float *attn_proj_w, *attn_proj_b;  // (C, C), (C)
+    float *ln2_w, *ln2_b;              // (C)
+    float *fc_w, *fc_b;                // (F, C), (F)
+    float *fc_proj_w, *fc_proj_b;      // (C, F), (C)
+};
+
+// One block's activations for N tokens. Training keeps a set per layer for the backward pass;
+// generation points every layer at the same buffers (ln1 and ln2 may then be one buffer).
+struct BlockActs {
+    float* ln1;                  // (N, C)
+    float *ln1_mean, *ln1_rstd;  // (N)
+    float* qkv;                  // (N, 3C)  q, k as the attention step left them (rotated)
+    float* atty;                 // (N, C)   attention output before the projection
+    float* att;                  // what the attention step saves for backward (or nullptr)
+    float* res2;                 // (N, C)   x + attn
+    float* ln2;                  // (N, C)
+    float *ln2_mean, *ln2_rstd;  // (N)
+    float* fch;                  // (N, F)
+    float* fch_act;              // (N, F)
+};
+
+// Activation gradients of one backward pass through a block, reused by every layer.
+struct BlockGradBuffers {
+    float* dln;       // (N, C)
+    float* dln2;      // (N, C)  parallel residual: the MLP branch's layernorm gradient
+    float* datty;     // (N, C)
+    float* dqkv;      // (N, 3C)
+    float* dfch;      // (N, F)
+    float* dfch_act;  // (N, F)
+};
+
+// How a block's attention sees the other tokens: q, k, v in, the attention output out.
+class AttentionStep {
+public:
+    virtual ~AttentionStep() = default;
+    // qkv (N, 3C) as projected; may be rotated in place (backward reads it as left). out (N, C)
+    // (writes). saved: the step's buffer for backward, per layer (null where there is none).
+    virtual void forward(int layer, float* qkv, float* out, float* saved) = 0;
+    // dqkv (N, 3C) += the gradient of the unrotated qkv, from dout (N, C) and what forward kept.
+    // Steps that only run forward (generation) refuse.
+    virtual void backward(int layer, float* dqkv, const float* dout, const float* qkv,
+                          const float* saved, const float* out);
+};
+
+class TransformerBlock {
+public:
+    // config must outlive the block (the model owns both).
+    TransformerBlock(const ModelConfig& config, Backend& backend)
+        : config_(config), backend_(backend) {}
+
+    // x_out (N, C) = block(x (N, C)) (writes; x_out must not alias x). tmp (N, C) scratch.
+    void forward(const BlockWeights& w, const float* x, float* x_out, const BlockActs& a,
+                 float* tmp, int N, int layer, AttentionStep& attention) const;
+    // dx (N, C): d(loss)/d(x_out) in, d(loss)/d(x) out. Parameter gradients ACCUMULATE into g;
+    // x and a are the forward's input and activations.
+    void backward(const BlockWeights& w, const BlockWeights& g, const float* x,
+                  const BlockActs& a, float* dx, const BlockGradBuffers& d, int N, int layer,
+                  AttentionStep& attention) const;
+
+private:
+    const ModelConfig& config_;
+    Backend& backend_;
+};
+
+}  // namespace ctx
