@@ -1,39 +1,208 @@
 #!/usr/bin/env bash
-# The GPU validation of issue 8 in three steps, each under 10 minutes on a 16-core H100 machine
-# (docs/CUDA.md "Validating on a GPU", docs/BENCHMARKS.md). Outputs go to ${OUT:-gpu_out}/.
-#   scripts/gpu_validate.sh build   configure + build (CUDA, Release), report the GPU
-#   scripts/gpu_validate.sh test    ctest -L gpu (op consistency, flash, bf16, model, resume, NCCL)
-#   scripts/gpu_validate.sh bench   training MFU (124M, 350M) and the attention TFLOP/s table
-set -euo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-gpu_out}
-mkdir -p "$OUT"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-case "${1:-}" in
-build)
-    nvidia-smi | tee "$OUT/nvidia-smi.txt"
-    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCTX_CUDA=ON > "$OUT/configure.txt" 2>&1
-    cmake --build build -j "$(nproc)" 2>&1 | tail -20 | tee "$OUT/build.txt"
-    ;;
-test)
-    (cd build && ctest -L gpu -j 4 --output-on-failure --timeout 600) 2>&1 | tee "$OUT/ctest_gpu.txt" | tail -40
-    ;;
-bench)
-    B=./build/ctxengine
-    {
-        $B bench --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
-        $B bench --config gpt2-124m --device cuda --precision fp32 --steps 10 --warmup 2
-        $B bench --config gpt2-350m --device cuda --precision bf16 --steps 10 --warmup 3
-        for pe in rope alibi kerple_log; do
-            $B bench --config gpt2-124m --device cuda --precision bf16 --pe $pe --steps 10 --warmup 2
-        done
-        $B bench --config gpt2-124m --device cuda --precision bf16 --attention materialised --steps 10
-    } 2>&1 | tee "$OUT/bench_train.txt" | grep -E "config=|tokens_per_s=|mfu=|error"
-    $B bench attention --device cuda --head-dim 64,128 --T 1024,2048,4096,8192,16384 \
-        --pe none,rope,alibi,kerple_log 2>&1 | tee "$OUT/bench_attention.txt"
-    ;;
-*)
-    sed -n 2,7p "$0"
+# GPU validation from the self-contained bundle (docs/CUDA.md "The GPU bundle"): one command on
+# the GPU machine, nothing to build or install there.
+#
+#   bash <bundle>/gpu_validate.sh [all|tests|bench|sanitize [TOOL]]     (default: all)
+#
+#   all       GPU report, the gpu test executables, end-to-end recipes, the benchmarks
+#   tests     GPU report, tests and recipes only
+#   bench     GPU report, benchmarks only
+#   sanitize  the gpu test executables under compute-sanitizer (TOOL: memcheck (default),
+#             racecheck, synccheck, initcheck); CTX_SANITIZE_FILTER=gtest-filter narrows them
+#
+# Everything goes to $OUT (default ./gpu_validate_out): summary.txt, one log per step, the tests'
+# gtest XML. Every step has its own timeout, capped by what is left of CTX_VALIDATE_BUDGET_S
+# (default 450 s, so the whole run stays under 8 minutes; in `all` the tests get at most
+# CTX_TESTS_BUDGET_S of it, default 240 s); a step that fails or times out is
+# recorded and the run goes on; steps that no longer fit are recorded as skipped. A test
+# executable that skips every test while nvidia-smi lists a GPU is ALLSKIP (not ok). Exit code 0
+# only when every step passed. Run from the repository, it uses $BUNDLE (default
+# build-gpu-bundle/, made by scripts/gpu_bundle.sh).
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if [[ -x "$here/bin/ctxengine" && -f "$here/run.sh" ]]; then
+    BUNDLE=$here
+else
+    BUNDLE=${BUNDLE:-$here/../build-gpu-bundle}
+fi
+if [[ ! -f "$BUNDLE/run.sh" ]]; then
+    echo "gpu_validate: no bundle at $BUNDLE (make one with: bash scripts/gpu_bundle.sh)" >&2
     exit 2
-    ;;
+fi
+BUNDLE=$(cd "$BUNDLE" && pwd)
+mode=${1:-all}
+case "$mode" in
+all | tests | bench | sanitize) ;;
+*) sed -n 2,20p "$0"; exit 2 ;;
 esac
+
+OUT=${OUT:-$PWD/gpu_validate_out}
+mkdir -p "$OUT/tests" "$OUT/logs"
+OUT=$(cd "$OUT" && pwd)
+# shellcheck source=gpu_bundle_run.sh
+source "$BUNDLE/run.sh"
+RUN="$BUNDLE/run.sh"
+
+START=$(date +%s)
+BUDGET=${CTX_VALIDATE_BUDGET_S:-450}
+SUMMARY="$OUT/summary.txt"
+GPU_SEEN=""  # set when nvidia-smi lists a GPU
+: >"$SUMMARY"
+failures=0
+
+# Seconds left before DEADLINE (the end of the budget, or of the current phase in `all`, so
+# slow tests cannot starve the benchmarks).
+DEADLINE=$((START + BUDGET))
+left() { echo $((DEADLINE - $(date +%s))); }
+
+# step NAME LIMIT_S CMD...: runs CMD under `timeout` (LIMIT_S, or what is left of the budget if
+# less) with stdout+stderr in logs/NAME.log, records one summary line, never stops the run.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local log="$OUT/logs/$name.log" avail t0 rc status note
+    avail=$(($(left) - 5))
+    if ((avail < 10)); then
+        printf '%-34s %-8s %5s  %s\n' "$name" skipped - "out of time (budget ${BUDGET}s)" | tee -a "$SUMMARY"
+        failures=$((failures + 1))
+        return
+    fi
+    ((limit > avail)) && limit=$avail
+    t0=$(date +%s)
+    { echo "\$ $*"; echo "# timeout ${limit}s, $(date -u +%FT%TZ)"; } >"$log"
+    timeout -k 10 "$limit" "$@" >>"$log" 2>&1
+    rc=$?
+    case $rc in
+    0) status=ok ;;
+    124 | 137) status=TIMEOUT ;;
+    *) status="FAIL($rc)" ;;
+    esac
+    # A GPU is there but a test executable skipped everything: the backend could not use it.
+    if [[ $status == ok && -n "$GPU_SEEN" ]] && grep -q "^\[  PASSED  \] 0 tests" "$log" &&
+       grep -q "^\[  SKIPPED \]" "$log"; then
+        status=ALLSKIP
+    fi
+    [[ $status == ok ]] || failures=$((failures + 1))
+    note=$(step_note "$log")
+    printf '%-34s %-8s %4ss  %s\n' "$name" "$status" $(($(date +%s) - t0)) "$note" | tee -a "$SUMMARY"
+}
+
+# The line worth reading from a step's log: gtest totals, MFU, the last error.
+step_note() {
+    local log=$1 n
+    if grep -q "^\[==========\]" "$log"; then
+        n=$(grep -E "^\[  (PASSED|SKIPPED|FAILED) +\] [0-9]+ test" "$log" | sed -E 's/^\[ *([A-Z]+) *\] ([0-9]+).*/\2 \1/' | paste -sd, -)
+        echo "gtest: ${n:-no totals}"
+    elif grep -q "^mfu=" "$log"; then
+        grep -E "^(tokens_per_s|mfu)=" "$log" | paste -sd' ' - | cut -c1-90
+    else
+        grep -iE "error|fail|not found|cannot" "$log" | tail -1 | cut -c1-90
+    fi
+}
+
+# The gpu test executables, the most basic first.
+gpu_tests() {
+    local t order=(test_ops_gpu_consistency test_ops_gpu_flash test_ops_gpu_bf16 test_gpu_model
+                   test_gpu_resume test_gpu_nccl)
+    for t in "${order[@]}"; do [[ -x "$BUNDLE/tests/$t" ]] && echo "$t"; done
+    for t in "$BUNDLE"/tests/*; do
+        t=$(basename "$t")
+        [[ -x "$BUNDLE/tests/$t" && " ${order[*]} " != *" $t "* ]] && echo "$t"
+    done
+}
+
+report() {
+    nvidia-smi -L 2>/dev/null | grep -q "^GPU " && GPU_SEEN=1
+    {
+        echo "date: $(date -u +%FT%TZ)  host: $(hostname)  mode: $mode  budget: ${BUDGET}s"
+        echo "bundle: $BUNDLE"
+        [[ -f "$BUNDLE/BUNDLE_INFO.txt" ]] && sed 's/^/  /' "$BUNDLE/BUNDLE_INFO.txt"
+        echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+        [[ -n "${CTX_MISSING_LIBS:-}" ]] && echo "MISSING LIBRARIES: $CTX_MISSING_LIBS"
+        if command -v nvidia-smi >/dev/null; then
+            nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap,clocks.max.sm \
+                --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
+        else
+            echo "gpu: nvidia-smi not found"
+        fi
+    } | tee "$OUT/environment.txt" >>"$SUMMARY"
+    cat "$OUT/environment.txt"
+    step nvidia-smi 30 nvidia-smi
+    step bundle-libs 60 "$RUN" --libs
+    step ctxengine-version 30 "$RUN" ctxengine --version
+}
+
+tests() {
+    local t
+    for t in $(gpu_tests); do
+        step "$t" "${CTX_TEST_TIMEOUT_S:-150}" "$RUN" "$t" --gtest_output="xml:$OUT/tests/$t.xml"
+    done
+    step recipe-smoke-cuda-fp32 60 "$RUN" ctxengine --device cuda "$BUNDLE/recipes/smoke.lua"
+    step recipe-smoke-cuda-bf16 60 "$RUN" ctxengine --device cuda --precision bf16 "$BUNDLE/recipes/smoke.lua"
+}
+
+bench() {
+    local B=("$RUN" ctxengine bench)
+    # The goals first (docs/BENCHMARKS.md): bf16 MFU, attention at head dim 128; then the rest
+    # while time is left.
+    step bench-gpt2-124m-bf16 90 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
+    step bench-attention-d128 120 "${B[@]}" attention --device cuda --head-dim 128 \
+        --T 1024,2048,4096,8192,16384 --pe none,rope,alibi,kerple_log --steps 5 --repeats 2
+    step bench-gpt2-124m-fp32 90 "${B[@]}" --config gpt2-124m --device cuda --precision fp32 --steps 10 --warmup 2
+    step bench-attention-d64 120 "${B[@]}" attention --device cuda --head-dim 64 \
+        --T 1024,2048,4096,8192,16384 --pe none,rope,alibi,kerple_log --steps 5 --repeats 2
+    local peer="$BUNDLE/benchmarks/sdpa_peer.py" py
+    if [[ -f "$peer" ]]; then
+        for py in "${CTX_PYTHON:-}" python3 python; do
+            [[ -n "$py" ]] && "$py" -c "import torch" 2>/dev/null && break
+            py=""
+        done
+        if [[ -n "$py" ]]; then
+            step bench-attention-sdpa-peer 90 "$py" "$peer" --head-dim 64,128 --T 1024,2048,4096,8192,16384
+        else
+            printf '%-34s %-8s %5s  %s\n' bench-attention-sdpa-peer skipped - "no python with torch" | tee -a "$SUMMARY"
+        fi
+    fi
+    step bench-gpt2-350m-bf16 90 "${B[@]}" --config gpt2-350m --device cuda --precision bf16 --steps 10 --warmup 3
+    step bench-gpt2-124m-bf16-materialised 60 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 \
+        --attention materialised --steps 10 --warmup 2
+}
+
+sanitize() {
+    local tool=${1:-memcheck} cs t filter=()
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
+         /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1 || true)
+    if [[ -z "$cs" ]]; then
+        echo "sanitize: compute-sanitizer not found (PATH, /usr/local/cuda*/bin)" | tee -a "$SUMMARY"
+        failures=$((failures + 1))
+        return
+    fi
+    [[ -n "${CTX_SANITIZE_FILTER:-}" ]] && filter=(--gtest_filter="$CTX_SANITIZE_FILTER")
+    for t in $(gpu_tests); do
+        step "sanitize-$tool-$t" "${CTX_TEST_TIMEOUT_S:-300}" "$RUN" "$cs" --tool "$tool" \
+            --error-exitcode 99 --print-limit 20 "$BUNDLE/tests/$t" "${filter[@]}" \
+            --gtest_output="xml:$OUT/tests/sanitize-$tool-$t.xml"
+    done
+}
+
+echo "gpu_validate: $mode, output in $OUT" >&2
+report
+case "$mode" in
+all)
+    DEADLINE=$((START + ${CTX_TESTS_BUDGET_S:-240}))
+    ((DEADLINE > START + BUDGET)) && DEADLINE=$((START + BUDGET))
+    tests
+    DEADLINE=$((START + BUDGET))
+    bench
+    ;;
+tests) tests ;;
+bench) bench ;;
+sanitize) sanitize "${2:-memcheck}" ;;
+esac
+
+{
+    echo
+    echo "$failures step(s) not ok; $(($(date +%s) - START)) s in all; logs in $OUT/logs"
+} | tee -a "$SUMMARY"
+((failures == 0))

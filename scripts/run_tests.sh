@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Fresh machine to test report: installs packages, builds, runs the whole suite with ctest.
+# Without arguments (CI) it then builds and checks the GPU bundle when nvcc is present
+# (scripts/gpu_bundle.sh, docs/CUDA.md "The GPU bundle"; CTX_SKIP_BUNDLE=1 leaves it out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -8,5 +10,11 @@ bash scripts/build.sh
 # dir; the tests report "skipped" when these cannot be had
 bash scripts/setup_python.sh "${BUILD_DIR:-build}/pyenv" "${BUILD_DIR:-build}/pyenv-hf"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cd "${BUILD_DIR:-build}"
-ctest --output-on-failure -j "${JOBS:-$(nproc)}" "$@"
+(cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" "$@")
+if [[ $# -eq 0 && "${CTX_SKIP_BUNDLE:-0}" != 1 ]]; then
+  if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    BUILD_DIR=build-bundle JOBS="${JOBS:-$(nproc)}" bash scripts/gpu_bundle.sh
+  else
+    echo "run_tests: no nvcc, so no GPU bundle (scripts/gpu_bundle.sh)"
+  fi
+fi

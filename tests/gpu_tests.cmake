@@ -36,3 +36,5 @@ endforeach()
 file(GENERATE OUTPUT ${CTX_GPU_LABEL_SCRIPT} CONTENT "${CTX_GPU_LABEL_CONTENT}")
 set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${CTX_GPU_LABEL_SCRIPT})
 
+# The GPU bundle carries these executables (cmake/bundle.cmake).
+set_property(GLOBAL PROPERTY CTX_GPU_TEST_TARGETS ${CTX_GPU_TEST_TARGETS})

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -30,7 +31,10 @@ inline PluginRegistry& plugins() {
     static PluginRegistry reg;
     static bool scanned = false;
     if (!scanned) {
-        reg.scan_directory(std::string(CTX_TEST_BINARY_DIR) + "/plugins");
+        // The build tree's plugins; CTX_TEST_PLUGINS points a relocated test binary (the GPU
+        // bundle, docs/CUDA.md) at its own copies.
+        const char* dir = std::getenv("CTX_TEST_PLUGINS");
+        reg.scan_directory(dir ? std::string(dir) : std::string(CTX_TEST_BINARY_DIR) + "/plugins");
         scanned = true;
     }
     return reg;

@@ -24,11 +24,13 @@ public:
 
 // A world of one: every collective is the identity.
 std::unique_ptr<Comm> make_single_comm();
-// MPI_COMM_WORLD. Requires mpi_init() first.
+// MPI_COMM_WORLD. Requires mpi_init() first. In a build without MPI (CTX_MPI=OFF,
+// comm_nompi.cpp) the world of one.
 std::unique_ptr<Comm> make_mpi_comm();
 
 // MPI_Init / MPI_Finalize for the executable. Safe to call once each; tests that never call
-// them use make_single_comm().
+// them use make_single_comm(). Without MPI: mpi_init ends the process (exit 2) when a launcher
+// started several ranks, mpi_initialized() is false, mpi_abort is exit.
 void mpi_init(int* argc, char*** argv);
 void mpi_finalize();
 bool mpi_initialized();

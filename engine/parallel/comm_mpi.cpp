@@ -1,7 +1,9 @@
+// The MPI world (builds with CTX_MPI=ON, the default); comm_nompi.cpp replaces this file in
+// builds without MPI.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 
 #include "core/error.h"
@@ -9,19 +11,6 @@
 
 namespace ctx {
 namespace {
-
-class SingleComm final : public Comm {
-public:
-    int rank() const override { return 0; }
-    int size() const override { return 1; }
-    void allreduce_sum(float*, size_t) override {}
-    void allreduce_sum(double*, size_t) override {}
-    void barrier() override {}
-    void allgather(const void* send, size_t bytes, void* recv) override {
-        if (bytes) std::memcpy(recv, send, bytes);
-    }
-    void broadcast(void*, size_t, int) override {}
-};
 
 void check_mpi(int rc, const char* call) {
     if (rc == MPI_SUCCESS) return;
@@ -77,8 +66,6 @@ private:
 bool g_we_initialized = false;
 
 }  // namespace
-
-std::unique_ptr<Comm> make_single_comm() { return std::make_unique<SingleComm>(); }
 
 std::unique_ptr<Comm> make_mpi_comm() {
     CTX_CHECK(mpi_initialized(), "internal: make_mpi_comm() before mpi_init()");

@@ -1,8 +1,11 @@
 // The identity and MPI gradient reducers, and the factory (grad_reducer.h; docs/PARALLEL.md).
-// The NCCL reducer is parallel/nccl_reducer.cpp.
+// The NCCL reducer is parallel/nccl_reducer.cpp. Builds without MPI (CTX_MPI=OFF defines
+// CTX_NO_MPI) leave the MPI reducer out.
 #include "parallel/grad_reducer.h"
 
+#ifndef CTX_NO_MPI
 #include <mpi.h>
+#endif
 #include <spdlog/spdlog.h>
 
 #include <climits>
@@ -75,6 +78,7 @@ private:
     StepState state_;
 };
 
+#ifndef CTX_NO_MPI
 void check_mpi(int rc, const char* call) {
     if (rc == MPI_SUCCESS) return;
     char msg[MPI_MAX_ERROR_STRING];
@@ -236,6 +240,7 @@ private:
     std::vector<std::vector<float>> slots_;   // deterministic staging (world, bucket)
     std::vector<bool> slot_busy_;
 };
+#endif  // CTX_NO_MPI
 
 }  // namespace
 
@@ -254,6 +259,7 @@ std::unique_ptr<GradReducer> make_grad_reducer(Backend& backend, Comm& comm,
     if (comm.size() == 1) return std::make_unique<IdentityReducer>(options);
     if (backend.kind() == DeviceKind::CUDA) return make_nccl_grad_reducer(backend, comm, options);
 
+#ifndef CTX_NO_MPI
     CTX_CHECK(mpi_initialized(), "the MPI gradient reducer needs MPI (mpi_init() first)");
     int rank = 0, world = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -263,6 +269,11 @@ std::unique_ptr<GradReducer> make_grad_reducer(Backend& backend, Comm& comm,
               "communicator given has {} ranks",
               world, comm.size());
     return std::make_unique<MpiReducer>(options, world);
+#else
+    fail("the MPI gradient reducer needs MPI, but this build has none (CMake CTX_MPI=OFF); the "
+         "communicator given has {} ranks",
+         comm.size());
+#endif
 }
 
 }  // namespace ctx
