@@ -3,13 +3,18 @@
 
     python3 scripts/plot.py RUN_DIR [RUN_DIR ...] [--out DIR]
 
-Reads <run>/perplexity.csv, perplexity_curve.csv, longchat_lines.csv and altqa.csv (whichever
-exist; several run directories are merged) and writes PNGs to --out (default: the first run dir):
+Reads <run>/perplexity.csv, perplexity_curve.csv, longchat_lines.csv, altqa.csv, passkey.csv and
+ruler_niah.csv (whichever exist; several run directories are merged) and writes PNGs to --out
+(default: the first run dir):
 
   perplexity_vs_length.png   mean per-window perplexity against evaluation length, per series
   position_loss.png          position-wise NLL (binned), solid, with the windowed control dashed
   longchat_accuracy.png      LongChat-Lines accuracy against prompt length (Giraffe Table 1 style)
   altqa_accuracy.png         AltQA-style presence accuracy against prompt length, per series
+  passkey_heatmap.png        passkey accuracy by length (x) and depth (y), the needle-in-a-haystack
+                             figure: one row of panels per series, one panel per measured score
+                             (generated, teacher-forced, and their windowed controls)
+  ruler_niah_heatmap.png     the same for the RULER tasks (a series per variant and haystack)
 
 A series is one combination of the recipe's tags (method, pe, ...): every column that is not a
 known field of the task. Needs matplotlib (Debian: python3-matplotlib).
@@ -19,6 +24,7 @@ import csv
 import math
 import os
 import sys
+import textwrap
 from collections import OrderedDict
 
 # Fields the tasks write; every other column is a tag that names a series.
@@ -33,6 +39,17 @@ KNOWN = {
     "altqa": {"task", "mode", "split", "group", "value", "items", "correct", "accuracy",
               "mean_prompt_tokens", "skipped", "max_new_tokens", "window", "context"},
 }
+# passkey.csv and ruler_niah.csv (one row per length and depth); ruler_niah's variant, haystack
+# and value_type are not listed, so they name series.
+PROBE_FIELDS = {"task", "length", "multiple", "depth", "items", "mean_prompt_tokens",
+                "needle_depth", "accuracy", "tf_accuracy", "mean_logprob", "window",
+                "windowed_accuracy", "windowed_tf_accuracy", "windowed_mean_logprob",
+                "max_new_tokens"}
+KNOWN["passkey"] = PROBE_FIELDS
+KNOWN["ruler_niah"] = PROBE_FIELDS
+PROBE_SCORES = [("accuracy", "generated"), ("tf_accuracy", "teacher-forced"),
+                ("windowed_accuracy", "generated, windowed"),
+                ("windowed_tf_accuracy", "teacher-forced, windowed")]
 
 
 def read_rows(dirs, name):
@@ -162,6 +179,71 @@ def plot_altqa(plt, dirs, out):
     return save(fig, out, "altqa_accuracy.png")
 
 
+def plot_heatmap(plt, dirs, out, task, title):
+    """Accuracy by length and depth, the needle-in-a-haystack figure (depth 0% at the top)."""
+    rows = read_rows(dirs, task)
+    if not rows:
+        return None
+    series = group(rows, task)
+    scores = [(k, label) for k, label in PROBE_SCORES
+              if any(math.isfinite(number(r, k)) for r in rows)]
+    if not scores:
+        return None
+    ncol, nrow = len(scores), len(series)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol + 1.2, 3.2 * nrow + 0.6), squeeze=False)
+    image = None
+    for i, (name, rs) in enumerate(series.items()):
+        lengths = sorted({number(r, "length") for r in rs})
+        depths = sorted({number(r, "depth") for r in rs})
+        for j, (key, label) in enumerate(scores):
+            # mean over the rows of a cell (several runs or seeds of the same series)
+            cells = {}
+            for r in rs:
+                v = number(r, key)
+                if math.isfinite(v):
+                    cells.setdefault((number(r, "depth"), number(r, "length")), []).append(v)
+            grid = [[(sum(cells[(d, L)]) / len(cells[(d, L)])) if (d, L) in cells else math.nan
+                     for L in lengths] for d in depths]
+            ax = axes[i][j]
+            image = ax.imshow(grid, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto",
+                              interpolation="nearest")
+            ax.set_xticks(range(len(lengths)))
+            ax.set_xticklabels([str(int(L)) for L in lengths], fontsize=7, rotation=45)
+            step = max(1, len(depths) // 10)
+            ax.set_yticks(range(0, len(depths), step))
+            ax.set_yticklabels([f"{100 * depths[k]:.0f}%" for k in range(0, len(depths), step)],
+                               fontsize=7)
+            if not cells:
+                ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center",
+                        va="center", fontsize=8, color="gray")
+            elif len(lengths) * len(depths) <= 120:
+                for y, row in enumerate(grid):
+                    for x, v in enumerate(row):
+                        if math.isfinite(v):
+                            ax.text(x, y, f"{v:.2f}", ha="center", va="center", fontsize=6)
+            if i == 0:
+                ax.set_title(label, fontsize=9)
+            if i == nrow - 1:
+                ax.set_xlabel("length (tokens)")
+            if j == 0:
+                ax.set_ylabel("\n".join(textwrap.wrap(name, 34)) + "\n\nneedle depth", fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.colorbar(image, ax=axes, shrink=0.8, label="accuracy")
+    path = os.path.join(out, task + "_heatmap.png")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_passkey(plt, dirs, out):
+    return plot_heatmap(plt, dirs, out, "passkey", "Passkey retrieval by length and depth")
+
+
+def plot_ruler(plt, dirs, out):
+    return plot_heatmap(plt, dirs, out, "ruler_niah",
+                        "RULER needle tasks by length and depth (fraction of values found)")
+
+
 def save(fig, out, name):
     path = os.path.join(out, name)
     fig.tight_layout()
@@ -188,10 +270,11 @@ def main():
     out = args.out or args.runs[0]
     os.makedirs(out, exist_ok=True)
     made = [p for p in (f(plt, args.runs, out) for f in (plot_perplexity, plot_curve,
-                                                          plot_longchat, plot_altqa)) if p]
+                                                          plot_longchat, plot_altqa,
+                                                          plot_passkey, plot_ruler)) if p]
     if not made:
         print("plot: no evaluation CSVs (perplexity.csv, perplexity_curve.csv, longchat_lines.csv, "
-              "altqa.csv) in " + ", ".join(args.runs), file=sys.stderr)
+              "altqa.csv, passkey.csv, ruler_niah.csv) in " + ", ".join(args.runs), file=sys.stderr)
         return 1
     for p in made:
         print("wrote " + p)

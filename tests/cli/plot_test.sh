@@ -18,9 +18,24 @@ for run in a b; do
     for b in 0 1 2 3; do echo "perplexity_curve,$run,512,gap1,$b,$((b * 128)),$(((b + 1) * 128)),1280,$((3 - b)).2,128,3.4"; done
   } > "$dir/$run/perplexity_curve.csv"
 done
+# passkey / ruler_niah: one row per (length, depth), the layout the host writes (task, tags,
+# fields); "nan" where a score was not measured (ruler multivalue has no teacher-forced score).
+{
+  echo "task,method,length,multiple,depth,items,mean_prompt_tokens,needle_depth,accuracy,tf_accuracy,mean_logprob,window,windowed_accuracy,windowed_tf_accuracy,windowed_mean_logprob,max_new_tokens"
+  for L in 256 512 1024; do for d in 0 0.25 0.5 0.75 1; do
+    echo "passkey,a,$L,$((L / 128)),$d,4,$((L - 1)),$d,$(awk "BEGIN{print 1 - $L / 2048}"),1,-3.5,128,0.25,0.5,-7,12"
+  done; done
+} > "$dir/a/passkey.csv"
+{
+  echo "task,method,variant,haystack,value_type,length,multiple,depth,items,mean_prompt_tokens,needle_depth,accuracy,tf_accuracy,mean_logprob,window,windowed_accuracy,windowed_tf_accuracy,windowed_mean_logprob,max_new_tokens"
+  for v in single multivalue; do for L in 512 1024; do for i in $(seq 0 9); do
+    tf=$([ $v = single ] && echo 0.5 || echo nan)
+    echo "ruler_niah,b,$v,noise,numbers,$L,$((L / 128)),$(awk "BEGIN{print $i / 9}"),2,$((L - 129)),0.5,0.$i,$tf,nan,128,0.1,nan,nan,128"
+  done; done; done
+} > "$dir/b/ruler_niah.csv"
 out=$("$py" "$src/scripts/plot.py" "$dir/a" "$dir/b" --out "$dir/png")
 echo "$out"
-for png in perplexity_vs_length position_loss; do
+for png in perplexity_vs_length position_loss passkey_heatmap ruler_niah_heatmap; do
   f="$dir/png/$png.png"
   [ -s "$f" ] || { echo "missing $f"; exit 1; }
   [ "$(head -c 8 "$f" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || { echo "$f is not a PNG"; exit 1; }

@@ -1,5 +1,6 @@
-// Shared by the generation-scored retrieval tasks (eval/longchat_lines, eval/altqa): JSON rows
-// from files with file:line errors, record-safe text, chat templates, tokenization and batched
+// Shared by the generation-scored retrieval tasks (eval/longchat_lines, eval/altqa, and through
+// probe_runner.h eval/passkey and eval/ruler_niah): JSON rows from files with file:line errors,
+// record-safe text, scoring rules, checked options, chat templates, tokenization and batched
 // greedy generation through ctx_eval_api. Header-only (namespace ctx_retrieval), so each plugin
 // stays one self-contained shared library.
 //
@@ -106,6 +107,39 @@ inline std::string record_text(std::string_view s, size_t max_bytes) {
         i += n;
     }
     return out;
+}
+
+// Giraffe's (and landmark attention's) integer rule: the first run of ASCII digits in the text
+// as an integer (a sign is not part of it: "-7" reads 7), or -1 when there is none. Leading
+// zeros are dropped (int("007") == 7); runs longer than 18 digits saturate to INT64_MAX, which
+// no expected value equals.
+inline int64_t first_integer(std::string_view text) {
+    size_t i = 0;
+    while (i < text.size() && !(text[i] >= '0' && text[i] <= '9')) ++i;
+    if (i == text.size()) return -1;
+    int64_t v = 0;
+    int digits = 0;
+    bool saturated = false;
+    for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+        if (v == 0 && digits == 0 && text[i] == '0') continue;
+        if (++digits > 18)
+            saturated = true;
+        else
+            v = v * 10 + (text[i] - '0');
+    }
+    return saturated ? INT64_MAX : v;
+}
+
+// Case-insensitive (ASCII) substring test: RULER's string_match_all per gold value.
+inline bool contains_ignore_case(std::string_view text, std::string_view needle) {
+    auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+    if (needle.empty()) return true;
+    for (size_t i = 0; i + needle.size() <= text.size(); ++i) {
+        size_t k = 0;
+        while (k < needle.size() && lower(text[i + k]) == lower(needle[k])) ++k;
+        if (k == needle.size()) return true;
+    }
+    return false;
 }
 
 // ---------------------------------------------------------------- chat template
@@ -348,6 +382,30 @@ inline std::vector<GenOutput> generate_all(const ctx_eval_api* api, ctx_eval_hos
     return out;
 }
 
+// ---------------------------------------------------------------- options
+// An integer option checked against [lo, hi], the error naming it.
+inline int64_t integer_option(const ctx_host_api* host, const ctx_options* opts, const char* key,
+                              int64_t dflt, int64_t lo, int64_t hi) {
+    const int64_t v = host->opt_integer(host->host, opts, key, dflt);
+    if (v < lo || v > hi)
+        fail(std::string("option '") + key + "' must be in [" + std::to_string(lo) + ", " +
+             std::to_string(hi) + "], got " + std::to_string(v));
+    return v;
+}
+
+// A number list option of 1 to max_len values (empty when absent).
+inline std::vector<double> number_list_option(const ctx_host_api* host, const ctx_options* opts,
+                                              const char* key, int64_t max_len = 256) {
+    if (!host->opt_has(host->host, opts, key)) return {};
+    std::vector<double> v(static_cast<size_t>(max_len));
+    const int64_t n = host->opt_number_list(host->host, opts, key, v.data(), max_len);
+    if (n < 1 || n > max_len)
+        fail(std::string("option '") + key + "' needs 1 to " + std::to_string(max_len) +
+             " values, got " + std::to_string(n));
+    v.resize(static_cast<size_t>(n));
+    return v;
+}
+
 // The options both tasks share (docs/EVAL.md), read and checked in create().
 struct CommonOptions {
     GenSettings gen;
@@ -361,11 +419,7 @@ inline CommonOptions read_common_options(const ctx_host_api* host, const ctx_opt
                                          int64_t default_max_new_tokens) {
     CommonOptions c;
     auto integer = [&](const char* key, int64_t dflt, int64_t lo, int64_t hi) {
-        const int64_t v = host->opt_integer(host->host, opts, key, dflt);
-        if (v < lo || v > hi)
-            fail(std::string("option '") + key + "' must be in [" + std::to_string(lo) + ", " +
-                 std::to_string(hi) + "], got " + std::to_string(v));
-        return v;
+        return integer_option(host, opts, key, dflt, lo, hi);
     };
     c.gen.max_new_tokens =
         static_cast<int32_t>(integer("max_new_tokens", default_max_new_tokens, 1, 1 << 20));

@@ -4,51 +4,16 @@
 #include <numeric>
 
 #include "../common/retrieval_common.h"
+#include "../common/word_lists.h"
 
 namespace longchat {
 namespace {
 
+using ctx_retrieval::kAdjectives;
+using ctx_retrieval::kNouns;
+using ctx_retrieval::kNumAdj;
+using ctx_retrieval::kNumNoun;
 using ctx_retrieval::uniform_below;
-
-// Our own word lists (no hyphens, all distinct): 122 x 121 = 14762 distinct indices.
-const char* const kAdjectives[] = {
-    "amber",  "ancient", "angry",   "brave",    "breezy",   "bright",   "brisk",    "broken",
-    "bumpy",  "calm",    "careful", "cheerful", "chilly",   "clever",   "cloudy",   "clumsy",
-    "crisp",  "crooked", "curious", "damp",     "dazzling", "deep",     "dizzy",    "dusty",
-    "eager",  "early",   "elegant", "empty",    "fancy",    "fearless", "fierce",   "fluffy",
-    "foggy",  "fragile", "frozen",  "gentle",   "giant",    "gloomy",   "golden",   "grumpy",
-    "hasty",  "heavy",   "hidden",  "hollow",   "humble",   "hungry",   "icy",      "jolly",
-    "keen",   "lazy",    "little",  "lively",   "lonely",   "loud",     "lucky",    "marble",
-    "mellow", "merry",   "mighty",  "misty",    "modest",   "muddy",    "narrow",   "nervous",
-    "noble",  "noisy",   "odd",     "olive",    "orange",   "patient",  "plain",    "polite",
-    "proud",  "purple",  "quick",   "quiet",    "rapid",    "rare",     "restless", "rough",
-    "round",  "rusty",   "sandy",   "scarlet",  "secret",   "shiny",    "silent",   "silky",
-    "silver", "simple",  "sleepy",  "slow",     "smoky",    "smooth",   "snowy",    "soft",
-    "solid",  "sour",    "spicy",   "steady",   "sticky",   "stormy",   "strange",  "sturdy",
-    "sunny",  "swift",   "tall",    "tame",     "tender",   "tidy",     "tiny",     "velvet",
-    "violet", "vivid",   "warm",    "wary",     "wild",     "windy",    "witty",    "wooden",
-    "young",  "zesty"};
-
-const char* const kNouns[] = {
-    "acorn",    "anchor",  "apple",   "arrow",    "badger",   "balloon", "banjo",   "basket",
-    "beacon",   "beetle",  "bicycle", "blanket",  "bottle",   "bridge",  "bucket",  "butter",
-    "cabin",    "camel",   "candle",  "canyon",   "carpet",   "castle",  "cedar",   "cherry",
-    "chimney",  "cliff",   "clock",   "cobbler",  "comet",    "compass", "cottage", "crayon",
-    "cricket",  "dolphin", "donkey",  "dragon",   "drum",     "eagle",   "engine",  "falcon",
-    "feather",  "fiddle",  "forest",  "fountain", "garden",   "glacier", "goblet",  "harbor",
-    "hammer",   "helmet",  "island",  "jacket",   "kettle",   "ladder",  "lantern", "lemon",
-    "lizard",   "magnet",  "meadow",  "mirror",   "mitten",   "monkey",  "needle",  "orchard",
-    "otter",    "oyster",  "paddle",  "parrot",   "pebble",   "pencil",  "pepper",  "piano",
-    "pillow",   "planet",  "pocket",  "pony",     "puddle",   "pumpkin", "puzzle",  "quilt",
-    "rabbit",   "radish",  "raven",   "ribbon",   "river",    "rocket",  "saddle",  "sailor",
-    "scarf",    "shovel",  "spider",  "spoon",    "squirrel", "statue",  "teapot",  "thimble",
-    "thunder",  "tiger",   "tomato",  "tower",    "trumpet",  "tulip",   "turnip",  "turtle",
-    "umbrella", "valley",  "violin",  "wagon",    "walnut",   "whistle", "window",  "wizard",
-    "zebra",    "biscuit", "cactus",  "pirate",   "robot",    "sparrow", "walrus",  "muffin",
-    "lobster"};
-
-constexpr int64_t kNumAdj = sizeof kAdjectives / sizeof kAdjectives[0];
-constexpr int64_t kNumNoun = sizeof kNouns / sizeof kNouns[0];
 
 // Our wording of the task: the structure (header, lines, closing question) is the published one.
 constexpr const char* kHeader =
@@ -90,22 +55,7 @@ LinesPrompt make_prompt(int64_t n_lines, uint64_t seed) {
     return p;
 }
 
-int64_t first_integer(std::string_view text) {
-    size_t i = 0;
-    while (i < text.size() && !(text[i] >= '0' && text[i] <= '9')) ++i;
-    if (i == text.size()) return -1;
-    int64_t v = 0;
-    int digits = 0;
-    bool saturated = false;
-    for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
-        if (v == 0 && digits == 0 && text[i] == '0') continue;  // leading zeros: int("007") == 7
-        if (++digits > 18)
-            saturated = true;
-        else
-            v = v * 10 + (text[i] - '0');
-    }
-    return saturated ? INT64_MAX : v;
-}
+int64_t first_integer(std::string_view text) { return ctx_retrieval::first_integer(text); }
 
 int64_t count_lines(std::string_view prompt) {
     int64_t n = 0;
