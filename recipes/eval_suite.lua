@@ -4,7 +4,8 @@
 --   perplexity        mean per-window perplexity, position-wise curve, extrapolation criterion
 --   recall QA         retrieval on generated documents (ctx.data.recall_qa, scored by eval/altqa
 --                     in freeformqa mode): the answer lies in the first half of the context, so
---                     beyond Lt at 2Lt and 4Lt
+--                     beyond Lt at 2Lt and 4Lt (prompts of about L tokens: the generator counts
+--                     bytes, converted with the corpus tokenizer's measured bytes per token)
 --   LongChat-Lines    generated prompts of 4Lt and 8Lt tokens (eval/longchat_lines)
 --
 --   ctxengine recipes/eval_suite.lua [CHECKPOINT (file or run dir; runs/chunk_025/rope)]
@@ -31,7 +32,7 @@ local function run(task, options, extra_tags)
   for k, v in pairs(tags) do t[k] = v end
   for k, v in pairs(extra_tags or {}) do t[k] = v end
   return ctx.run_eval{ eval = ctx.eval(task, options), model = model, data = corpus.val,
-                       out_dir = out, tags = t }
+                       tokenizer = corpus.tokenizer, out_dir = out, tags = t }
 end
 
 local row = {}  -- row[L] = { ppl, ppl_w, qa, qa_w, lines, lines_w }
@@ -48,12 +49,29 @@ for _, r in ipairs(run("perplexity", { lengths = lengths, max_windows = C.eval_w
   end
 end
 
--- Recall QA at each length, answers in the first half of the context.
+-- Recall QA at each length, answers in the first half of the context. The generator measures
+-- its prompts in bytes and the model reads the corpus's tokens (a BPE by default): a prompt of
+-- L tokens is L * (bytes per token) bytes, the ratio measured on one generated prompt, less 10%
+-- so that no prompt outgrows the model's context.
+local qa_corpus = {}
+for k, v in pairs(C.corpus) do if k ~= "bpe" then qa_corpus[k] = v end end
+local bytes_per_token = 1
+if C.corpus.bpe and C.corpus.bpe > 0 then
+  local probe = out .. "/recall_qa_ratio.jsonl"
+  ctx.data.recall_qa{ out = probe, corpus = qa_corpus, context = 512, max_items = 1 }
+  local f = assert(io.open(probe, "r"))
+  local prompt = (f:read("l") or ""):match('"value":%s*"(.-)"')
+  f:close()
+  if not prompt then error("recall QA: no question fits 512 bytes of the corpus's documents", 0) end
+  bytes_per_token = #prompt / math.max(1, #corpus.tokenizer:encode(prompt))
+end
+ctx.log(string.format("recall QA: %.2f bytes per token", bytes_per_token))
 for _, L in ipairs(lengths) do
   local file = string.format("%s/recall_qa_%d.jsonl", out, L)
-  local n = ctx.data.recall_qa{ out = file, corpus = C.corpus, context = L, min_distance = L // 2,
-                                max_items = n_items }
-  -- (none at L = Lt with the default corpus, whose recalls all lie beyond Lt by design)
+  local bytes = bytes_per_token > 1 and math.floor(0.9 * L * bytes_per_token) or L
+  local n = ctx.data.recall_qa{ out = file, corpus = qa_corpus, context = bytes,
+                                min_distance = bytes // 2, max_items = n_items }
+  -- (no items where no recall fits the length: then the QA cells read "-")
   for _, window in ipairs(n > 0 and { 0, Lt } or {}) do
     for _, r in ipairs(run("altqa", { file = file, mode = "freeformqa", max_new_tokens = 10,
                                       window = window }, { context = L })) do

@@ -174,9 +174,14 @@ inline void check_model_gradients(Model& m, const BatchBuffers& buf, const std::
             EXPECT_NEAR(analytic, numeric, 2e-3 + 3e-2 * std::fabs(numeric))
                 << label << ": " << v.name << "[" << i << "]";
         }
+        // The losses are float: a central difference carries about ulp(loss) / (2 eps) ~ 2e-5
+        // of rounding per entry, so the per-view relative error means something only for
+        // gradients well above that (smaller ones are bounded by the entrywise check above).
         const double scale = std::max(std::sqrt(num_sq), std::sqrt(ana_sq));
-        if (scale > 1e-4) {
-            EXPECT_LT(std::sqrt(diff_sq) / scale, 2e-2) << label << ": " << v.name;
+        if (scale > 1e-3) {
+            EXPECT_LT(std::sqrt(diff_sq) / scale, 2e-2)
+                << label << ": " << v.name << " |numeric| " << std::sqrt(num_sq) << " |analytic| "
+                << std::sqrt(ana_sq) << " |diff| " << std::sqrt(diff_sq);
         }
     }
     EXPECT_GT(checked, 40);

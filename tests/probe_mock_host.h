@@ -14,7 +14,7 @@
 #include "data/bpe_tokenizer.h"
 #include "data/tokenizer.h"
 #include "model_fixtures.h"
-#include "plugin/eval_plugin.h"
+#include "eval/eval_plugin.h"
 
 namespace ctx::probe_test {
 
