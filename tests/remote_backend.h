@@ -6,6 +6,7 @@
 // Results must equal the CPU backend's bit for bit: the arithmetic is the same.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@ namespace ctx::test {
 class RemoteBackend : public Backend {
 public:
     explicit RemoteBackend(int threads = 1) : cpu_(make_cpu_backend(threads)) {}
+    ~RemoteBackend() override { free_floats(batch_); }
 
     DeviceKind kind() const override { return DeviceKind::CUDA; }
     std::string name() const override { return "remote(cpu)"; }
@@ -45,6 +47,22 @@ public:
         ++copies_to_host_;
         cpu_->copy_to_host(dst, dev(src, n), n);
     }
+    // token ids and targets stay host memory (this backend's op contract); positions and the
+    // mask go to device memory, one upload each per pass
+    BatchInputs stage_batch(const BatchInputs& h) override {
+        ++stages_;
+        BatchInputs d = h;
+        const size_t n = static_cast<size_t>(std::max(h.N, 0));
+        if (batch_floats_ < 2 * n || batch_ == nullptr) {
+            free_floats(batch_);
+            batch_ = alloc_floats(2 * n + 1);
+            batch_floats_ = 2 * n;
+        }
+        if (h.positions) copy_to_device(batch_, h.positions, n), d.positions = batch_;
+        if (h.mask) copy_to_device(batch_ + n, h.mask, n), d.mask = batch_ + n;
+        return d;
+    }
+    int stages() const { return stages_; }
     void zero(float* p, size_t n) override { cpu_->zero(dev(p, n), n); }
     void copy(float* dst, const float* src, size_t n) override {
         cpu_->copy(dev(dst, n), dev(src, n), n);
@@ -157,6 +175,9 @@ public:
     }
 
 private:
+    float* batch_ = nullptr;  // staged positions and mask (freed with the allocations map)
+    size_t batch_floats_ = 0;
+    int stages_ = 0;
     static constexpr uintptr_t kFlip = uintptr_t(1) << 62;
     template <class T>
     static T* flip(T* p) {

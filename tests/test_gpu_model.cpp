@@ -119,6 +119,9 @@ TEST_P(OpsGpuModel, TrainingStepsMatchCpu) {
         lerr = std::max(lerr, std::fabs(double(lg_cpu[i]) - double(lg_gpu[i])));
     EXPECT_LT(lerr, 1e-4);
 
+    // The passes stage their batch once (Backend::stage_batch): no op reads batch data back.
+    const uint64_t readbacks = gpu().input_readbacks();
+
     // Plain SGD through the backends' scale + accumulate (AdamW is compared op by op in
     // test_ops_gpu_consistency: its normalisation turns rounding-level differences of gradients
     // that are zero in exact arithmetic, such as the key bias's, into lr-sized steps).
@@ -144,6 +147,7 @@ TEST_P(OpsGpuModel, TrainingStepsMatchCpu) {
                            to_host(test::cpu(), mc_cpu.params().data(), P), 1e-4,
                            "params step " + std::to_string(step));
     }
+    EXPECT_EQ(gpu().input_readbacks(), readbacks) << "an op copied batch data back to the host";
 }
 
 TEST_P(OpsGpuModel, CachedGenerationMatchesCpu) {
@@ -155,6 +159,7 @@ TEST_P(OpsGpuModel, CachedGenerationMatchesCpu) {
     const int V = c.vocab_size;
     const std::vector<std::vector<int32_t>> prompts = {{3, 7, 1, 9}, {5, 9, 2, 8, 11, 4, 6}};
     const std::vector<std::vector<float>> pos = {{0, 1, 2, 3}, {0, 0.5f, 2, 3.25f, 4, 6, 7.5f}};
+    const uint64_t readbacks = gpu().input_readbacks();
     KvGenerator g_cpu(m_cpu, 2, 20), g_gpu(m_gpu, 2, 20);
     for (int r = 0; r < 2; ++r) {
         const int n = static_cast<int>(prompts[r].size());
@@ -176,6 +181,7 @@ TEST_P(OpsGpuModel, CachedGenerationMatchesCpu) {
         g_cpu.decode(next.data(), next_pos.data());
         g_gpu.decode(next.data(), next_pos.data());
     }
+    EXPECT_EQ(gpu().input_readbacks(), readbacks) << "an op copied step data back to the host";
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -91,8 +91,10 @@ TEST_P(DeviceMemoryModel, TrainingAndGenerationEqualCpu) {
         EXPECT_TRUE(bit_equal(host_copy(remote, dev.params()), host_copy(*cpu, ref.params())));
     }
     Optimizer opt_ref(ref, adamw()), opt_dev(dev, adamw());
+    const int stages = remote.stages();
     train_steps(ref, opt_ref, 3);
     train_steps(dev, opt_dev, 3);
+    EXPECT_EQ(remote.stages() - stages, 3) << "one batch upload per training pass";
     EXPECT_TRUE(bit_equal(host_copy(remote, dev.params()), host_copy(*cpu, ref.params())))
         << "parameters after 3 AdamW steps differ";
     EXPECT_TRUE(bit_equal(host_copy(remote, dev.grads()), host_copy(*cpu, ref.grads())))

@@ -100,6 +100,16 @@ struct AdamWParams {
     int64_t step = 1;           // 1-based, for bias correction
 };
 
+// One pass's batch inputs, N entries each: token ids and targets (int32), positions and the loss
+// mask. targets and mask may be null (generation embeds without a loss).
+struct BatchInputs {
+    const int32_t* tokens = nullptr;
+    const int32_t* targets = nullptr;
+    const float* positions = nullptr;
+    const float* mask = nullptr;
+    int N = 0;
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -117,6 +127,19 @@ public:
     virtual void copy(float* dst, const float* src, size_t n) {
         std::memcpy(dst, src, n * sizeof(float));
     }
+
+    // ---- the batch of a pass, staged once
+    // Takes host inputs the caller has already validated (tokens and targets in [0, V),
+    // positions finite, >= 0 and inside a learned table) and returns them where the ops read
+    // them: device memory on a device backend, uploaded here in one go. Ops given these
+    // pointers trust them and copy nothing back to the host; a device backend keeps its own
+    // host copy for what it plans on the host (the embedding gradient's row grouping). Valid
+    // until the next stage_batch on this backend: one pass (forward and backward) at a time.
+    // The default suits host-memory backends: the inputs as they are.
+    virtual BatchInputs stage_batch(const BatchInputs& host) { return host; }
+    // How many times an op has copied an input back from the device to check or plan it on the
+    // host (inputs that were not staged); the model's passes keep it unchanged. Diagnostics.
+    virtual uint64_t input_readbacks() const { return 0; }
 
     // ---- elementwise
     // out (n) = a + b  (writes; out may alias a or b)

@@ -47,10 +47,9 @@ struct Model::Acts {
     // generic bias (CTX_BIAS_GENERIC) only, else empty: shared by every layer
     float* bias_table;   // (B, H, T, T)  f_h(p_i - p_j, p_i) for j <= i
     float* dbias_table;  // (B, H, T, T)  d(loss)/d(bias), summed over layers
-    // the batch on the device
-    float* positions;    // (B, T)
-    float* loss_mask;    // (B, T)
-    std::vector<int32_t> tokens, targets;  // (B, T) host staging (CPU backend reads them)
+    // the batch of the current pass where the ops read it (Backend::stage_batch): tokens,
+    // targets, positions, loss mask, (B, T) each
+    BatchInputs batch;
 };
 
 Model::Model(const ModelConfig& config, Backend& backend, std::unique_ptr<PePlugin> pe,
@@ -218,8 +217,7 @@ void Model::reserve(int B, int T) {
         L * N * C, L * N, L * N, L * N * F, L * N * F,        // ln2, mean, rstd, fch, fch_act
         (L + 1) * N * C, N * C, N, N, N * V, N, N * C,        // resid, lnf, m, r, logits, losses, tmp
         N * C, N * C, N * C, N * C, N * 3 * C, N * F, N * F, N * C, scratch,  // grads, scratch
-        table, table,                                         // bias_table, dbias_table
-        N, N};                                                // positions, loss_mask
+        table, table};                                        // bias_table, dbias_table
     size_t total = 0;
     for (size_t s : sizes) total += (s + 15) / 16 * 16;
     acts->buffer = Arena(*backend_, total);
@@ -230,9 +228,9 @@ void Model::reserve(int B, int T) {
                        &acts->lnf_rstd, &acts->logits, &acts->losses, &acts->tmp, &acts->dx,
                        &acts->dln, &acts->dln2, &acts->datty, &acts->dqkv, &acts->dfch,
                        &acts->dfch_act, &acts->demb, &acts->attn_scratch, &acts->bias_table,
-                       &acts->dbias_table, &acts->positions, &acts->loss_mask};
-    static_assert(sizeof(slots) / sizeof(slots[0]) == 36);
-    CTX_CHECK(sizes.size() == 36, "internal: activation slot count mismatch");
+                       &acts->dbias_table};
+    static_assert(sizeof(slots) / sizeof(slots[0]) == 34);
+    CTX_CHECK(sizes.size() == 34, "internal: activation slot count mismatch");
     size_t off = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
         *slots[i] = acts->buffer.data() + off;
@@ -241,8 +239,6 @@ void Model::reserve(int B, int T) {
     if (!bias_generic_) acts->bias_table = acts->dbias_table = nullptr;
     bias_pairs_.reserve(bias_generic_ ? N * (static_cast<size_t>(T) + 1) / 2 : 0);
     bias_stage_.resize(bias_generic_ && backend_->kind() != DeviceKind::CPU ? table : 0);
-    acts->tokens.resize(N);
-    acts->targets.resize(N);
     losses_host_.assign(N, 0.0f);
     acts_ = std::move(acts);
     reserved_B_ = B;
@@ -283,12 +279,10 @@ void Model::check_batch(const Batch& b) const {
     }
 }
 
-void Model::upload_batch(const Batch& b) {
-    const size_t N = static_cast<size_t>(b.B) * b.T;
-    std::copy(b.tokens, b.tokens + N, acts_->tokens.begin());
-    std::copy(b.targets, b.targets + N, acts_->targets.begin());
-    backend_->copy_to_device(acts_->positions, b.positions, N);
-    backend_->copy_to_device(acts_->loss_mask, b.loss_mask, N);
+// After check_batch: one upload per pass, read where it lies by every op of the pass.
+void Model::stage_batch(const Batch& b) {
+    acts_->batch = backend_->stage_batch(
+        BatchInputs{b.tokens, b.targets, b.positions, b.loss_mask, b.B * b.T});
 }
 
 BiasSpec Model::bias_spec(int T) {
@@ -387,7 +381,7 @@ void Model::forward_impl(const Batch& b) {
     const size_t NC = static_cast<size_t>(N) * config_.d_model;
 
     // ---- embedding + input PE -> the residual stream entering layer 0
-    embed(a.resid, a.encoded, a.emb_ln_mean, a.emb_ln_rstd, a.tokens.data(), a.positions,
+    embed(a.resid, a.encoded, a.emb_ln_mean, a.emb_ln_rstd, a.batch.tokens, a.batch.positions,
           b.positions, N);
 
     // ---- the attention step of this pass (its specs serve the backward pass too)
@@ -396,7 +390,7 @@ void Model::forward_impl(const Batch& b) {
     attn.bias = bias_spec(T);
     attn.window = attention_window_;
     attn.mode = attention_mode_;
-    attention_.begin(B, T, a.positions, rot, attn, a.attn_scratch);
+    attention_.begin(B, T, a.batch.positions, rot, attn, a.attn_scratch);
     if (bias_generic_) {  // one table for every layer
         bias_pairs_.pack(B, T, b.positions, static_cast<size_t>(T), nullptr);
         fill_bias_table(bias_pairs_, a.bias_table, B, T, T);
@@ -413,16 +407,16 @@ void Model::forward_impl(const Batch& b) {
 LossSums Model::run_pass(const Batch& b, bool train, float grad_scale) {
     reserve(b.B, b.T);
     check_batch(b);
-    upload_batch(b);
+    stage_batch(b);
     forward_impl(b);
     const int N = b.B * b.T;
     if (train)
         backend_->crossentropy_forward_backward(acts_->logits, acts_->losses,
-                                                acts_->targets.data(), acts_->loss_mask, N,
+                                                acts_->batch.targets, acts_->batch.mask, N,
                                                 config_.vocab_size, grad_scale);
     else
-        backend_->crossentropy_forward(acts_->losses, acts_->logits, acts_->targets.data(),
-                                       acts_->loss_mask, N, config_.vocab_size);
+        backend_->crossentropy_forward(acts_->losses, acts_->logits, acts_->batch.targets,
+                                       acts_->batch.mask, N, config_.vocab_size);
     backend_->copy_to_host(losses_host_.data(), acts_->losses, N);
     LossSums s;
     for (int i = 0; i < N; ++i) {
@@ -511,7 +505,8 @@ void Model::backward_impl(const Batch& b) {
         dwpe = grads_.at(v);
         table_rows = static_cast<int>(v.shape[0]);
     }
-    be.embedding_backward(dwte, dwpe, demb, a.tokens.data(), a.positions, N, C, V, table_rows);
+    be.embedding_backward(dwte, dwpe, demb, a.batch.tokens, a.batch.positions, N, C, V,
+                          table_rows);
     if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_GENERIC) {
         HostSpan param_span = pe_span(params_);
         HostSpan grad_span = pe_span(grads_);

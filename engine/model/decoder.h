@@ -134,7 +134,7 @@ private:
     LossSums run_pass(const Batch& b, bool train, float grad_scale);
     void forward_impl(const Batch& b);
     void backward_impl(const Batch& b);
-    void upload_batch(const Batch& b);
+    void stage_batch(const Batch& b);
     // The PE parameters as plugin tensors over `base`, which holds the PE span of an arena
     // (pe_span()): the arena memory itself on the CPU backend, a host copy on others.
     std::vector<ctx_tensor> pe_tensors(float* base) const;

@@ -13,7 +13,7 @@ struct KvGenerator::Buffers {
     // step activations for up to N = max(S, rows) new tokens
     Arena acts;
     float *encoded, *x, *x_next, *ln, *mean, *rstd, *qkv, *atty, *tmp, *res2, *fch, *fch_act;
-    float *positions, *last, *lnf, *logits, *attn_scratch;
+    float *last, *lnf, *logits, *attn_scratch;
     std::vector<int32_t> tokens;         // (N) host
     std::vector<float> logits_host;      // (rows, V)
     std::vector<std::vector<float>> rot_sig;  // per row: the rotation its newest keys carry
@@ -50,15 +50,15 @@ KvGenerator::KvGenerator(Model& model, int rows, int max_len, int window, Dynami
     }
     b.kpos_host.assign(R * S, 0.0f);
     const std::vector<size_t> sizes = {N * C, N * C, N * C, N * C, N, N, N * 3 * C, N * C,
-                                       N * C, N * C, N * F, N * F, N, R * C, R * C, R * V,
+                                       N * C, N * C, N * F, N * F, R * C, R * C, R * V,
                                        be.attention_cached_scratch_floats(max_len)};
     size_t total = 0;
     for (size_t s : sizes) total += (s + 15) / 16 * 16;
     b.acts = Arena(be, total);
     float** slots[] = {&b.encoded, &b.x, &b.x_next, &b.ln, &b.mean, &b.rstd, &b.qkv, &b.atty,
-                       &b.tmp, &b.res2, &b.fch, &b.fch_act, &b.positions, &b.last, &b.lnf,
-                       &b.logits, &b.attn_scratch};
-    static_assert(sizeof(slots) / sizeof(slots[0]) == 17);
+                       &b.tmp, &b.res2, &b.fch, &b.fch_act, &b.last, &b.lnf, &b.logits,
+                       &b.attn_scratch};
+    static_assert(sizeof(slots) / sizeof(slots[0]) == 16);
     size_t off = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
         *slots[i] = b.acts.data() + off;
@@ -143,10 +143,12 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
         be.copy_to_device(b.cache.pos.data() + static_cast<size_t>(r) * S + len - Tq,
                           pos_new.data() + first, Tq);
     }
-    be.copy_to_device(b.positions, pos_new.data(), N);
+    // checked above: one upload of the step's tokens and positions
+    const BatchInputs staged =
+        be.stage_batch(BatchInputs{b.tokens.data(), nullptr, pos_new.data(), nullptr, N});
 
     // ---- embedding + input PE, as every pass of the model
-    m.embed(b.x, b.encoded, b.mean, b.rstd, b.tokens.data(), b.positions, pos_new.data(), N);
+    m.embed(b.x, b.encoded, b.mean, b.rstd, staged.tokens, staged.positions, pos_new.data(), N);
 
     // ---- the attention step: rotation per row (its own length decides a dynamic scaling)
     // and the bias
@@ -173,7 +175,7 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
         attn.bias = m.bias_spec(max_len_now);
         attn.bias.da = attn.bias.db = nullptr;
     }
-    b.attention.begin(r0, nb, Tq, lens_.data(), b.positions, &specs, attn, b.attn_scratch);
+    b.attention.begin(r0, nb, Tq, lens_.data(), staged.positions, &specs, attn, b.attn_scratch);
 
     // ---- the blocks: the model's, over the cache (ln1 and ln2 share the step's buffers)
     const BlockActs acts{b.ln,  b.mean, b.rstd, b.qkv, b.atty,    nullptr,

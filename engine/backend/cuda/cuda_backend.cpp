@@ -7,9 +7,11 @@
 #include <cuda_runtime.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 
 #include "backend/cuda/cuda_bf16.h"
 #include "core/error.h"
@@ -139,6 +141,31 @@ void CudaBackend::upload(void* dst, const void* src, size_t bytes, const char* o
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), op);
 }
 
+BatchInputs CudaBackend::stage_batch(const BatchInputs& host) {
+    static constexpr const char* op = "stage_batch";
+    activate();
+    const size_t N = static_cast<size_t>(std::max(host.N, 0));
+    BatchInputs d;
+    d.N = host.N;
+    auto put = [&](auto* src, auto& scratch) {
+        using T = std::remove_const_t<std::remove_pointer_t<decltype(src)>>;
+        if (src == nullptr || N == 0) return static_cast<const T*>(nullptr);
+        CTX_CHECK(!on_device(src), "cuda backend: stage_batch takes host memory");
+        T* dst = scratch.ensure(N, op);
+        upload(dst, src, N * sizeof(T), op);
+        return static_cast<const T*>(dst);
+    };
+    d.tokens = put(host.tokens, d_batch_tokens_);
+    d.targets = put(host.targets, d_batch_targets_);
+    d.positions = put(host.positions, d_batch_positions_);
+    d.mask = put(host.mask, d_batch_mask_);
+    h_batch_tokens_.assign(host.tokens, host.tokens + (host.tokens ? N : 0));
+    h_batch_positions_.assign(host.positions, host.positions + (host.positions ? N : 0));
+    staged_ = d;
+    if (sync_each_op_) sync(op);
+    return d;
+}
+
 template <class T>
 const T* CudaBackend::device_view(const T* p, size_t n, DeviceScratch<T>& stage, const char* op) {
     if (p == nullptr || on_device(p)) return p;
@@ -151,6 +178,7 @@ template <class T>
 const T* CudaBackend::host_view(const T* p, size_t n, std::vector<T>& stage, const char* op) {
     if (p == nullptr || !on_device(p)) return p;
     if (stage.size() < n) stage.resize(n);
+    ++input_readbacks_;
     check(cudaMemcpyAsync(stage.data(), p, n * sizeof(T), cudaMemcpyDefault, stream_), op);
     sync(op);
     return stage.data();

@@ -9,9 +9,13 @@
 // the host to validate it or to plan a deterministic scatter (see each op). Set CTX_CUDA_SYNC=1 to
 // synchronise after every op, so a fault inside a kernel is reported with the op that caused it.
 //
+// The batch: stage_batch uploads a pass's checked tokens, targets, positions and mask once and
+// keeps a host copy of tokens and positions; ops given the staged pointers neither check them
+// again nor copy them back (embedding backward groups rows from the host copy).
+//
 // Host inputs: the contract's device pointers may, for the integer and small parameter inputs,
-// also be host memory, because the model stages token ids and targets on the host and fixed ALiBi
-// slopes live in the plugin: tokens, targets (int32), bias parameters a and b, and the rotary
+// also be host memory, because op callers may keep token ids and targets on the host and fixed
+// ALiBi slopes live in the plugin: tokens, targets (int32), bias parameters a and b, and the rotary
 // tables (host by contract) are copied to device scratch when they are host memory. The copies go
 // through cudaMemcpyAsync on stream_ from pageable memory, which returns once the source has been
 // staged, so callers may reuse their host buffers at once.
@@ -95,6 +99,8 @@ public:
     void copy_to_host(float* host_dst, const float* src, size_t n) override;
     void zero(float* p, size_t n) override;
     void copy(float* dst, const float* src, size_t n) override;
+    BatchInputs stage_batch(const BatchInputs& host) override;
+    uint64_t input_readbacks() const override { return input_readbacks_; }
 
     // ---- elementwise (cuda_backend.cpp)
     void add(float* out, const float* a, const float* b, size_t n) override;
@@ -206,6 +212,16 @@ private:
     cudaStream_t stream_ = nullptr;
     cublasHandle_t blas_ = nullptr;
     bool sync_each_op_ = false;
+
+    // the batch of the current pass (stage_batch): device copies the ops read, and the host
+    // copy that embedding_backward groups by, so no op copies batch data back
+    BatchInputs staged_;
+    uint64_t input_readbacks_ = 0;  // host_view copies (see Backend::input_readbacks)
+    DeviceScratch<int32_t> d_batch_tokens_, d_batch_targets_;
+    DeviceScratch<float> d_batch_positions_, d_batch_mask_;
+    std::vector<int32_t> h_batch_tokens_;
+    std::vector<float> h_batch_positions_;
+    bool is_staged_tokens(const int32_t* p) const { return p != nullptr && p == staged_.tokens; }
 
     // staged inputs and reduction partials (grow on demand)
     DeviceScratch<int32_t> d_tokens_, d_targets_, d_lens_, d_groups_, d_groups_pe_;

@@ -58,9 +58,12 @@ void CudaBackend::embedding_forward(float* out, const int32_t* tokens, const flo
     static constexpr const char* op = "embedding_forward";
     if (N <= 0) return;
     activate();
-    const int32_t* h_tok = host_view(tokens, size_t(N), h_ints_, op);
-    const float* h_pos = wpe != nullptr ? host_view(positions, size_t(N), h_floats_, op) : nullptr;
-    check_embedding_tokens(h_tok, h_pos, N, V, P);
+    if (!is_staged_tokens(tokens)) {  // a staged batch was checked by its caller on the host
+        const int32_t* h_tok = host_view(tokens, size_t(N), h_ints_, op);
+        const float* h_pos =
+            wpe != nullptr ? host_view(positions, size_t(N), h_floats_, op) : nullptr;
+        check_embedding_tokens(h_tok, h_pos, N, V, P);
+    }
     const int32_t* d_tok = device_view(tokens, size_t(N), d_tokens_, op);
     done(launch_embedding_forward(out, d_tok, positions, wte, wpe, N, C, V, P, stream_), op);
 }
@@ -74,10 +77,13 @@ void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout
     static constexpr const char* op = "embedding_backward";
     if (N <= 0) return;
     activate();
-    const int32_t* h_tok = host_view(tokens, size_t(N), h_ints_, op);
-    const float* h_pos =
-        dwpe != nullptr ? host_view(positions, size_t(N), h_floats_, op) : nullptr;
-    check_embedding_tokens(h_tok, h_pos, N, V, P);
+    // the grouping is planned on the host: a staged batch's host copy, else a copy of the input
+    const bool staged = is_staged_tokens(tokens) && positions == staged_.positions;
+    const int32_t* h_tok = staged ? h_batch_tokens_.data() : host_view(tokens, size_t(N), h_ints_, op);
+    const float* h_pos = dwpe == nullptr ? nullptr
+                         : staged        ? h_batch_positions_.data()
+                                         : host_view(positions, size_t(N), h_floats_, op);
+    if (!staged) check_embedding_tokens(h_tok, h_pos, N, V, P);
 
     // dwte: group rows n by token
     std::vector<int> dst(h_tok, h_tok + N);
@@ -202,16 +208,18 @@ void CudaBackend::activation_backward(float* dinp, const float* inp, const float
 
 // ---------------------------------------------------------------- cross-entropy
 // Targets of trained rows are validated on the host as in the CPU backend, which needs the mask
-// there: a device mask is copied back first (one synchronisation; the caller reads the losses
-// right after anyway).
+// there: a device mask is copied back first. A staged batch (stage_batch) was validated by its
+// caller, so the model's passes copy nothing back.
 
 void CudaBackend::crossentropy_forward(float* losses, const float* logits, const int32_t* targets,
                                        const float* mask, int N, int V) {
     static constexpr const char* op = "crossentropy_forward";
     if (N <= 0) return;
     activate();
-    const int32_t* h_tgt = host_view(targets, size_t(N), h_ints_, op);
-    check_targets(h_tgt, host_view(mask, size_t(N), h_mask_, op), N, V);
+    if (targets != staged_.targets || targets == nullptr) {  // staged: checked by the caller
+        const int32_t* h_tgt = host_view(targets, size_t(N), h_ints_, op);
+        check_targets(h_tgt, host_view(mask, size_t(N), h_mask_, op), N, V);
+    }
     const int32_t* d_tgt = device_view(targets, size_t(N), d_targets_, op);
     done(launch_crossentropy(losses, nullptr, logits, d_tgt, mask, N, V, 0.0f, stream_), op);
 }
@@ -222,8 +230,10 @@ void CudaBackend::crossentropy_forward_backward(float* logits_to_dlogits, float*
     static constexpr const char* op = "crossentropy_forward_backward";
     if (N <= 0) return;
     activate();
-    const int32_t* h_tgt = host_view(targets, size_t(N), h_ints_, op);
-    check_targets(h_tgt, host_view(mask, size_t(N), h_mask_, op), N, V);
+    if (targets != staged_.targets || targets == nullptr) {  // staged: checked by the caller
+        const int32_t* h_tgt = host_view(targets, size_t(N), h_ints_, op);
+        check_targets(h_tgt, host_view(mask, size_t(N), h_mask_, op), N, V);
+    }
     const int32_t* d_tgt = device_view(targets, size_t(N), d_targets_, op);
     done(launch_crossentropy(losses, logits_to_dlogits, logits_to_dlogits, d_tgt, mask, N, V,
                              grad_scale, stream_),
