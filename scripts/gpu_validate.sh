@@ -159,7 +159,7 @@ bench() {
             py=""
         done
         if [[ -n "$py" ]]; then
-            step bench-attention-sdpa-peer 90 "$py" "$peer" --head-dim 64,128 --T 1024,2048,4096,8192,16384
+            step bench-attention-sdpa-peer 90 "$py" "$peer" --device cuda --head-dim 64,128 --T 1024,2048,4096,8192,16384 --steps 3 --repeats 1
         else
             printf '%-34s %-8s %5s  %s\n' bench-attention-sdpa-peer skipped - "no python with torch" | tee -a "$SUMMARY"
         fi
