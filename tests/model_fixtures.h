@@ -1,8 +1,6 @@
 // Shared helpers for model-level tests: the real plugins from the build tree, PE instances with
-// options built through a real Lua table, tiny configs and batches.
+// options checked against the plugin's schema, tiny configs and batches.
 #pragma once
-
-#include <lua.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -17,12 +15,13 @@
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
+#include "core/error.h"
+#include "core/options.h"
 #include "core/rng.h"
 #include "data/token_source.h"
-#include "lua/options.h"
-#include "lua/runtime.h"
 #include "model/decoder.h"
 #include "plugin/pe_plugin.h"
+#include "plugin/plugin_instance.h"
 #include "plugin/registry.h"
 
 namespace ctx::test {
@@ -47,31 +46,50 @@ inline Backend& cpu() {
 
 using OptionValue = std::variant<double, std::string, bool>;
 
-// Builds PE options the way a recipe would: a Lua table checked against the plugin's schema.
+// Builds PE options as the Lua front end would from a recipe's table: every key must be in the
+// plugin's schema, with a value of its type (an Integer option takes an integral number), and
+// required keys present. No Lua here, so the tests that use this link no Lua runtime (the GPU
+// bundle's test executables stay small).
 inline std::unique_ptr<PePlugin> make_pe(const std::string& name, const ModelConfig& c,
                                          const std::map<std::string, OptionValue>& opts = {},
                                          uint64_t seed = 1) {
     if (name == "none") return nullptr;
-    static lua::Runtime runtime;
-    lua_State* L = runtime.state();
-    lua_newtable(L);
-    for (const auto& [k, v] : opts) {
-        if (auto* d = std::get_if<double>(&v)) {
-            if (*d == static_cast<double>(static_cast<int64_t>(*d)))
-                lua_pushinteger(L, static_cast<lua_Integer>(*d));
-            else
-                lua_pushnumber(L, *d);
-        } else if (auto* s = std::get_if<std::string>(&v)) {
-            lua_pushstring(L, s->c_str());
-        } else {
-            lua_pushboolean(L, std::get<bool>(v));
-        }
-        lua_setfield(L, -2, k.c_str());
-    }
     const LoadedPlugin& lib = plugins().get("pe/" + name);
-    lua::Options o = lua::Options::parse(L, -1, plugin_option_schema(*lib.descriptor),
-                                         "pe/" + name + " options", "test:");
-    lua_pop(L, 1);
+    const std::vector<OptSpec> schema = plugin_option_schema(*lib.descriptor);
+    Options o("test:", "pe/" + name + " options");
+    for (const auto& [k, v] : opts) {
+        auto spec = std::find_if(schema.begin(), schema.end(),
+                                 [&](const OptSpec& x) { return x.name == k; });
+        CTX_CHECK(spec != schema.end(), "test: pe/{} has no option '{}'", name, k);
+        const double* d = std::get_if<double>(&v);
+        switch (spec->type) {
+            case OptType::Number:
+                CTX_CHECK(d, "test: pe/{} option '{}' expects a number", name, k);
+                o.set(k, *d);
+                break;
+            case OptType::Integer:
+                CTX_CHECK(d && *d == std::floor(*d), "test: pe/{} option '{}' expects an integer",
+                          name, k);
+                o.set(k, static_cast<int64_t>(*d));
+                break;
+            case OptType::Bool:
+                CTX_CHECK(std::holds_alternative<bool>(v), "test: pe/{} option '{}' expects a "
+                          "boolean", name, k);
+                o.set(k, std::get<bool>(v));
+                break;
+            case OptType::String:
+                CTX_CHECK(std::holds_alternative<std::string>(v), "test: pe/{} option '{}' "
+                          "expects a string", name, k);
+                o.set(k, std::get<std::string>(v));
+                break;
+            default:
+                CTX_CHECK(false, "test: pe/{} option '{}': make_pe takes scalar options only",
+                          name, k);
+        }
+    }
+    for (const OptSpec& spec : schema)
+        CTX_CHECK(!spec.required || opts.count(spec.name), "test: pe/{} needs option '{}'", name,
+                  spec.name);
     ctx_model_info info{sizeof(ctx_model_info), c.d_model, c.n_head, c.head_dim(),
                         c.n_layer, c.vocab_size, c.context_length};
     return std::make_unique<PePlugin>(lib, info, o, seed);

@@ -9,12 +9,15 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <lua.hpp>
 
 #include "data/bpe_byte_map.h"
 #include "data/bpe_tokenizer.h"
 #include "data/tokenizer.h"
 #include "model_fixtures.h"
 #include "eval/eval_plugin.h"
+#include "lua/options.h"
+#include "lua/runtime.h"
 
 namespace ctx::probe_test {
 

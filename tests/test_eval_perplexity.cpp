@@ -4,9 +4,12 @@
 
 #include <cmath>
 #include <map>
+#include <lua.hpp>
 
 #include "model_fixtures.h"
 #include "eval/eval_plugin.h"
+#include "lua/options.h"
+#include "lua/runtime.h"
 
 namespace ctx {
 namespace {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <regex>
 #include <set>
+#include <lua.hpp>
 
 #include "model/optimizer.h"
 #include "probe_mock_host.h"
@@ -16,6 +17,8 @@
 #include "../plugins/eval/passkey/passkey_prompt.cpp"
 #include "../plugins/eval/ruler_niah/niah_prompt.cpp"
 #include "../plugins/eval/common/probe_runner.h"
+#include "lua/options.h"
+#include "lua/runtime.h"
 
 namespace ctx {
 namespace {

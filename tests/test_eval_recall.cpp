@@ -5,11 +5,14 @@
 
 #include <cmath>
 #include <map>
+#include <lua.hpp>
 
 #include "data/corpus.h"
 #include "data/tokenizer.h"
 #include "model_fixtures.h"
 #include "eval/eval_plugin.h"
+#include "lua/options.h"
+#include "lua/runtime.h"
 
 namespace ctx {
 namespace {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <regex>
 #include <set>
+#include <lua.hpp>
 
 #include "data/tokenizer.h"
 #include "model_fixtures.h"
@@ -19,6 +20,8 @@
 #include "../plugins/eval/altqa/altqa_alter.cpp"
 #include "../plugins/eval/altqa/altqa_items.cpp"
 #include "../plugins/eval/longchat_lines/lines_prompt.cpp"
+#include "lua/options.h"
+#include "lua/runtime.h"
 
 namespace ctx {
 namespace {

@@ -9,9 +9,12 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <lua.hpp>
 
 #include "core/rng.h"
 #include "model_fixtures.h"
+#include "lua/options.h"
+#include "lua/runtime.h"
 
 namespace ctx {
 namespace {

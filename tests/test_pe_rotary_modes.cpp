@@ -12,9 +12,12 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <lua.hpp>
 
 #include "core/rng.h"
 #include "model_fixtures.h"
+#include "lua/options.h"
+#include "lua/runtime.h"
 
 namespace ctx {
 namespace {

@@ -8,9 +8,12 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <lua.hpp>
 
 #include "core/error.h"
 #include "model_fixtures.h"
+#include "lua/options.h"
+#include "lua/runtime.h"
 
 namespace ctx {
 namespace {
