@@ -10,6 +10,10 @@ bash scripts/build.sh
 # dir; the tests report "skipped" when these cannot be had
 bash scripts/setup_python.sh "${BUILD_DIR:-build}/pyenv" "${BUILD_DIR:-build}/pyenv-hf"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# ctest runs tests side by side, each with an OpenMP team as wide as the machine: threads that
+# spin at barriers then wait for descheduled team mates, and a test of many small parallel
+# regions (the rotary finite-difference checks) went from 16 s to over 230 s. Idle threads sleep.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" "$@")
 if [[ $# -eq 0 && "${CTX_SKIP_BUNDLE:-0}" != 1 ]]; then
   if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
