@@ -84,11 +84,13 @@ set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
 set(CMAKE_INSTALL_RPATH "$ORIGIN/../lib")
 
 # OpenBLAS: the cblas_* / openblas_* entry points of the archive (and the dynamic-arch kernels
-# they reach) as one shared library, its other symbols hidden.
+# they reach) as one shared library, its other symbols hidden, but for the pair that re-runs the
+# kernel choice (backend/cpu/cpu_blas.h).
 execute_process(COMMAND nm --defined-only ${CTX_OPENBLAS_A}
   COMMAND grep -oE " T (cblas|openblas)_[A-Za-z0-9_]+$"
   OUTPUT_VARIABLE ctx_syms ERROR_QUIET)
 string(REGEX MATCHALL "(cblas|openblas)_[A-Za-z0-9_]+" ctx_syms "${ctx_syms}")
+list(APPEND ctx_syms gotoblas_dynamic_init gotoblas_dynamic_quit)
 list(REMOVE_DUPLICATES ctx_syms)
 list(LENGTH ctx_syms ctx_nsyms)
 if(ctx_nsyms EQUAL 0)
@@ -96,7 +98,7 @@ if(ctx_nsyms EQUAL 0)
 endif()
 list(TRANSFORM ctx_syms PREPEND "-Wl,--undefined=")
 set(ctx_ob_dir ${CMAKE_BINARY_DIR}/ctx_openblas)
-file(WRITE ${ctx_ob_dir}/exports.map "{ global: cblas_*; openblas_*; local: *; };\n")
+file(WRITE ${ctx_ob_dir}/exports.map "{ global: cblas_*; openblas_*; gotoblas_dynamic_init; gotoblas_dynamic_quit; local: *; };\n")
 file(WRITE ${ctx_ob_dir}/empty.c "/* libctx_openblas.so: all its code comes from libopenblas.a */\n")
 add_library(ctx_openblas SHARED ${ctx_ob_dir}/empty.c)
 target_link_options(ctx_openblas PRIVATE ${ctx_syms} -Wl,--version-script=${ctx_ob_dir}/exports.map)

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/cpu/cpu_blas.h"
 #include "core/error.h"
 
 namespace ctx {
@@ -20,6 +21,7 @@ constexpr size_t kParallelMin = size_t(1) << 15;
 }  // namespace
 
 CpuBackend::CpuBackend(int threads) {
+    ensure_blas_kernels();
     if (threads > 0) {
         omp_set_num_threads(threads);
         openblas_set_num_threads(threads);
@@ -28,7 +30,8 @@ CpuBackend::CpuBackend(int threads) {
 }
 
 std::string CpuBackend::name() const {
-    return "cpu (" + std::to_string(threads_) + " threads, OpenBLAS)";
+    return "cpu (" + std::to_string(threads_) + " threads, OpenBLAS " + ensure_blas_kernels().active +
+           ")";
 }
 
 // ---------------------------------------------------------------- memory
