@@ -11,6 +11,8 @@
 #include <map>
 #include <regex>
 
+#include "backend/cpu/cpu_peak.h"
+#include "backend/profiling_backend.h"
 #include "core/error.h"
 #include "core/options.h"
 #include "data/token_source.h"
@@ -34,8 +36,8 @@ const std::map<std::string, BenchConfig> kConfigs = {
     {"cpu-ref-rope", {"cpu-ref with RoPE", 4, 256, 8, 4096, 256, 8, "rope"}},
     {"cpu-ref-alibi", {"cpu-ref with ALiBi", 4, 256, 8, 4096, 256, 8, "alibi"}},
     {"tiny", {"a seconds-long smoke config", 2, 64, 4, 256, 64, 4, "learned"}},
-    {"recipe-base", {"the default recipes' base model (byte-level, RoPE)", 4, 128, 4, 259, 128, 16,
-                     "rope"}},
+    {"recipe-base", {"the main job's base model (recipes/common.lua: BPE 1024, RoPE)", 4, 64, 2,
+                     1024, 128, 16, "rope"}},
     // Issue 8's GPU targets: GPT-2 small and medium at their original context and vocabulary.
     {"gpt2-124m", {"GPT-2 small (GPU: the MFU target of issue 8)", 12, 768, 12, 50257, 1024, 8,
                    "learned"}},
@@ -47,15 +49,16 @@ void usage() {
         "usage: ctxengine bench [--config NAME] [--device auto|cpu|cuda] [--precision fp32|bf16]\n"
         "                       [--attention auto|flash|materialised] [--pe NAME] [--batch B]\n"
         "                       [--seq T] [--steps N] [--warmup N] [--threads N]\n"
-        "                       [--peak-tflops X | --peak-gflops X]\n"
+        "                       [--peak-tflops X | --peak-gflops X] [--profile]\n"
         "       ctxengine bench attention ...   the attention ops alone (bench attention --help)\n"
         "       ctxengine bench peak ...        the peak table MFU uses (bench peak --help)\n\n"
         "Trains the named config on random tokens and prints tokens/s, achieved TFLOP/s and MFU\n"
         "(FLOPs per token = 6N + 6*L*C*T, llm.c's convention) against the device's peak: on the\n"
-        "CPU cores x clock x FMA width, on a GPU its dense bf16 tensor-core peak (--precision\n"
+        "CPU the FMA throughput measured on the threads used, on a GPU its dense bf16 tensor-core peak (--precision\n"
         "bf16) or its fp32 peak (fp32, the default: no tensor cores, no TF32). --pe replaces the\n"
         "config's positional encoding (any PE plugin, or none); --attention picks the attention\n"
-        "implementation (auto: flash on CUDA, materialised on the CPU). docs/BENCHMARKS.md.\n"
+        "implementation (auto: flash on CUDA, materialised on the CPU). --profile adds a table of\n"
+        "the timed steps' milliseconds by op and shape. docs/BENCHMARKS.md.\n"
         "Configs:\n");
     for (const auto& [name, c] : kConfigs)
         std::printf("  %-14s L=%d C=%d H=%d V=%d T=%d B=%d pe=%s: %s\n", name.c_str(), c.n_layer,
@@ -81,6 +84,7 @@ struct TrainArgs {
     int64_t steps = 10, warmup = 2;
     int threads = 0;
     double peak_flops = 0;  // 0: the device's
+    bool profile = false;   // time every backend op of the timed steps
     bool help = false;
 };
 
@@ -106,6 +110,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& args, int threads) {
         else if (a == "--threads") o.threads = static_cast<int>(bench_parse_int(a, value()));
         else if (a == "--peak-tflops") o.peak_flops = bench_parse_double(a, value()) * 1e12;
         else if (a == "--peak-gflops") o.peak_flops = bench_parse_double(a, value()) * 1e9;
+        else if (a == "--profile") o.profile = true;
         else fail("bench: unknown argument '{}' (see ctxengine bench --help)", a);
     }
     if (o.help) return o;
@@ -137,6 +142,28 @@ double mfu_peak(const TrainArgs& o, const Backend& backend, int threads, std::st
     return peak;
 }
 
+// The --profile table: per step, every op and shape by decreasing time, then what ran outside the
+// backend (the trainer's host work: batch sampling, loss read-back, gradient-norm bookkeeping).
+void print_profile(const ProfilingBackend& prof, double seconds, int64_t steps) {
+    const double step_ms = 1e3 * seconds / static_cast<double>(steps);
+    std::printf("profile: per step (%lld timed steps), %.3f ms in all\n",
+                static_cast<long long>(steps), step_ms);
+    std::printf("  %-30s %-34s %7s %9s %6s %8s\n", "op", "shape", "calls", "ms", "share",
+                "GFLOP/s");
+    auto row = [&](const std::string& op, const std::string& shape, double calls, double ms,
+                   double flops_per_s) {
+        std::printf("  %-30s %-34s %7.1f %9.3f %5.1f%% ", op.c_str(), shape.c_str(), calls, ms,
+                    100.0 * ms / step_ms);
+        if (flops_per_s > 0) std::printf("%8.1f\n", flops_per_s / 1e9);
+        else std::printf("%8s\n", "-");
+    };
+    for (const OpProfileRow& r : prof.rows())
+        row(r.op, r.shape, double(r.calls) / double(steps), 1e3 * r.seconds / double(steps),
+            r.seconds > 0 ? r.flops / r.seconds : 0);
+    const double ops_ms = 1e3 * prof.total_seconds() / double(steps);
+    row("(outside the backend)", "host: sampling, bookkeeping", 0, step_ms - ops_ms, 0);
+}
+
 int run_train_bench(const TrainArgs& o, PluginRegistry& registry) {
     const BenchConfig& bc = kConfigs.at(o.config);
     auto backend = open_bench_backend(o.device, o.precision, o.threads);
@@ -159,7 +186,11 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry) {
         Options none;  // defaults
         pe = std::make_unique<PePlugin>(registry.get("pe/" + pe_name), info, none, 1);
     }
-    Model model(c, *backend, std::move(pe), 1);
+    // --profile: the model runs on a timing wrapper of the backend.
+    std::unique_ptr<ProfilingBackend> profiler;
+    if (o.profile) profiler = std::make_unique<ProfilingBackend>(*backend);
+    Backend& model_backend = profiler ? static_cast<Backend&>(*profiler) : *backend;
+    Model model(c, model_backend, std::move(pe), 1);
     model.set_attention_choice(o.attention);
     model.reserve(B, T);
     OptimizerConfig oc;
@@ -189,6 +220,7 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry) {
     // train() returns, so the clock stops after a synchronising copy of one parameter.
     float sync = 0;
     backend->copy_to_host(&sync, model.params().data(), 1);
+    if (profiler) profiler->reset();
     const auto t0 = std::chrono::steady_clock::now();
     t.steps = o.steps;
     const TrainResult r = train(model, opt, batches, t, *comm);
@@ -226,6 +258,7 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry) {
         std::printf("peak_memory_mib=n/a (the Backend interface has no device memory statistics; "
                     "host peak RSS %.1f MiB)\n", peak_rss_mib());
     std::printf("final_loss=%.4f\n", r.steps.back().loss);
+    if (profiler) print_profile(*profiler, seconds, o.steps);
     return 0;
 }
 
@@ -335,11 +368,23 @@ double cpu_peak_flops(int threads, std::string* note) {
         }
     }
     if (mhz <= 0) mhz = 2000;
+    // What the cores really sustain: the nominal clock is often the base clock, far from the one
+    // FMA chains run at (cpu_peak.h).
+    const cpu::FmaPeak measured = cpu::measure_fma_peak(threads);
+    if (measured.flops > 0) {
+        if (note)
+            *note = fmt::format("{} threads x {:.1f} GFLOP/s, measured {} FMA throughput ({:.2f} "
+                                "GHz x {} FLOP/cycle; /proc/cpuinfo says {:.0f} MHz)",
+                                threads, measured.per_thread / 1e9, measured.isa, measured.ghz,
+                                measured.isa == "AVX-512" ? 64 : 32, mhz);
+        return measured.flops;
+    }
     // FP32 FLOPs per cycle per core: two FMA pipes of 16 lanes (AVX-512) or 8 lanes (AVX2).
     const double flops_per_cycle = avx512 ? 64 : (fma ? 32 : 16);
     if (note)
-        *note = fmt::format("{} threads x {:.0f} MHz x {} FLOP/cycle ({})", threads, mhz,
-                            flops_per_cycle, avx512 ? "AVX-512" : (fma ? "AVX2 FMA" : "SSE"));
+        *note = fmt::format("{} threads x {:.0f} MHz x {} FLOP/cycle ({}), clock estimate",
+                            threads, mhz, flops_per_cycle,
+                            avx512 ? "AVX-512" : (fma ? "AVX2 FMA" : "SSE"));
     return threads * mhz * 1e6 * flops_per_cycle;
 }
 
@@ -409,7 +454,7 @@ DevicePeak device_peak(const Backend& backend, int threads) {
     DevicePeak p;
     if (backend.kind() == DeviceKind::CPU) {
         p.fp32 = cpu_peak_flops(threads, &p.source);
-        p.estimated = true;
+        p.estimated = p.source.find("measured") == std::string::npos;
         return p;
     }
     const GpuIdentity id = parse_cuda_backend_name(backend.name());

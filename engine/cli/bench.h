@@ -20,9 +20,9 @@ int run_bench(const std::vector<std::string>& args, PluginRegistry& registry, in
 int run_bench_attention(const std::vector<std::string>& args, PluginRegistry& registry,
                         int threads);
 
-// Theoretical peak FP32 FLOP/s of `threads` cores of this CPU: cores x clock x FLOPs/cycle
-// (64 with AVX-512, 32 with AVX2 FMA: two FMA pipes). `note` says how it was derived. The clock
-// is /proc/cpuinfo's current value; pass --peak-gflops when the true peak is known.
+// Peak FP32 FLOP/s of `threads` cores of this CPU: the FMA throughput measured on that many
+// threads at once (backend/cpu/cpu_peak.h), or where there is no AVX2/AVX-512 FMA to measure,
+// cores x /proc/cpuinfo's clock x FLOPs/cycle. `note` says which; --peak-gflops overrides.
 double cpu_peak_flops(int threads, std::string* note);
 
 // Dense peak throughput of a device, FLOP/s (0 = unknown).

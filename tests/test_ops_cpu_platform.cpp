@@ -1,5 +1,6 @@
-// The CPU backend's choice of OpenBLAS kernels (backend/cpu/cpu_blas.h): the override rule, and
-// that a backend in this process runs kernels that match the CPU's features.
+// What the CPU backend learns about the machine: its choice of OpenBLAS kernels
+// (backend/cpu/cpu_blas.h: the override rule, and that a backend in this process runs kernels
+// that match the CPU's features), and the measured FMA peak (backend/cpu/cpu_peak.h).
 #include <gtest/gtest.h>
 
 #include <cblas.h>
@@ -11,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_blas.h"
+#include "backend/cpu/cpu_peak.h"
 
 namespace {
 
@@ -56,6 +58,26 @@ TEST(CpuBlas, ABackendRunsKernelsThatMatchTheCpu) {
             for (int p = 0; p < K; p++) ref += A[i * K + p] * B[p * N + j];
             ASSERT_EQ(C[i * N + j], ref) << i << "," << j;
         }
+}
+
+TEST(CpuPeak, MeasuredFmaThroughputIsAPlausibleClockTimesTheVectorWidth) {
+    const ctx::cpu::CpuFeatures f = ctx::cpu::cpu_features();
+    const ctx::cpu::FmaPeak one = ctx::cpu::measure_fma_peak(1);
+    if (!f.avx2_fma) {
+        EXPECT_EQ(one.flops, 0.0);  // nothing to measure: callers fall back to the clock
+        return;
+    }
+    EXPECT_EQ(one.isa, f.avx512 ? "AVX-512" : "AVX2 FMA");
+    // flops = per_thread x threads, and per_thread = GHz x 2 pipes x lanes x 2 FLOPs.
+    EXPECT_DOUBLE_EQ(one.flops, one.per_thread);
+    const double lanes = f.avx512 ? 16 : 8;
+    EXPECT_NEAR(one.per_thread, one.ghz * 1e9 * 2 * lanes * 2, 1e-6 * one.per_thread);
+    // Any CPU of the last decade runs FMA chains between 0.5 and 6 GHz-equivalents; a wrong
+    // FLOP count or a spilled loop (the first version ran at 1 "GHz") would fall outside.
+    EXPECT_GT(one.ghz, 0.5);
+    EXPECT_LT(one.ghz, 6.0);
+    const ctx::cpu::FmaPeak two = ctx::cpu::measure_fma_peak(2);
+    EXPECT_DOUBLE_EQ(two.flops, 2 * two.per_thread);
 }
 
 }  // namespace

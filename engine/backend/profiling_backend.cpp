@@ -1,0 +1,196 @@
+// Op-by-op timing (profiling_backend.h).
+#include "backend/profiling_backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace ctx {
+
+ProfilingBackend::ProfilingBackend(Backend& inner) : inner_(inner) {
+    if (inner_.kind() != DeviceKind::CPU) probe_ = inner_.alloc_floats(1);
+}
+
+ProfilingBackend::~ProfilingBackend() {
+    if (probe_ != nullptr) inner_.free_floats(probe_);
+}
+
+void ProfilingBackend::sync() {
+    if (probe_ != nullptr) (void)inner_.sum_squares(probe_, 1);
+}
+
+void ProfilingBackend::record(const char* op, std::string shape, Clock::time_point t0,
+                              double flops) {
+    sync();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    OpProfileRow& r = rows_[{op, shape}];
+    if (r.calls == 0) {
+        r.op = op;
+        r.shape = std::move(shape);
+    }
+    r.calls++;
+    r.seconds += s;
+    r.flops += flops;
+}
+
+void ProfilingBackend::reset() { rows_.clear(); }
+
+std::vector<OpProfileRow> ProfilingBackend::rows() const {
+    std::vector<OpProfileRow> out;
+    for (const auto& [key, r] : rows_) out.push_back(r);
+    std::stable_sort(out.begin(), out.end(),
+                     [](const OpProfileRow& a, const OpProfileRow& b) { return a.seconds > b.seconds; });
+    return out;
+}
+
+double ProfilingBackend::total_seconds() const {
+    double s = 0;
+    for (const auto& [key, r] : rows_) s += r.seconds;
+    return s;
+}
+
+namespace {
+// Causal attention's matrix-product FLOPs, FlashAttention-2's convention (docs/BENCHMARKS.md):
+// forward 4 B H T^2 D / 2 = 2 B T^2 C; backward 2.5 x forward.
+double attention_flops(int B, int T, int C) { return 2.0 * B * double(T) * T * C; }
+}  // namespace
+
+// Each op: start the clock, forward, record (which waits for a device backend first).
+#define CTX_TIMED(op, shape, flops, call) \
+    do {                                  \
+        const auto t0_ = Clock::now();    \
+        call;                             \
+        record(op, shape, t0_, flops);    \
+    } while (0)
+
+void ProfilingBackend::copy_to_device(float* dst, const float* src, size_t n) {
+    CTX_TIMED("copy_to_device", "", 0, inner_.copy_to_device(dst, src, n));
+}
+void ProfilingBackend::copy_to_host(float* dst, const float* src, size_t n) {
+    CTX_TIMED("copy_to_host", "", 0, inner_.copy_to_host(dst, src, n));
+}
+void ProfilingBackend::zero(float* p, size_t n) { CTX_TIMED("zero", "", 0, inner_.zero(p, n)); }
+void ProfilingBackend::copy(float* dst, const float* src, size_t n) {
+    CTX_TIMED("copy", "", 0, inner_.copy(dst, src, n));
+}
+BatchInputs ProfilingBackend::stage_batch(const BatchInputs& host) {
+    BatchInputs staged;
+    CTX_TIMED("stage_batch", fmt::format("N={}", host.N), 0, staged = inner_.stage_batch(host));
+    return staged;
+}
+void ProfilingBackend::add(float* out, const float* a, const float* b, size_t n) {
+    CTX_TIMED("add", fmt::format("n={}", n), 0, inner_.add(out, a, b, n));
+}
+void ProfilingBackend::accumulate(float* y, const float* x, size_t n) {
+    CTX_TIMED("accumulate", fmt::format("n={}", n), 0, inner_.accumulate(y, x, n));
+}
+void ProfilingBackend::scale(float* x, float s, size_t n) {
+    CTX_TIMED("scale", fmt::format("n={}", n), 0, inner_.scale(x, s, n));
+}
+double ProfilingBackend::sum_squares(const float* x, size_t n) {
+    double r = 0;
+    CTX_TIMED("sum_squares", fmt::format("n={}", n), 0, r = inner_.sum_squares(x, n));
+    return r;
+}
+void ProfilingBackend::embedding_forward(float* out, const int32_t* tokens, const float* positions,
+                                         const float* wte, const float* wpe, int N, int C, int V,
+                                         int P) {
+    CTX_TIMED("embedding_forward", fmt::format("N={} C={} V={}", N, C, V), 0,
+              inner_.embedding_forward(out, tokens, positions, wte, wpe, N, C, V, P));
+}
+void ProfilingBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                          const int32_t* tokens, const float* positions, int N,
+                                          int C, int V, int P) {
+    CTX_TIMED("embedding_backward", fmt::format("N={} C={} V={}", N, C, V), 0,
+              inner_.embedding_backward(dwte, dwpe, dout, tokens, positions, N, C, V, P));
+}
+void ProfilingBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                         const float* w, const float* b, int N, int C, float eps) {
+    CTX_TIMED("layernorm_forward", fmt::format("N={} C={}", N, C), 0,
+              inner_.layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps));
+}
+void ProfilingBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                                          const float* inp, const float* w, const float* mean,
+                                          const float* rstd, int N, int C) {
+    CTX_TIMED("layernorm_backward", fmt::format("N={} C={}", N, C), 0,
+              inner_.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C));
+}
+void ProfilingBackend::matmul_forward(float* out, const float* inp, const float* W,
+                                      const float* bias, int N, int IC, int OC) {
+    CTX_TIMED("matmul_forward", fmt::format("N={} IC={} OC={}", N, IC, OC),
+              2.0 * N * double(IC) * OC, inner_.matmul_forward(out, inp, W, bias, N, IC, OC));
+}
+void ProfilingBackend::matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
+                                       const float* inp, const float* W, int N, int IC, int OC) {
+    CTX_TIMED("matmul_backward", fmt::format("N={} IC={} OC={}", N, IC, OC),
+              (dinp != nullptr ? 4.0 : 2.0) * N * double(IC) * OC,
+              inner_.matmul_backward(dinp, dW, dbias, dout, inp, W, N, IC, OC));
+}
+void ProfilingBackend::activation_forward(float* out, const float* inp, size_t n, Activation act) {
+    CTX_TIMED("activation_forward", fmt::format("n={}", n), 0,
+              inner_.activation_forward(out, inp, n, act));
+}
+void ProfilingBackend::activation_backward(float* dinp, const float* inp, const float* dout,
+                                           size_t n, Activation act) {
+    CTX_TIMED("activation_backward", fmt::format("n={}", n), 0,
+              inner_.activation_backward(dinp, inp, dout, n, act));
+}
+void ProfilingBackend::rotary_forward(float* qkv, const float* positions, int B, int T, int C,
+                                      int H, const RotarySpec& spec) {
+    CTX_TIMED("rotary_forward", fmt::format("B={} T={} C={} H={}", B, T, C, H), 0,
+              inner_.rotary_forward(qkv, positions, B, T, C, H, spec));
+}
+void ProfilingBackend::rotary_backward(float* dqkv, const float* positions, int B, int T, int C,
+                                       int H, const RotarySpec& spec) {
+    CTX_TIMED("rotary_backward", fmt::format("B={} T={} C={} H={}", B, T, C, H), 0,
+              inner_.rotary_backward(dqkv, positions, B, T, C, H, spec));
+}
+void ProfilingBackend::attention_forward(float* out, float* saved, const float* qkv,
+                                         const float* positions, int B, int T, int C, int H,
+                                         const AttentionOptions& opt) {
+    CTX_TIMED("attention_forward",
+              fmt::format("B={} T={} C={} H={} {}", B, T, C, H, attention_mode_name(opt.mode)),
+              attention_flops(B, T, C),
+              inner_.attention_forward(out, saved, qkv, positions, B, T, C, H, opt));
+}
+void ProfilingBackend::attention_backward(float* dqkv, float* scratch, const float* dout,
+                                          const float* qkv, const float* saved, const float* out,
+                                          const float* positions, int B, int T, int C, int H,
+                                          const AttentionOptions& opt) {
+    CTX_TIMED("attention_backward",
+              fmt::format("B={} T={} C={} H={} {}", B, T, C, H, attention_mode_name(opt.mode)),
+              2.5 * attention_flops(B, T, C),
+              inner_.attention_backward(dqkv, scratch, dout, qkv, saved, out, positions, B, T, C,
+                                        H, opt));
+}
+void ProfilingBackend::attention_cached_forward(float* out, float* scratch, const float* qkv,
+                                                const float* kc, const float* vc,
+                                                const float* kpos, const int32_t* lens, int B,
+                                                int Tq, int S, int C, int H,
+                                                const AttentionOptions& opt) {
+    CTX_TIMED("attention_cached_forward", fmt::format("B={} Tq={} S={} C={} H={}", B, Tq, S, C, H),
+              0, inner_.attention_cached_forward(out, scratch, qkv, kc, vc, kpos, lens, B, Tq, S, C,
+                                                 H, opt));
+}
+void ProfilingBackend::crossentropy_forward(float* losses, const float* logits,
+                                            const int32_t* targets, const float* mask, int N,
+                                            int V) {
+    CTX_TIMED("crossentropy_forward", fmt::format("N={} V={}", N, V), 0,
+              inner_.crossentropy_forward(losses, logits, targets, mask, N, V));
+}
+void ProfilingBackend::crossentropy_forward_backward(float* logits_to_dlogits, float* losses,
+                                                     const int32_t* targets, const float* mask,
+                                                     int N, int V, float grad_scale) {
+    CTX_TIMED("crossentropy_forward_backward", fmt::format("N={} V={}", N, V), 0,
+              inner_.crossentropy_forward_backward(logits_to_dlogits, losses, targets, mask, N, V,
+                                                   grad_scale));
+}
+void ProfilingBackend::adamw_update(float* params, const float* grads, float* m, float* v,
+                                    size_t n, const AdamWParams& hp) {
+    CTX_TIMED("adamw_update", fmt::format("n={}", n), 0,
+              inner_.adamw_update(params, grads, m, v, n, hp));
+}
+
+#undef CTX_TIMED
+
+}  // namespace ctx

@@ -1,0 +1,116 @@
+// A Backend that forwards every op to another one and times it: where a training step's
+// milliseconds go, op by op and shape by shape (`ctxengine bench --profile`).
+//
+// CPU ops are synchronous, so each op's wall time is its cost. A device backend queues its
+// kernels; there every timed op ends with a one-float read-back (sum_squares) to wait for them,
+// which serialises the stream: the profile then shows each op's own time, not the overlapped
+// step.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace ctx {
+
+struct OpProfileRow {
+    std::string op;     // "matmul_forward"
+    std::string shape;  // "N=2048 IC=256 OC=768"
+    long calls = 0;
+    double seconds = 0;
+    double flops = 0;   // the op's arithmetic (matrix products and attention only; 0 otherwise)
+};
+
+class ProfilingBackend : public Backend {
+public:
+    explicit ProfilingBackend(Backend& inner);
+    ~ProfilingBackend() override;
+
+    void reset();  // forgets what was timed so far (e.g. after warm-up steps)
+    // Rows by decreasing time.
+    std::vector<OpProfileRow> rows() const;
+    double total_seconds() const;  // the sum over rows
+
+    DeviceKind kind() const override { return inner_.kind(); }
+    std::string name() const override { return inner_.name(); }
+    Precision precision() const override { return inner_.precision(); }
+
+    float* alloc_floats(size_t n) override { return inner_.alloc_floats(n); }
+    void free_floats(float* p) override { inner_.free_floats(p); }
+    void copy_to_device(float* dst, const float* src, size_t n) override;
+    void copy_to_host(float* dst, const float* src, size_t n) override;
+    void zero(float* p, size_t n) override;
+    void copy(float* dst, const float* src, size_t n) override;
+    BatchInputs stage_batch(const BatchInputs& host) override;
+    uint64_t input_readbacks() const override { return inner_.input_readbacks(); }
+
+    void add(float* out, const float* a, const float* b, size_t n) override;
+    void accumulate(float* y, const float* x, size_t n) override;
+    void scale(float* x, float s, size_t n) override;
+    double sum_squares(const float* x, size_t n) override;
+    void embedding_forward(float* out, const int32_t* tokens, const float* positions,
+                           const float* wte, const float* wpe, int N, int C, int V,
+                           int P) override;
+    void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                            const float* positions, int N, int C, int V, int P) override;
+    void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                           const float* w, const float* b, int N, int C, float eps) override;
+    void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                            const float* inp, const float* w, const float* mean,
+                            const float* rstd, int N, int C) override;
+    void matmul_forward(float* out, const float* inp, const float* W, const float* bias, int N,
+                        int IC, int OC) override;
+    void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
+                         const float* inp, const float* W, int N, int IC, int OC) override;
+    void activation_forward(float* out, const float* inp, size_t n, Activation act) override;
+    void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
+                             Activation act) override;
+    void rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,
+                        const RotarySpec& spec) override;
+    void rotary_backward(float* dqkv, const float* positions, int B, int T, int C, int H,
+                         const RotarySpec& spec) override;
+    void attention_forward(float* out, float* saved, const float* qkv, const float* positions,
+                           int B, int T, int C, int H, const AttentionOptions& opt) override;
+    void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                            const float* saved, const float* out, const float* positions, int B,
+                            int T, int C, int H, const AttentionOptions& opt) override;
+    size_t attention_scratch_floats(int B, int T, int C, int H,
+                                    AttentionMode mode) const override {
+        return inner_.attention_scratch_floats(B, T, C, H, mode);
+    }
+    bool attention_mode_supported(AttentionMode mode, int C, int H) const override {
+        return inner_.attention_mode_supported(mode, C, H);
+    }
+    AttentionMode attention_mode_auto(int T, int C, int H) const override {
+        return inner_.attention_mode_auto(T, C, H);
+    }
+    void attention_cached_forward(float* out, float* scratch, const float* qkv, const float* kc,
+                                  const float* vc, const float* kpos, const int32_t* lens, int B,
+                                  int Tq, int S, int C, int H,
+                                  const AttentionOptions& opt) override;
+    size_t attention_cached_scratch_floats(int S) const override {
+        return inner_.attention_cached_scratch_floats(S);
+    }
+    void crossentropy_forward(float* losses, const float* logits, const int32_t* targets,
+                              const float* mask, int N, int V) override;
+    void crossentropy_forward_backward(float* logits_to_dlogits, float* losses,
+                                       const int32_t* targets, const float* mask, int N, int V,
+                                       float grad_scale) override;
+    void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                      const AdamWParams& hp) override;
+
+private:
+    using Clock = std::chrono::steady_clock;
+    // Waits for the inner backend's queued work (device backends only).
+    void sync();
+    void record(const char* op, std::string shape, Clock::time_point t0, double flops = 0);
+
+    Backend& inner_;
+    float* probe_ = nullptr;  // one device float to read back (sync)
+    std::map<std::pair<std::string, std::string>, OpProfileRow> rows_;
+};
+
+}  // namespace ctx
