@@ -140,6 +140,41 @@ INSTANTIATE_TEST_SUITE_P(
         RotaryCase{"disabled", 1, 3, 8, 2, 0, ctx::RotaryLayout::Half, 1.0f, 1.0f, false, kContiguous}),
     [](const auto& info) { return info.param.name; });
 
+// The backend keeps the rotation tables of the last positions and spec (RotaryCache). Changing
+// either in place, behind the same pointers, must give what a fresh backend computes.
+TEST(OpsCpuRotaryCache, PositionsAndSpecChangedInPlaceAreNoticed) {
+    const int B = 2, T = 3, C = 8, H = 2, dr = 4;
+    std::vector<float> positions = {0, 1, 2, 5, 6, 7}, inv_freq = {1.0f, 0.01f};
+    ctx::RotarySpec spec;
+    spec.rotary_dims = dr;
+    spec.inv_freq = inv_freq.data();
+    ref::Rng rng(7);
+    const auto qkv = ref::to_float(rng.normals(size_t(B) * T * 3 * C));
+    auto cached = ctx::make_cpu_backend(1);
+    auto rotate = [&](ctx::Backend& be) {
+        auto x = qkv;
+        be.rotary_forward(x.data(), positions.data(), B, T, C, H, spec);
+        return x;
+    };
+    auto fresh = [&] { return rotate(*ctx::make_cpu_backend(1)); };
+    const auto first = rotate(*cached);
+    EXPECT_EQ(rotate(*cached), first);  // from the tables
+    positions[4] = 16.0f;               // one position, same pointer
+    EXPECT_EQ(rotate(*cached), fresh());
+    EXPECT_NE(rotate(*cached), first);
+    inv_freq[1] = 0.5f;  // the spec's array, same pointer
+    EXPECT_EQ(rotate(*cached), fresh());
+    spec.position_scale = 0.25f;
+    EXPECT_EQ(rotate(*cached), fresh());
+    spec.attention_factor = 1.5f;
+    EXPECT_EQ(rotate(*cached), fresh());
+    // Backward after forward, on the same tables: the transpose undoes the (orthogonal) rotation.
+    spec.attention_factor = 1.0f;
+    auto x = rotate(*cached);
+    cached->rotary_backward(x.data(), positions.data(), B, T, C, H, spec);
+    for (size_t i = 0; i < x.size(); i++) EXPECT_NEAR(x[i], qkv[i], 1e-5f) << i;
+}
+
 TEST(OpsCpuRotaryChecks, RejectsBadRotaryDims) {
     std::vector<float> qkv(3 * 8), pos(1, 0.0f), inv(8, 1.0f);
     ctx::RotarySpec spec;

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "backend/cpu/cpu_attention_bias.h"
 #include "backend/cpu/cpu_backend.h"
@@ -32,25 +33,23 @@ namespace {
 // Per-token tables of the rotation: cos, sin of a_k = (p * position_scale) * inv_freq[k] and the
 // scales of q and k, attention_factor * zeta_k^(+-p / amp_scale_base). Angles and powers are
 // computed in double (positions reach ~1e5, where a float angle would be off by ~1e-2 rad).
-struct RotaryTables {
-    float cs[kMaxRotaryPairs], sn[kMaxRotaryPairs], qs[kMaxRotaryPairs], ks[kMaxRotaryPairs];
-};
-
-void fill_rotary_tables(RotaryTables& t, float p, const RotarySpec& spec) {
+// t (4, half): cos, sin, q scale, k scale.
+void fill_rotary_tables(float* t, float p, const RotarySpec& spec) {
     const int half = spec.rotary_dims / 2;
+    float *cs = t, *sn = t + half, *qsc = t + 2 * half, *ksc = t + 3 * half;
     const double ps = double(p) * double(spec.position_scale);
     for (int k = 0; k < half; k++) {
         const double a = ps * double(spec.inv_freq[k]);
-        t.cs[k] = float(std::cos(a));
-        t.sn[k] = float(std::sin(a));
+        cs[k] = float(std::cos(a));
+        sn[k] = float(std::sin(a));
         double qs = spec.attention_factor, ks = spec.attention_factor;
         if (spec.amp_base != nullptr) {
             const double e = double(p) / double(spec.amp_scale_base);
             qs *= std::pow(double(spec.amp_base[k]), e);
             ks *= std::pow(double(spec.amp_base[k]), -e);
         }
-        t.qs[k] = float(qs);
-        t.ks[k] = float(ks);
+        qsc[k] = float(qs);
+        ksc[k] = float(ks);
     }
 }
 
@@ -70,23 +69,18 @@ inline void rotate_head(float* x, int dr, RotaryLayout layout, const float* cs, 
     }
 }
 
-void rotary_apply(float* qkv, const float* positions, int B, int T, int C, int H,
-                  const RotarySpec& spec, float sign) {
-    check_rotary(C, H, spec);
-    if (spec.rotary_dims == 0) return;
-    const int D = C / H, dr = spec.rotary_dims;
-#pragma omp parallel
-    {
-        RotaryTables tab;  // per thread, on the stack
-#pragma omp for schedule(static)
-        for (int bt = 0; bt < B * T; bt++) {
-            fill_rotary_tables(tab, positions[bt], spec);
-            float* q = qkv + size_t(bt) * 3 * C;  // (C) = H x D
-            float* k = q + C;                     // (C)
-            for (int h = 0; h < H; h++) {
-                rotate_head(q + h * D, dr, spec.layout, tab.cs, tab.sn, tab.qs, sign);
-                rotate_head(k + h * D, dr, spec.layout, tab.cs, tab.sn, tab.ks, sign);
-            }
+// qkv (B*T, 3C) rotated by tables (B*T, 4, half).
+void rotary_apply(float* qkv, const float* tables, int BT, int C, int H, const RotarySpec& spec,
+                  float sign) {
+    const int D = C / H, dr = spec.rotary_dims, half = dr / 2;
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < BT; bt++) {
+        const float* t = tables + size_t(bt) * 4 * half;  // (4, half)
+        float* q = qkv + size_t(bt) * 3 * C;  // (C) = H x D
+        float* k = q + C;                     // (C)
+        for (int h = 0; h < H; h++) {
+            rotate_head(q + h * D, dr, spec.layout, t, t + half, t + 2 * half, sign);
+            rotate_head(k + h * D, dr, spec.layout, t, t + half, t + 3 * half, sign);
         }
     }
 }
@@ -95,15 +89,45 @@ void rotary_apply(float* qkv, const float* positions, int B, int T, int C, int H
 
 // ================================================================ rotary ops
 
+const float* CpuBackend::rotary_tables(const float* positions, int N, const RotarySpec& spec) {
+    const int half = spec.rotary_dims / 2;
+    std::vector<float> key = {float(spec.rotary_dims), float(int(spec.layout)),
+                              spec.position_scale, spec.attention_factor, spec.amp_scale_base,
+                              spec.amp_base != nullptr ? 1.0f : 0.0f};
+    key.insert(key.end(), spec.inv_freq, spec.inv_freq + half);
+    if (spec.amp_base != nullptr) key.insert(key.end(), spec.amp_base, spec.amp_base + half);
+    RotaryCache& c = rotary_cache_;
+    // Compared bit for bit (memcmp): a NaN-free key, and -0 vs 0 counts as a change.
+    const bool same = c.half == half && c.spec_key.size() == key.size() &&
+                      c.positions.size() == size_t(N) &&
+                      std::memcmp(c.spec_key.data(), key.data(), key.size() * sizeof(float)) == 0 &&
+                      std::memcmp(c.positions.data(), positions, size_t(N) * sizeof(float)) == 0;
+    if (!same) {
+        c.half = half;
+        c.spec_key = std::move(key);
+        c.positions.assign(positions, positions + N);
+        c.tables.resize(size_t(N) * 4 * half);
+        float* tables = c.tables.data();
+#pragma omp parallel for schedule(static)
+        for (int n = 0; n < N; n++)
+            fill_rotary_tables(tables + size_t(n) * 4 * half, positions[n], spec);
+    }
+    return c.tables.data();
+}
+
 void CpuBackend::rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,
                                 const RotarySpec& spec) {
-    rotary_apply(qkv, positions, B, T, C, H, spec, +1.0f);
+    check_rotary(C, H, spec);
+    if (spec.rotary_dims == 0) return;
+    rotary_apply(qkv, rotary_tables(positions, B * T, spec), B * T, C, H, spec, +1.0f);
 }
 
 void CpuBackend::rotary_backward(float* dqkv, const float* positions, int B, int T, int C, int H,
                                  const RotarySpec& spec) {
+    check_rotary(C, H, spec);
+    if (spec.rotary_dims == 0) return;
     // The forward map per pair is s * R(a); its transpose is s * R(-a).
-    rotary_apply(dqkv, positions, B, T, C, H, spec, -1.0f);
+    rotary_apply(dqkv, rotary_tables(positions, B * T, spec), B * T, C, H, spec, -1.0f);
 }
 
 // ================================================================ attention ops
@@ -171,9 +195,7 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
                 add_bias_row(row, 0, table_bh ? table_bh + size_t(i) * T : nullptr, pos, i, lo,
                              h, opt.bias, be);
                 // softmax over [lo, i]
-                float mx = row[lo];
-#pragma omp simd reduction(max : mx)
-                for (int j = lo + 1; j <= i; j++) mx = std::max(mx, row[j]);
+                const float mx = row_max(row + lo, i - lo + 1);
                 float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
                 for (int j = lo; j <= i; j++) {
@@ -322,8 +344,7 @@ void CpuBackend::attention_cached_forward(float* out, float* scratch, const floa
                                 ? opt.bias.table + ((size_t(b) * H + h) * Tq + i) * S
                                 : nullptr;
         add_bias_row(row, 0, trow, pos, c, lo, h, opt.bias, be);
-        float mx = row[lo];
-        for (int j = lo + 1; j <= c; j++) mx = std::max(mx, row[j]);
+        const float mx = row_max(row + lo, c - lo + 1);
         float sum = 0.0f;
         for (int j = lo; j <= c; j++) {
             row[j] = fast_exp(row[j] - mx);

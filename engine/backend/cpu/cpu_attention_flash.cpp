@@ -85,9 +85,7 @@ void CpuBackend::flash_forward(float* out, float* lse, const float* qkv, const f
                                  lo, h, opt.bias, be);
                     float* r = row + (lo - j0);  // (n) keys lo .. i
                     const int n = i - lo + 1;
-                    float mx = r[0];
-#pragma omp simd reduction(max : mx)
-                    for (int x = 1; x < n; x++) mx = std::max(mx, r[x]);
+                    const float mx = row_max(r, n);
                     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
                     for (int x = 0; x < n; x++) {

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/op_common.h"
@@ -22,6 +23,17 @@ namespace ctx::cpu {
 inline constexpr int kAttnBlock = 64;
 // kMaxT5Buckets (the per-(b, h) gradient slots are this big) and kMaxRotaryPairs (per-token
 // cos/sin tables live on the stack) come from backend/op_common.h.
+
+// The rotation of every token of a pass (cos, sin and the q / k scales of each pair), for the
+// positions and spec it was computed from. All layers of a pass, forward and backward, rotate by
+// the same positions: the tables are computed once (in double: the sin/cos were 6% of a
+// recipe-base step when every layer recomputed them) and reused while positions and spec match.
+struct RotaryCache {
+    std::vector<float> positions;  // (N) the key: the positions ...
+    std::vector<float> spec_key;   // ... and the spec's numbers (fields, inv_freq, amp_base)
+    int half = 0;                  // pairs per token
+    std::vector<float> tables;     // (N, 4, half): cos, sin, q scale, k scale
+};
 
 class CpuBackend final : public Backend {
 public:
@@ -101,7 +113,12 @@ private:
                         int C, int H, const AttentionOptions& opt);
     size_t flash_scratch_floats(int B, int T, int H) const;
 
+    // The rotation tables for these positions and spec (RotaryCache), computed when they differ
+    // from the cached ones.
+    const float* rotary_tables(const float* positions, int N, const RotarySpec& spec);
+
     int threads_;  // OpenMP threads of the regions that use per-thread scratch
+    RotaryCache rotary_cache_;
 };
 
 }  // namespace ctx::cpu

@@ -15,12 +15,6 @@ namespace {
 
 inline float mask_at(const float* mask, int n) { return mask != nullptr ? mask[n] : 1.0f; }
 
-inline float row_max(const float* x, int V) {
-    float m = x[0];
-#pragma omp simd reduction(max : m)
-    for (int i = 0; i < V; i++) m = std::max(m, x[i]);
-    return m;
-}
 
 }  // namespace
 
