@@ -196,16 +196,10 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
                              h, opt.bias, be);
                 // softmax over [lo, i]
                 const float mx = row_max(row + lo, i - lo + 1);
-                float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                for (int j = lo; j <= i; j++) {
-                    const float e = fast_exp(row[j] - mx);
-                    row[j] = e;
-                    sum += e;
-                }
-                const float inv = 1.0f / sum;
+                const float inv = 1.0f / exp_shifted_sum(row + lo, i - lo + 1, T - lo, mx);
+                const int end = std::min(T, lo + (i - lo + 16) / 16 * 16);  // whole vectors
 #pragma omp simd
-                for (int j = lo; j <= i; j++) row[j] *= inv;
+                for (int j = lo; j < end; j++) row[j] *= inv;
             }
             // out[i0:i1] = P[i0:i1, j0:i1] v[j0:i1]
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, Nk, 1.0f, s_blk, T,

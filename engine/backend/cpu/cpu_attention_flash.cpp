@@ -86,13 +86,7 @@ void CpuBackend::flash_forward(float* out, float* lse, const float* qkv, const f
                     float* r = row + (lo - j0);  // (n) keys lo .. i
                     const int n = i - lo + 1;
                     const float mx = row_max(r, n);
-                    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-                    for (int x = 0; x < n; x++) {
-                        const float e = fast_exp(r[x] - mx);
-                        r[x] = e;
-                        sum += e;
-                    }
+                    const float sum = exp_shifted_sum(r, n, Nk - (lo - j0), mx);
                     // masked keys of this row: before the window, after the diagonal
                     for (int x = 0; x < lo - j0; x++) row[x] = 0.0f;
                     for (int x = i - j0 + 1; x < Nk; x++) row[x] = 0.0f;
