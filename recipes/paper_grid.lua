@@ -16,7 +16,9 @@
 --   windows for the first half, 4Lt after), chunk-0.25 with boundary "next"
 -- and ALiBi, KERPLE-log, KERPLE-power, T5 trained from scratch at Lt, evaluated to 8Lt.
 -- OOTB, DA, chunk-0.25, prefix-0.25 and full-2Lt run with 3 seeds (base model and data order);
--- the tables show their mean and, after "±", half the range.
+-- the tables show their mean and, after "±", half the range. Every cell's model also takes the
+-- passkey probe (eval/passkey: teacher-forced and generated, 5 depths x 4 prompts per length) at
+-- 1, 2, 4 Lt (8 Lt for the bias PEs).
 --
 -- Every cell's results are written to OUT/cell_<cell>.lua when it finishes, so a killed grid
 -- run again continues where it stopped (base models are reused from OUT/base_* likewise).
@@ -133,6 +135,38 @@ local function evaluate_saved(path, pe, tags, multiples)
   return result
 end
 
+-- The passkey probe on a saved model at each of `multiples` (learned tables interpolated as
+-- above): pk[m] = { tf = teacher-forced accuracy, gen = generated accuracy }. Quick mode probes
+-- 8 Lt and 16 Lt instead: the prompt's fixed text is 141 of its tokens, more than 4 x its Lt of 32.
+local function passkey(path, pe, tags, multiples)
+  local pk = {}
+  local function probe(model, ms)
+    local lengths = {}
+    for i, m in ipairs(ms) do lengths[i] = m * Lt end
+    local task = ctx.eval("passkey", { token_lengths = lengths, num_depths = quick and 2 or 5,
+                                       per_setting = quick and 1 or 4 })
+    for _, r in ipairs(ctx.run_eval{ eval = task, model = model, data = corpus.val, out_dir = out,
+                                     tokenizer = corpus.tokenizer, tags = tags }) do
+      if r.task == "passkey_by_length" then
+        local num = function(v) return type(v) == "number" and v or 0 / 0 end
+        pk[r.length // Lt] = { tf = num(r.tf_accuracy), gen = num(r.accuracy) }
+      end
+    end
+  end
+  if quick then multiples = { 8, 16 } end
+  if pe == "learned" then
+    for _, m in ipairs(multiples) do
+      -- room for the prompt and the 12 tokens the probe generates after it
+      local copy = ctx.load(path)
+      if m * Lt + 16 > copy:config().context_length then copy:extend(m * Lt + 16) end
+      probe(copy, { m })
+    end
+  else
+    probe(ctx.load(path), multiples)
+  end
+  return pk
+end
+
 -- ---------------------------------------------------------------- models
 local spec = {
   learned = { style = "gpt2", pe = { "learned", { init_std = 0.02 } } },
@@ -197,10 +231,21 @@ local extend_optimizer = { lr = 1e-3, warmup_steps = 20, min_lr = 1e-4, weight_d
 for k, v in pairs(C.extend_optimizer or {}) do extend_optimizer[k] = v end
 
 -- One cell: a method applied to the base (pe, seed), trained and evaluated, or loaded from disk.
+-- A cell finished by an earlier run without the passkey probe gets it now.
+local function with_passkey(name, result, path, pe, multiples)
+  if result.passkey then return result end
+  ctx.log(string.format("passkey: %s", name))
+  result.passkey = passkey(path, pe, { method = name }, multiples)
+  save_cell(name, result)
+  return result
+end
+
 local function run_cell(method, pe, seed)
   local name = string.format("%s_%s_s%d", method.name, pe, seed)
   local done = load_cell(name)
-  if done then return done end
+  if done then
+    return with_passkey(name, done, ctx.latest_checkpoint(out .. "/ckpt_" .. name), pe, { 1, 2, 4 })
+  end
   local path = base(pe, seed)
   local model = ctx.load(path)
   local row_len = method.row_len or Lt
@@ -216,29 +261,26 @@ local function run_cell(method, pe, seed)
   local dir = out .. "/ckpt_" .. name
   ctx.save_checkpoint(dir, { model = model, metadata = { method = method.name, seed = seed } })
   local result = evaluate_saved(ctx.latest_checkpoint(dir), pe, { method = name }, { 1, 2, 4 })
-  save_cell(name, result)
-  return result
+  return with_passkey(name, result, ctx.latest_checkpoint(dir), pe, { 1, 2, 4 })
 end
 
 local function run_ootb(pe, seed)
   local name = string.format("OOTB_%s_s%d", pe, seed)
   local done = load_cell(name)
-  if done then return done end
+  if done then return with_passkey(name, done, base(pe, seed), pe, { 1, 2, 4 }) end
   local result = evaluate_saved(base(pe, seed), pe, { method = name }, { 1, 2, 4 })
-  save_cell(name, result)
-  return result
+  return with_passkey(name, result, base(pe, seed), pe, { 1, 2, 4 })
 end
 
 -- Bias PEs from scratch at Lt, evaluated to 8Lt.
 local function run_scratch(pe)
   local name = "scratch_" .. pe
   local done = load_cell(name)
-  if done then return done end
+  if done then return with_passkey(name, done, base(pe, 1), pe, { 1, 2, 4, 8 }) end
   local model = ctx.load(base(pe, 1))
   local result = new_result()
   evaluate(model, { method = name }, { 1, 2, 4, 8 }, result)
-  save_cell(name, result)
-  return result
+  return with_passkey(name, result, base(pe, 1), pe, { 1, 2, 4, 8 })
 end
 
 -- ---------------------------------------------------------------- the grid
@@ -326,9 +368,34 @@ if recall then
     line(string.format("%-16s | %s %s %s %s | %s %s %s %s", row, table.unpack(cells)))
   end
 end
+local pk_multiples = quick and { 8, 16 } or { 1, 2, 4 }
 line("")
-line("Trained from scratch at Lt, mean per-window perplexity (recall [2Lt,4Lt) at 4Lt):")
-h = string.format("%-16s | %9s %9s %9s %9s | %9s", "PE", "Lt", "2Lt", "4Lt", "8Lt", "recall")
+line("Passkey accuracy, teacher-forced (generated in brackets), by prompt length:")
+h = string.format("%-16s |", "method")
+for _, pe in ipairs{ "APE", "RoPE" } do
+  for _, m in ipairs(pk_multiples) do h = h .. string.format(" %21s", string.format("%s %dLt", pe, m)) end
+  if pe == "APE" then h = h .. " |" end
+end
+line(h); line(string.rep("-", #h))
+for _, row in ipairs(rows_order) do
+  local t = string.format("%-16s |", row)
+  for _, pe in ipairs{ "learned", "rope" } do
+    local list = results[row][pe]
+    for _, m in ipairs(pk_multiples) do
+      local get_tf = function(r) return ((r.passkey or {})[m] or {}).tf end
+      local get_gen = function(r) return ((r.passkey or {})[m] or {}).gen end
+      t = t .. string.format(" %21s", cell(list, get_tf, "%.2f") .. " (" .. cell(list, get_gen, "%.2f") .. ")")
+      csv_row(row, pe, "passkey_tf", m, list, get_tf)
+      csv_row(row, pe, "passkey_gen", m, list, get_gen)
+    end
+    if pe == "learned" then t = t .. " |" end
+  end
+  line(t)
+end
+line("")
+line("Trained from scratch at Lt, mean per-window perplexity (recall [2Lt,4Lt) at 4Lt; passkey")
+line("teacher-forced at the longest length):")
+h = string.format("%-16s | %9s %9s %9s %9s | %9s %9s", "PE", "Lt", "2Lt", "4Lt", "8Lt", "recall", "passkey")
 line(h); line(string.rep("-", #h))
 for _, pe in ipairs(scratch) do
   local list = results.scratch[pe]
@@ -338,7 +405,10 @@ for _, pe in ipairs(scratch) do
     csv_row("scratch", pe, "ppl", m, list, function(r) return r.ppl[m] end)
   end
   c[#c + 1] = string.format("%9s", cell(list, function(r) return (r.rec[4] or {})[2] end, "%.2f"))
-  line(string.format("%-16s | %s %s %s %s | %s", pe, table.unpack(c)))
+  local get_pk = function(r) return ((r.passkey or {})[quick and 16 or 8] or {}).tf end
+  c[#c + 1] = string.format("%9s", cell(list, get_pk, "%.2f"))
+  csv_row("scratch", pe, "passkey_tf", quick and 16 or 8, list, get_pk)
+  line(string.format("%-16s | %s %s %s %s | %s %s", pe, table.unpack(c)))
 end
 line(string.format("(± is half the range over %d seeds of base model and data order)", #seeds))
 
