@@ -22,7 +22,8 @@
 --
 -- Every cell's results are written to OUT/cell_<cell>.lua when it finishes, so a killed grid
 -- run again continues where it stopped (base models are reused from OUT/base_* likewise).
--- Tables: OUT/grid.txt and OUT/grid.csv; per-cell CSVs from the eval tasks in OUT/.
+-- Tables: OUT/grid.txt and OUT/grid.csv; per-cell CSVs from the eval tasks in OUT/; the figure:
+-- python3 scripts/plot.py OUT (OUT/grid.png).
 local C = require("common")
 local which = arg[1] or "generated"
 local out = arg[2] or ("runs/paper_grid_" .. which)

@@ -15,6 +15,9 @@ ruler_niah.csv (whichever exist; several run directories are merged) and writes 
                              figure: one row of panels per series, one panel per measured score
                              (generated, teacher-forced, and their windowed controls)
   ruler_niah_heatmap.png     the same for the RULER tasks (a series per variant and haystack)
+  grid.png                   recipes/paper_grid.lua's grid.csv: perplexity against length and
+                             recall at [2Lt, 4Lt) per method, APE and RoPE panels, seed spread
+                             (half the range) as error bars
 
 A series is one combination of the recipe's tags (method, pe, ...): every column that is not a
 known field of the task. Needs matplotlib (Debian: python3-matplotlib).
@@ -244,6 +247,54 @@ def plot_ruler(plt, dirs, out):
                         "RULER needle tasks by length and depth (fraction of values found)")
 
 
+def plot_grid(plt, dirs, out):
+    """recipes/paper_grid.lua's grid.csv (row,pe,seeds,measure,multiple,mean,half_range)."""
+    rows = []
+    for d in dirs:
+        path = os.path.join(d, "grid.csv")
+        if os.path.exists(path):
+            with open(path, newline="") as f:
+                rows += list(csv.DictReader(f))
+    if not rows:
+        return None
+    methods = list(OrderedDict.fromkeys(r["row"] for r in rows if r["row"] != "scratch"))
+    pes = [("learned", "APE"), ("rope", "RoPE")]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    for col, (pe, label) in enumerate(pes):
+        ax = axes[0][col]
+        for i, m in enumerate(methods):
+            pts = sorted((int(r["multiple"]), float(r["mean"]), float(r["half_range"]))
+                         for r in rows if r["row"] == m and r["pe"] == pe and r["measure"] == "ppl")
+            if pts:
+                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
+                            marker="os^vD"[i % 5], color=plt.cm.tab20(i % 20), capsize=3, label=m)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("evaluation length (multiples of Lt)")
+        ax.set_ylabel("mean per-window perplexity")
+        ax.set_title(f"{label}: perplexity by length")
+        ax.grid(True, alpha=0.3)
+        ax = axes[1][col]
+        bars = [(m, r) for m in methods for r in rows
+                if r["row"] == m and r["pe"] == pe and r["measure"] == "recall_bin2" and r["multiple"] == "4"]
+        wins = {r["row"]: float(r["mean"]) for r in rows if r["pe"] == pe and
+                r["measure"] == "windowed_recall_bin2" and r["multiple"] == "4"}
+        xs = range(len(bars))
+        # error bars only where several seeds ran (a single seed has no spread to show)
+        ax.bar(xs, [float(r["mean"]) for _, r in bars],
+               yerr=[float(r["half_range"]) if int(r["seeds"]) > 1 else 0 for _, r in bars],
+               capsize=3, color="tab:blue", label="full attention (bars: seed spread)")
+        ax.scatter(xs, [wins.get(m, math.nan) for m, _ in bars], color="tab:red", zorder=3,
+                   label="windowed control")
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([m for m, _ in bars], rotation=45, ha="right")
+        ax.set_ylabel("recall accuracy, distance [2Lt, 4Lt)")
+        ax.set_title(f"{label}: recall at 4Lt beyond 2Lt")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0][1].legend(fontsize=7, ncol=2)
+    return save(fig, out, "grid.png")
+
+
 def save(fig, out, name):
     path = os.path.join(out, name)
     fig.tight_layout()
@@ -271,10 +322,12 @@ def main():
     os.makedirs(out, exist_ok=True)
     made = [p for p in (f(plt, args.runs, out) for f in (plot_perplexity, plot_curve,
                                                           plot_longchat, plot_altqa,
-                                                          plot_passkey, plot_ruler)) if p]
+                                                          plot_passkey, plot_ruler,
+                                                          plot_grid)) if p]
     if not made:
         print("plot: no evaluation CSVs (perplexity.csv, perplexity_curve.csv, longchat_lines.csv, "
-              "altqa.csv, passkey.csv, ruler_niah.csv) in " + ", ".join(args.runs), file=sys.stderr)
+              "altqa.csv, passkey.csv, ruler_niah.csv, grid.csv) in " + ", ".join(args.runs),
+              file=sys.stderr)
         return 1
     for p in made:
         print("wrote " + p)

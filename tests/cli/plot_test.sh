@@ -33,9 +33,21 @@ done
     echo "ruler_niah,b,$v,noise,numbers,$L,$((L / 128)),$(awk "BEGIN{print $i / 9}"),2,$((L - 129)),0.5,0.$i,$tf,nan,128,0.1,nan,nan,128"
   done; done; done
 } > "$dir/b/ruler_niah.csv"
+# recipes/paper_grid.lua's grid.csv: two methods (one over 3 seeds), both PEs.
+{
+  echo "row,pe,seeds,measure,multiple,mean,half_range"
+  for pe in learned rope; do for m in 1 2 4; do
+    echo "OOTB,$pe,3,ppl,$m,$((m + 2)).5,0.1"
+    echo "chunk-0.25,$pe,1,ppl,$m,2.8,0.000000"
+  done
+  echo "OOTB,$pe,3,recall_bin2,4,0.03,0.01"; echo "OOTB,$pe,3,windowed_recall_bin2,4,0.02,0.01"
+  echo "chunk-0.25,$pe,1,recall_bin2,4,0.12,0"; echo "chunk-0.25,$pe,1,windowed_recall_bin2,4,0.03,0"
+  done
+  echo "scratch,alibi,1,ppl,8,2.5,0"
+} > "$dir/b/grid.csv"
 out=$("$py" "$src/scripts/plot.py" "$dir/a" "$dir/b" --out "$dir/png")
 echo "$out"
-for png in perplexity_vs_length position_loss passkey_heatmap ruler_niah_heatmap; do
+for png in perplexity_vs_length position_loss passkey_heatmap ruler_niah_heatmap grid; do
   f="$dir/png/$png.png"
   [ -s "$f" ] || { echo "missing $f"; exit 1; }
   [ "$(head -c 8 "$f" | od -An -tx1 | tr -d ' \n')" = "89504e470d0a1a0a" ] || { echo "$f is not a PNG"; exit 1; }
