@@ -1,5 +1,6 @@
 // Optimizer, schedule, clipping and the training loop: closed forms, determinism, a loss curve.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -94,14 +95,15 @@ TEST(Optimizer, ClipsTheGlobalNormToTheLimit) {
     EXPECT_NEAR(opt.grad_norm(), 0.05, 1e-5);  // gradients were scaled in place
 }
 
-std::vector<double> train_losses(uint64_t seed, int steps, std::vector<float>* params_out) {
+std::vector<double> train_losses(uint64_t seed, int steps, std::vector<float>* params_out,
+                                 Backend& be = cpu(), const char* pe = "learned") {
     ModelConfig c = tiny_config();
     c.vocab_size = 32;
     c.init_std = 0.02f;
     c.context_length = 32;
     c.d_model = 32;
     c.ffn_hidden = 64;
-    Model m(c, cpu(), make_pe("learned", c), seed);
+    Model m(c, be, make_pe(pe, c), seed);
     OptimizerConfig oc;
     oc.lr = 1e-2f;
     oc.warmup_steps = 5;
@@ -136,6 +138,28 @@ TEST(Training, SameSeedGivesBitIdenticalLossesAndParameters) {
     EXPECT_EQ(0, std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)));
     const auto c = train_losses(8, 12, nullptr);
     EXPECT_NE(a.back(), c.back());  // another seed, another run
+}
+
+// The CPU backend's results do not depend on its thread count (OpenMP loops own disjoint
+// outputs, reductions run in a fixed order, OpenBLAS splits products without splitting their
+// sums): RoPE as well, whose rotation tables the backend caches across layers.
+TEST(Training, OneAndTwoThreadsGiveBitIdenticalLossesAndParameters) {
+    const int team = omp_get_max_threads();
+    std::vector<float> p1, p2;
+    std::vector<double> a, b;
+    {
+        auto one = make_cpu_backend(1);
+        a = train_losses(5, 6, &p1, *one, "rope");
+    }
+    {
+        auto two = make_cpu_backend(2);
+        b = train_losses(5, 6, &p2, *two, "rope");
+    }
+    make_cpu_backend(team);  // back to the team the other tests use
+    ASSERT_EQ(a.size(), 6u);
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "step " << i + 1;
+    ASSERT_EQ(p1.size(), p2.size());
+    EXPECT_EQ(0, std::memcmp(p1.data(), p2.data(), p1.size() * sizeof(float)));
 }
 
 TEST(Training, LossCurveFallsFromUniformOnAPeriodicSequence) {
