@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_peak.h"
 #include "backend/profiling_backend.h"
+#include "parallel/profiling_comm.h"
 #include "core/error.h"
 #include "core/options.h"
 #include "data/token_source.h"
@@ -58,7 +59,9 @@ void usage() {
         "bf16) or its fp32 peak (fp32, the default: no tensor cores, no TF32). --pe replaces the\n"
         "config's positional encoding (any PE plugin, or none); --attention picks the attention\n"
         "implementation (auto: flash on CUDA, materialised on the CPU). --profile adds a table of\n"
-        "the timed steps' milliseconds by op and shape. docs/BENCHMARKS.md.\n"
+        "the timed steps' milliseconds by op and shape. Under mpirun -np N the ranks train data\n"
+        "parallel (tokens/s and the peak are the world's; the profile adds the collectives).\n"
+        "docs/BENCHMARKS.md.\n"
         "Configs:\n");
     for (const auto& [name, c] : kConfigs)
         std::printf("  %-14s L=%d C=%d H=%d V=%d T=%d B=%d pe=%s: %s\n", name.c_str(), c.n_layer,
@@ -144,7 +147,8 @@ double mfu_peak(const TrainArgs& o, const Backend& backend, int threads, std::st
 
 // The --profile table: per step, every op and shape by decreasing time, then what ran outside the
 // backend (the trainer's host work: batch sampling, loss read-back, gradient-norm bookkeeping).
-void print_profile(const ProfilingBackend& prof, double seconds, int64_t steps) {
+void print_profile(const ProfilingBackend& prof, const ProfilingComm& comm,
+                   const ProfilingGradReducer& reducer, double seconds, int64_t steps) {
     const double step_ms = 1e3 * seconds / static_cast<double>(steps);
     std::printf("profile: per step (%lld timed steps), %.3f ms in all\n",
                 static_cast<long long>(steps), step_ms);
@@ -160,11 +164,25 @@ void print_profile(const ProfilingBackend& prof, double seconds, int64_t steps) 
     for (const OpProfileRow& r : prof.rows())
         row(r.op, r.shape, double(r.calls) / double(steps), 1e3 * r.seconds / double(steps),
             r.seconds > 0 ? r.flops / r.seconds : 0);
-    const double ops_ms = 1e3 * prof.total_seconds() / double(steps);
+    double ops_ms = 1e3 * prof.total_seconds() / double(steps);
+    // Data parallel under mpirun: the gradient reducer's calls (its all-reduce overlaps the
+    // backward pass; these are what the step waits for) and the other collectives (loss, tokens).
+    for (const auto* rows : {&reducer.rows(), &comm.rows()}) {
+        for (const auto& [key, r] : *rows) {
+            const double ms = 1e3 * r.seconds / double(steps);
+            const size_t space = key.find(' ');
+            row("comm: " + key.substr(0, space),
+                space == std::string::npos ? "" : key.substr(space + 1),
+                double(r.calls) / double(steps), ms, 0);
+            ops_ms += ms;
+        }
+    }
     row("(outside the backend)", "host: sampling, bookkeeping", 0, step_ms - ops_ms, 0);
 }
 
-int run_train_bench(const TrainArgs& o, PluginRegistry& registry) {
+// Under mpirun every rank trains its own batches (data parallel, the gradient all-reduce of
+// training); tokens/s and the peak are the world's, rank 0 prints.
+int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     const BenchConfig& bc = kConfigs.at(o.config);
     auto backend = open_bench_backend(o.device, o.precision, o.threads);
     const bool cpu = backend->kind() == DeviceKind::CPU;
@@ -204,37 +222,52 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry) {
     std::vector<int32_t> stream(1 << 20);
     for (auto& t : stream) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(bc.vocab)));
     auto source = std::make_shared<TokenSource>(std::move(stream), bc.vocab);
-    TokenStream batches(source, 1, 0);
-    auto comm = make_single_comm();
+    TokenStream batches(source, 1, world.rank());
+    // --profile: the collectives run through a timing wrapper too.
+    ProfilingComm profiled_comm(world);
+    Comm& comm = o.profile ? static_cast<Comm&>(profiled_comm) : world;
+    // The gradient reducer training would make, kept across the calls (and timed with --profile).
+    auto reducer = make_grad_reducer(model_backend, comm, GradReduceOptions{});
+    ProfilingGradReducer profiled_reducer(*reducer);
     TrainOptions t;
+    t.reducer = o.profile ? static_cast<GradReducer*>(&profiled_reducer) : reducer.get();
     t.batch_size = B;
     t.seq_len = T;
     t.log_every = 0;
     if (o.warmup > 0) {
         t.steps = o.warmup;
-        train(model, opt, batches, t, *comm);
+        train(model, opt, batches, t, comm);
     }
     std::string note;
-    const double peak = mfu_peak(o, *backend, used_threads, &note);
+    // Every rank measures its cores at the same time (their FMA peaks add up).
+    world.barrier();
+    double peak = mfu_peak(o, *backend, used_threads, &note);
+    if (world.size() > 1 && o.peak_flops <= 0) {
+        world.allreduce_sum(&peak, 1);
+        note = fmt::format("{} ranks, rank 0: {}", world.size(), note);
+    }
     // Timed here rather than by train(): a GPU step's last kernels (AdamW) are still queued when
     // train() returns, so the clock stops after a synchronising copy of one parameter.
     float sync = 0;
     backend->copy_to_host(&sync, model.params().data(), 1);
     if (profiler) profiler->reset();
+    profiled_comm.reset();
+    profiled_reducer.reset();
     const auto t0 = std::chrono::steady_clock::now();
     t.steps = o.steps;
-    const TrainResult r = train(model, opt, batches, t, *comm);
+    const TrainResult r = train(model, opt, batches, t, comm);
     backend->copy_to_host(&sync, model.params().data(), 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double tokens_per_s = static_cast<double>(o.steps) * B * T / seconds;
+    const double tokens_per_s = static_cast<double>(o.steps) * B * T * world.size() / seconds;
     const double flops = tokens_per_s * model.flops_per_token(T);
+    if (world.rank() != 0) return 0;
 
     std::printf("config=%s params=%zu L=%d C=%d H=%d V=%d T=%d B=%d pe=%s\n", o.config.c_str(),
                 model.num_params(), c.n_layer, c.d_model, c.n_head, c.vocab_size, T, B,
                 pe_name.c_str());
-    std::printf("device=%s precision=%s attention=%s threads=%d steps=%lld warmup=%lld\n",
+    std::printf("device=%s precision=%s attention=%s threads=%d ranks=%d steps=%lld warmup=%lld\n",
                 backend->name().c_str(), precision_name(backend->precision()),
-                attention_mode_name(model.attention_mode()), used_threads,
+                attention_mode_name(model.attention_mode()), used_threads, world.size(),
                 static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
     if (!cpu && !o.precision_given)
         std::printf("hint: fp32 (the default) runs the matrix products without tensor cores or "
@@ -258,7 +291,7 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry) {
         std::printf("peak_memory_mib=n/a (the Backend interface has no device memory statistics; "
                     "host peak RSS %.1f MiB)\n", peak_rss_mib());
     std::printf("final_loss=%.4f\n", r.steps.back().loss);
-    if (profiler) print_profile(*profiler, seconds, o.steps);
+    if (profiler) print_profile(*profiler, profiled_comm, profiled_reducer, seconds, o.steps);
     return 0;
 }
 
@@ -474,7 +507,8 @@ std::unique_ptr<Backend> open_bench_backend(DeviceChoice device, Precision preci
     return make_cpu_backend(threads);
 }
 
-int run_bench(const std::vector<std::string>& args, PluginRegistry& registry, int threads) {
+int run_bench(const std::vector<std::string>& args, PluginRegistry& registry, int threads,
+              Comm& world) {
     if (!args.empty() && args[0] == "attention")
         return run_bench_attention({args.begin() + 1, args.end()}, registry, threads);
     TrainArgs o;
@@ -489,7 +523,7 @@ int run_bench(const std::vector<std::string>& args, PluginRegistry& registry, in
         usage();
         return 0;
     }
-    return run_train_bench(o, registry);
+    return run_train_bench(o, registry, world);
 }
 
 }  // namespace ctx

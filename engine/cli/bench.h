@@ -10,12 +10,15 @@
 
 #include "backend/backend.h"
 #include "model/device_select.h"
+#include "parallel/comm.h"
 #include "plugin/registry.h"
 
 namespace ctx {
 
 // Runs `ctxengine bench ARGS...`; returns the process exit code (2 for a bad command line).
-int run_bench(const std::vector<std::string>& args, PluginRegistry& registry, int threads);
+// The training benchmark runs data parallel over `world` (mpirun -np N); the others on each rank.
+int run_bench(const std::vector<std::string>& args, PluginRegistry& registry, int threads,
+              Comm& world);
 // `ctxengine bench attention ARGS...` (bench_attention.cpp).
 int run_bench_attention(const std::vector<std::string>& args, PluginRegistry& registry,
                         int threads);

@@ -208,7 +208,7 @@ int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
                                               {"--precision", o.precision}})
                 if (!value.empty() && std::find(args.begin(), args.end(), flag) == args.end())
                     args.insert(args.end(), {flag, value});
-            return ctx::run_bench(args, registry, o.threads);
+            return ctx::run_bench(args, registry, o.threads, *comm);
         } catch (const ctx::Error& e) {
             spdlog::error("{}", e.what());
             return kExitRunError;
