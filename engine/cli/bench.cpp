@@ -226,8 +226,9 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     // --profile: the collectives run through a timing wrapper too.
     ProfilingComm profiled_comm(world);
     Comm& comm = o.profile ? static_cast<Comm&>(profiled_comm) : world;
-    // The gradient reducer training would make, kept across the calls (and timed with --profile).
-    auto reducer = make_grad_reducer(model_backend, comm, GradReduceOptions{});
+    // The gradient reducer training would make, kept across the calls (and timed with --profile);
+    // made on the backend itself, not its timing wrapper (NCCL's needs the CUDA backend's stream).
+    auto reducer = make_grad_reducer(*backend, comm, GradReduceOptions{});
     ProfilingGradReducer profiled_reducer(*reducer);
     TrainOptions t;
     t.reducer = o.profile ? static_cast<GradReducer*>(&profiled_reducer) : reducer.get();
