@@ -388,19 +388,12 @@ double peak_rss_mib() {
 
 double cpu_peak_flops(int threads, std::string* note) {
     double mhz = 0;
-    bool avx512 = false, fma = false;
     std::ifstream cpuinfo("/proc/cpuinfo");
     std::string line;
     const std::regex mhz_re(R"(^cpu MHz\s*:\s*([0-9.]+))");
     std::smatch m;
-    while (std::getline(cpuinfo, line)) {
-        if (mhz <= 0 && std::regex_search(line, m, mhz_re)) mhz = std::stod(m[1]);
-        if (line.rfind("flags", 0) == 0) {
-            avx512 = line.find(" avx512f") != std::string::npos;
-            fma = line.find(" fma") != std::string::npos;
-            if (mhz > 0) break;
-        }
-    }
+    while (mhz <= 0 && std::getline(cpuinfo, line))
+        if (std::regex_search(line, m, mhz_re)) mhz = std::stod(m[1]);
     if (mhz <= 0) mhz = 2000;
     // What the cores really sustain: the nominal clock is often the base clock, far from the one
     // FMA chains run at (cpu_peak.h).
@@ -410,15 +403,15 @@ double cpu_peak_flops(int threads, std::string* note) {
             *note = fmt::format("{} threads x {:.1f} GFLOP/s, measured {} FMA throughput ({:.2f} "
                                 "GHz x {} FLOP/cycle; /proc/cpuinfo says {:.0f} MHz)",
                                 threads, measured.per_thread / 1e9, measured.isa, measured.ghz,
-                                measured.isa == "AVX-512" ? 64 : 32, mhz);
+                                measured.flops_per_cycle, mhz);
         return measured.flops;
     }
-    // FP32 FLOPs per cycle per core: two FMA pipes of 16 lanes (AVX-512) or 8 lanes (AVX2).
-    const double flops_per_cycle = avx512 ? 64 : (fma ? 32 : 16);
+    // Nothing to measure means no AVX2 FMA (cpu_features): 4-lane SSE, a multiply and an add
+    // pipe, 16 FP32 FLOPs per cycle per core.
+    const double flops_per_cycle = 16;
     if (note)
-        *note = fmt::format("{} threads x {:.0f} MHz x {} FLOP/cycle ({}), clock estimate",
-                            threads, mhz, flops_per_cycle,
-                            avx512 ? "AVX-512" : (fma ? "AVX2 FMA" : "SSE"));
+        *note = fmt::format("{} threads x {:.0f} MHz x {} FLOP/cycle (SSE), clock estimate",
+                            threads, mhz, flops_per_cycle);
     return threads * mhz * 1e6 * flops_per_cycle;
 }
 

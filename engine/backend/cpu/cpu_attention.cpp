@@ -197,7 +197,7 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
                 // softmax over [lo, i]
                 const float mx = row_max(row + lo, i - lo + 1);
                 const float inv = 1.0f / exp_shifted_sum(row + lo, i - lo + 1, T - lo, mx);
-                const int end = std::min(T, lo + (i - lo + 16) / 16 * 16);  // whole vectors
+                const int end = lo + whole_vector_end(i - lo + 1, T - lo);
 #pragma omp simd
                 for (int j = lo; j < end; j++) row[j] *= inv;
             }

@@ -30,8 +30,8 @@ CpuBackend::CpuBackend(int threads) {
 }
 
 std::string CpuBackend::name() const {
-    return "cpu (" + std::to_string(threads_) + " threads, OpenBLAS " + ensure_blas_kernels().active +
-           ")";
+    return "cpu (" + std::to_string(threads_) + " threads, OpenBLAS " +
+           ensure_blas_kernels().active + ")";
 }
 
 // ---------------------------------------------------------------- memory

@@ -15,7 +15,6 @@ namespace {
 
 inline float mask_at(const float* mask, int n) { return mask != nullptr ? mask[n] : 1.0f; }
 
-
 }  // namespace
 
 void CpuBackend::crossentropy_forward(float* losses, const float* logits, const int32_t* targets,

@@ -81,8 +81,11 @@ inline float row_max(const float* x, int n) {
 // has room for `room` >= n floats; the loop runs on to the next multiple of 16 within that room,
 // writing 0 there, so it ends on whole vectors: the scalar remainder of a loop of n iterations
 // (up to 15 scalar exps per row) was most of the attention softmax's time at T = 128.
+// The end of a loop over n entries carried on to whole 16-float vectors within `room` entries.
+inline int whole_vector_end(int n, int room) { return std::min(room, (n + 15) / 16 * 16); }
+
 inline float exp_shifted_sum(float* x, int n, int room, float mx) {
-    const int end = std::min(room, (n + 15) / 16 * 16);
+    const int end = whole_vector_end(n, room);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < end; j++) {

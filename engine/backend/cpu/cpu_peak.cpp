@@ -79,7 +79,8 @@ FmaPeak measure_fma_peak(int threads) {
     const double flops_per_thread = double(kIters) * kChains * lanes * 2.0;
     p.per_thread = flops_per_thread / best_s;
     p.flops = p.per_thread * threads;
-    p.ghz = p.per_thread / (2.0 * lanes * 2.0) / 1e9;  // two pipes x lanes x (mul + add)
+    p.flops_per_cycle = 2 * lanes * 2;  // two pipes x lanes x (mul + add)
+    p.ghz = p.per_thread / p.flops_per_cycle / 1e9;
 #endif
     return p;
 }

@@ -8,10 +8,11 @@
 namespace ctx::cpu {
 
 struct FmaPeak {
-    double flops = 0;       // FLOP/s of all threads together (0: no AVX2/AVX-512 FMA to measure)
-    double per_thread = 0;  // FLOP/s of one thread while all run
-    double ghz = 0;         // per_thread / FLOPs per cycle (two FMA pipes x lanes x 2)
-    std::string isa;        // "AVX-512" or "AVX2 FMA"
+    double flops = 0;         // FLOP/s of all threads (0: no AVX2/AVX-512 FMA to measure)
+    double per_thread = 0;    // FLOP/s of one thread while all run
+    int flops_per_cycle = 0;  // per core: two FMA pipes x lanes x 2 (64 AVX-512, 32 AVX2)
+    double ghz = 0;           // per_thread / flops_per_cycle
+    std::string isa;          // "AVX-512" or "AVX2 FMA"
 };
 
 // Runs independent FMA chains (12 vector accumulators: enough to cover two pipes of 4-cycle
