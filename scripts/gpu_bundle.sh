@@ -60,7 +60,7 @@ nccl_line=$(grep -E "^-- NCCL:" "$LOG" | sed 's/^-- //' || true)
 {
     echo "ctxengine GPU bundle, $(git describe --always --dirty 2>/dev/null || echo unknown) ($(git rev-parse --abbrev-ref HEAD 2>/dev/null || echo '?'))"
     echo "built $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(ldd --version | head -1)"
-    echo "CUDA: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || nvcc --version | grep -o 'release [0-9.]*'), sm_80 + sm_90 (+ compute_80/90 PTX)"
+    echo "CUDA: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || nvcc --version | grep -o 'release [0-9.]*'), sm_80 + sm_90 (+ compute_90 PTX)"
     echo "${nccl_line:-NCCL: ?}; MPI: none (single process); host code -march=$MARCH"
 } >"$BUNDLE/BUNDLE_INFO.txt"
 echo "gpu_bundle: built in ${t_build}s, installed into $BUNDLE"

@@ -144,9 +144,13 @@ tests() {
 
 bench() {
     local B=("$RUN" ctxengine bench)
-    # The goals first (docs/BENCHMARKS.md): bf16 MFU, attention at head dim 128; then the rest
-    # while time is left.
+    # The goals first (docs/BENCHMARKS.md): bf16 MFU, tensor-core attention at head dim 128;
+    # then the rest while time is left.
     step bench-gpt2-124m-bf16 90 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
+    step bench-attention-d128-bf16 60 "${B[@]}" attention --device cuda --precision bf16 \
+        --head-dim 128 --T 1024,2048,4096,8192,16384 --pe none,rope,alibi,kerple_log --steps 5 --repeats 2
+    step bench-attention-d64-bf16 60 "${B[@]}" attention --device cuda --precision bf16 \
+        --head-dim 64 --T 1024,2048,4096,8192,16384 --pe none,rope,alibi,kerple_log --steps 5 --repeats 2
     step bench-attention-d128 120 "${B[@]}" attention --device cuda --head-dim 128 \
         --T 1024,2048,4096,8192,16384 --pe none,rope,alibi,kerple_log --steps 5 --repeats 2
     step bench-gpt2-124m-fp32 90 "${B[@]}" --config gpt2-124m --device cuda --precision fp32 --steps 10 --warmup 2

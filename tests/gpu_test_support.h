@@ -34,25 +34,33 @@ inline ctx::Backend& gpu() {
     return *be;
 }
 
-// A device buffer of the CUDA backend, filled from / read back to host vectors.
+// The CUDA backend in bf16 mixed precision (bf16 tensor-core products and flash attention).
+inline ctx::Backend& gpu_bf16() {
+    static std::unique_ptr<ctx::Backend> be = ctx::make_cuda_backend(0, ctx::Precision::Bf16);
+    return *be;
+}
+
+// A device buffer of a CUDA backend (gpu() unless named), filled from / read back to host
+// vectors through that backend, so copies are ordered with the ops it runs.
 class Dev {
 public:
-    explicit Dev(size_t n) : n_(n), p_(gpu().alloc_floats(n)) {}
-    explicit Dev(const FVec& h) : Dev(h.size()) {
-        gpu().copy_to_device(p_, h.data(), h.size());
+    explicit Dev(size_t n, ctx::Backend& be = gpu()) : n_(n), be_(&be), p_(be.alloc_floats(n)) {}
+    explicit Dev(const FVec& h, ctx::Backend& be = gpu()) : Dev(h.size(), be) {
+        be_->copy_to_device(p_, h.data(), h.size());
     }
     Dev(const Dev&) = delete;
     Dev& operator=(const Dev&) = delete;
-    ~Dev() { gpu().free_floats(p_); }
+    ~Dev() { be_->free_floats(p_); }
     float* get() { return p_; }
     FVec host() const {
         FVec h(n_);
-        gpu().copy_to_host(h.data(), p_, n_);
+        be_->copy_to_host(h.data(), p_, n_);
         return h;
     }
 
 private:
     size_t n_;
+    ctx::Backend* be_;
     float* p_;
 };
 

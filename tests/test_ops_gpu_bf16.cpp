@@ -53,10 +53,7 @@ constexpr double kSumTolDW = 5e-5;
 constexpr double kBf16Band = 1e-2;
 constexpr double kBf16Visible = 1e-4;
 
-ctx::Backend& bf16() {
-    static std::unique_ptr<ctx::Backend> be = ctx::make_cuda_backend(0, Precision::Bf16);
-    return *be;
-}
+ctx::Backend& bf16() { return gpu_bf16(); }
 
 // fp32 -> bf16 -> fp32, round to nearest, ties to even (NaN stays NaN; overflow gives +-inf):
 // keep the upper 16 bits and round up when the dropped half is above 0x8000, or exactly 0x8000
@@ -80,25 +77,9 @@ FVec rounded(const FVec& x) {
 }
 
 // A device buffer of the bf16 backend (allocated, filled and read on its own stream).
-class BDev {
-public:
-    explicit BDev(size_t n) : n_(n), p_(bf16().alloc_floats(n)) {}
-    explicit BDev(const FVec& h) : BDev(h.size()) {
-        bf16().copy_to_device(p_, h.data(), h.size());
-    }
-    BDev(const BDev&) = delete;
-    BDev& operator=(const BDev&) = delete;
-    ~BDev() { bf16().free_floats(p_); }
-    float* get() { return p_; }
-    FVec host() const {
-        FVec h(n_);
-        bf16().copy_to_host(h.data(), p_, n_);
-        return h;
-    }
-
-private:
-    size_t n_;
-    float* p_;
+struct BDev : Dev {
+    explicit BDev(size_t n) : Dev(n, gpu_bf16()) {}
+    explicit BDev(const FVec& h) : Dev(h, gpu_bf16()) {}
 };
 
 bool bitwise_equal(const FVec& a, const FVec& b) {

@@ -6,7 +6,8 @@
 // 32-row tile), contiguous / gapped / wide / unsorted fractional positions, head dims 6 to 128,
 // T5 with the lookup table, the direct bucket formula and 512 buckets, the Table bias with
 // dtable; the saved log-sum-exp against a double-precision reference; the accumulate semantics;
-// bit-identical repeated runs (no atomics); the mode contract (supported / auto, scratch and
+// bit-identical repeated runs (no atomics); the bf16 backend's tensor-core kernels on every case
+// against the CPU on bf16-rounded operands; the mode contract (supported / auto, scratch and
 // saved sizes) and its refusals (head dim > 128, missing out or lse, unknown mode).
 //
 // Only the Backend interface is used, so this compiles in every build; every test skips
@@ -53,9 +54,9 @@ void PrintTo(const FlashCase& c, std::ostream* os) { *os << c.name; }
 // Device buffers of one case's inputs and gradients (gradients pre-filled from BiasData).
 struct DevCase {
     Dev pos, qkv, a, b, da, db, table, dtable;
-    DevCase(const FVec& positions, const FVec& q, const BiasData& bd)
-        : pos(positions), qkv(q), a(bd.a), b(bd.b), da(bd.da), db(bd.db), table(bd.table),
-          dtable(bd.dtable) {}
+    DevCase(const FVec& positions, const FVec& q, const BiasData& bd, ctx::Backend& be)
+        : pos(positions, be), qkv(q, be), a(bd.a, be), b(bd.b, be), da(bd.da, be),
+          db(bd.db, be), table(bd.table, be), dtable(bd.dtable, be) {}
 };
 
 // The case's options in `mode`: host pointers into bd (CPU) or the device buffers of dc.
@@ -125,18 +126,20 @@ struct GpuRun {
     FVec out, saved, dqkv, da, db, dtable;
 };
 GpuRun run_gpu(const FlashCase& fc, AttentionMode mode, const FVec& positions, const FVec& qkv,
-               BiasData bd, const FVec& dout, const FVec& dqkv0, bool learn) {
+               BiasData bd, const FVec& dout, const FVec& dqkv0, bool learn,
+               ctx::Backend& be = gpu()) {
     const int B = fc.B, T = fc.T, C = fc.C, H = fc.H;
     FlashCase c = fc;
     c.learn = learn;
-    DevCase dc(positions, qkv, bd);
+    DevCase dc(positions, qkv, bd, be);
     const ctx::AttentionOptions o = options(c, bd, &dc, mode);
     ref::Rng noise(7);
-    Dev out(size_t(B) * T * C), saved(ctx::attention_saved_floats(mode, B, T, H)), gdout(dout),
-        dqkv(dqkv0), scratch(randn(noise, gpu().attention_scratch_floats(B, T, C, H, mode)));
-    gpu().attention_forward(out.get(), saved.get(), dc.qkv.get(), dc.pos.get(), B, T, C, H, o);
-    gpu().attention_backward(dqkv.get(), scratch.get(), gdout.get(), dc.qkv.get(), saved.get(),
-                             out.get(), dc.pos.get(), B, T, C, H, o);
+    Dev out(size_t(B) * T * C, be), saved(ctx::attention_saved_floats(mode, B, T, H), be),
+        gdout(dout, be), dqkv(dqkv0, be),
+        scratch(randn(noise, be.attention_scratch_floats(B, T, C, H, mode)), be);
+    be.attention_forward(out.get(), saved.get(), dc.qkv.get(), dc.pos.get(), B, T, C, H, o);
+    be.attention_backward(dqkv.get(), scratch.get(), gdout.get(), dc.qkv.get(), saved.get(),
+                          out.get(), dc.pos.get(), B, T, C, H, o);
     return {out.host(), saved.host(), dqkv.host(), dc.da.host(), dc.db.host(), dc.dtable.host()};
 }
 
@@ -192,6 +195,77 @@ TEST_P(OpsGpuFlash, ForwardBackwardMatchCpuAndMaterialised) {
     }
 }
 
+// The bf16 backend's flash attention (the tensor-core kernels of cuda_flash_tc.cu) against the
+// CPU backend in fp32 on the same bf16-rounded q, k, v and dout: what remains is the rounding of
+// the probabilities and dlogits entering the products (2^-9 relative each) and the summation
+// order, so outputs and gradients agree to kBf16Tol of their largest entry, while a wrong
+// fragment layout, mask or bias is off by O(1). The bias-parameter gradients are sums over every
+// logit of dlogits that cancel (each row's sum to zero), and dlogit carries the bf16 forward's
+// error through D_i = rowsum(dout * out): they get kBf16BiasTol of their largest entry.
+FVec round_bf16(FVec x) {
+    for (float& v : x) {  // round to nearest even on the upper 16 bits (finite inputs)
+        uint32_t u;
+        std::memcpy(&u, &v, sizeof u);
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        std::memcpy(&v, &u, sizeof u);
+    }
+    return x;
+}
+
+FVec minus(FVec a, const FVec& b) {
+    for (size_t i = 0; i < a.size(); i++) a[i] -= b[i];
+    return a;
+}
+
+constexpr double kBf16Tol = 1e-2;
+constexpr double kBf16BiasTol = 3e-2;
+
+TEST_P(OpsGpuFlash, Bf16TensorCoresMatchCpuOnRoundedOperands) {
+    REQUIRE_GPU();
+    const FlashCase& fc = GetParam();
+    const int B = fc.B, T = fc.T, C = fc.C, H = fc.H;
+    ref::Rng rng(3000 + T * 7 + C + int(fc.kind));
+    const FVec positions = make_positions(rng, B, T, fc.pos);
+    const FVec qkv = round_bf16(randn(rng, size_t(B) * T * 3 * C));
+    const BiasData bd = make_bias_data(rng, fc.kind, fc.B, fc.H, fc.T, fc.num_buckets);
+    const FVec dout = round_bf16(randn(rng, size_t(B) * T * C));
+    const FVec dqkv0 = randn(rng, qkv.size());
+
+    BiasData cb = bd;
+    const ctx::AttentionOptions copt = options(fc, cb, nullptr, AttentionMode::Materialised);
+    FVec out(size_t(B) * T * C), att(size_t(B) * H * T * T), dqkv = dqkv0;
+    cpu().attention_forward(out.data(), att.data(), qkv.data(), positions.data(), B, T, C, H,
+                            copt);
+    FVec cscratch(cpu().attention_scratch_floats(B, T, C, H, AttentionMode::Materialised));
+    cpu().attention_backward(dqkv.data(), cscratch.data(), dout.data(), qkv.data(), att.data(),
+                             nullptr, positions.data(), B, T, C, H, copt);
+
+    const GpuRun f = run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0, fc.learn,
+                             gpu_bf16());
+    EXPECT_CLOSE(f.out, out, kBf16Tol);
+    EXPECT_CLOSE(minus(f.dqkv, dqkv0), minus(dqkv, dqkv0), kBf16Tol);
+    EXPECT_CLOSE(f.saved, reference_lse(fc, qkv, positions, bd), kFwdTol);  // fp32 statistics
+    if (!bd.da.empty()) {
+        EXPECT_CLOSE(minus(f.da, bd.da), minus(cb.da, bd.da), kBf16BiasTol);
+    }
+    if (!bd.db.empty()) {
+        EXPECT_CLOSE(minus(f.db, bd.db), minus(cb.db, bd.db), kBf16BiasTol);
+    }
+    if (!bd.dtable.empty()) {
+        EXPECT_CLOSE(minus(f.dtable, bd.dtable), minus(cb.dtable, bd.dtable), kBf16Tol);
+    }
+    if (!fc.learn) {
+        EXPECT_EQ(f.da, bd.da);
+        EXPECT_EQ(f.db, bd.db);
+        EXPECT_EQ(f.dtable, bd.dtable);
+    }
+    if (T > 1) {  // the probabilities were rounded: not the fp32 kernels' result
+        const GpuRun f32 =
+            run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0, fc.learn);
+        EXPECT_GT(rel_err(f.out, f32.out), 1e-6);
+    }
+}
+
 // Bit-identical outputs and gradients on a repeated call: no atomics, fixed reduction orders.
 TEST_P(OpsGpuFlash, IsDeterministic) {
     REQUIRE_GPU();
@@ -202,14 +276,19 @@ TEST_P(OpsGpuFlash, IsDeterministic) {
     const FVec qkv = randn(rng, size_t(B) * T * 3 * C), dout = randn(rng, size_t(B) * T * C);
     const BiasData bd = make_bias_data(rng, fc.kind, fc.B, fc.H, fc.T, fc.num_buckets);
     const FVec dqkv0(qkv.size(), 0.0f);
-    const GpuRun r0 = run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0, true);
-    const GpuRun r1 = run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0, true);
-    EXPECT_EQ(r0.out, r1.out);
-    EXPECT_EQ(r0.saved, r1.saved);
-    EXPECT_EQ(r0.dqkv, r1.dqkv);
-    EXPECT_EQ(r0.da, r1.da);
-    EXPECT_EQ(r0.db, r1.db);
-    EXPECT_EQ(r0.dtable, r1.dtable);
+    for (ctx::Backend* be : {&gpu(), &gpu_bf16()}) {  // fp32 and tensor-core kernels
+        SCOPED_TRACE(be->name());
+        const GpuRun r0 =
+            run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0, true, *be);
+        const GpuRun r1 =
+            run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0, true, *be);
+        EXPECT_EQ(r0.out, r1.out);
+        EXPECT_EQ(r0.saved, r1.saved);
+        EXPECT_EQ(r0.dqkv, r1.dqkv);
+        EXPECT_EQ(r0.da, r1.da);
+        EXPECT_EQ(r0.db, r1.db);
+        EXPECT_EQ(r0.dtable, r1.dtable);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -23,7 +23,8 @@ void usage() {
     std::printf(
         "usage: ctxengine bench attention [--device auto|cpu|cuda] [--head-dim D[,D...]]\n"
         "           [--T T[,T...]] [--pe NAME[,NAME...]] [--mode auto|flash|materialised[,...]]\n"
-        "           [--batch B] [--heads H] [--steps N] [--warmup N] [--repeats N] [--threads N]\n\n"
+        "           [--batch B] [--heads H] [--steps N] [--warmup N] [--repeats N] [--threads N]\n"
+        "           [--precision fp32|bf16]\n\n"
         "Times causal attention forward and backward through the backend on random q, k, v\n"
         "(B, T, 3 H D), for every head dim x T x mode x PE. A PE adds its rotary_forward /\n"
         "rotary_backward (rope) or its bias (alibi: fixed slopes; kerple_log: learned, with\n"
@@ -33,6 +34,7 @@ void usage() {
         "H = 2048 / D (16k tokens of d_model 2048, as in the FlashAttention-2 paper),\n"
         "--steps 10. On the CPU: --head-dim 64 --T 256,512 --batch 1 --heads 4 --steps 3.\n"
         "--pe defaults to none,rope,alibi,kerple_log; --mode to auto (the backend's choice).\n"
+        "--precision bf16 (CUDA): the bf16 backend, whose flash kernels run on tensor cores.\n"
         "Times are the best of --repeats (3) loops of --steps calls, per phase.\n");
 }
 
@@ -45,6 +47,7 @@ struct AttnArgs {
     int64_t steps = 0, warmup = 1;  // steps 0: per-device default
     int repeats = 3;
     int threads = 0;
+    Precision precision = Precision::Fp32;
     bool help = false;
 };
 
@@ -79,6 +82,7 @@ AttnArgs parse_args(const std::vector<std::string>& args, int threads) {
         else if (a == "--warmup") o.warmup = bench_parse_int(a, value());
         else if (a == "--repeats") o.repeats = static_cast<int>(bench_parse_int(a, value()));
         else if (a == "--threads") o.threads = static_cast<int>(bench_parse_int(a, value()));
+        else if (a == "--precision") o.precision = precision_from_name(value());
         else fail("bench attention: unknown argument '{}' (see ctxengine bench attention --help)", a);
     }
     for (const std::string& m : o.modes)
@@ -314,7 +318,7 @@ int run_group(Backend& be, PluginRegistry& registry, CaseBuffers& buf, const Att
 }
 
 int run(const AttnArgs& a, PluginRegistry& registry) {
-    auto backend = open_bench_backend(a.device, Precision::Fp32, a.threads);
+    auto backend = open_bench_backend(a.device, a.precision, a.threads);
     Backend& be = *backend;
     const bool cpu = be.kind() == DeviceKind::CPU;
     const std::vector<int> head_dims = !a.head_dims.empty() ? a.head_dims
@@ -347,7 +351,10 @@ int run(const AttnArgs& a, PluginRegistry& registry) {
         std::printf("device peak: unknown (%s)\n", peak.source.c_str());
     std::printf("FLOPs (FlashAttention-2 convention, causal): fwd = 4*B*H*T^2*D/2, bwd = 2.5 x "
                 "fwd, fwd+bwd = 3.5 x fwd; rotary and bias work is not counted (it shows as "
-                "lower TFLOP/s and as the overhead over none). Attention runs in fp32.\n");
+                "lower TFLOP/s and as the overhead over none). Attention runs in %s.\n",
+                be.precision() == Precision::Bf16
+                    ? "bf16 (tensor cores; fp32 accumulation and softmax)"
+                    : "fp32");
     std::printf("%-13s %4s %6s %4s %4s  %-12s %9s %9s %9s %8s %8s %8s %8s %9s\n", "mode", "D", "T",
                 "B", "H", "pe", "fwd_ms", "bwd_ms", "total_ms", "fwd_TF", "bwd_TF", "total_TF",
                 "vs_none", "alloc_MiB");

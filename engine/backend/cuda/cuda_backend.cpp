@@ -55,8 +55,8 @@ template class DeviceScratch<uint16_t>;  // bf16 bit patterns
 
 // ---------------------------------------------------------------- construction
 
-CudaBackend::CudaBackend(int device, Precision precision) : device_(device) {
-    precision_ = precision;
+CudaBackend::CudaBackend(int device, Precision precision)
+    : precision_(precision), device_(device) {
     check(cudaSetDevice(device), "cudaSetDevice");
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
@@ -68,7 +68,8 @@ CudaBackend::CudaBackend(int device, Precision precision) : device_(device) {
     check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     const char* s = std::getenv("CTX_CUDA_SYNC");
     sync_each_op_ = s != nullptr && s[0] != '\0' && std::strcmp(s, "0") != 0;
-    // precision: "fp32", or "bf16" (matrix products in bf16 with fp32 accumulation)
+    // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
+    // fp32 accumulation)
     name_ = fmt::format("cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}, cuBLAS{})", device, prop.name,
                         prop.major, prop.minor,
                         double(prop.totalGlobalMem) / double(size_t(1) << 30),

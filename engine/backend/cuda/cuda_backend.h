@@ -182,8 +182,9 @@ private:
                       const float* A, int lda, long long sa, const float* B, int ldb,
                       long long sb, float beta, float* C, int ldc, long long sc, int batch);
 
-    // ---- bf16 mixed precision (Precision::Bf16: matmul_forward / matmul_backward only;
-    //      cuda_backend.cpp, cuda_dense_ops.cpp, kernels in cuda_bf16.cu) --------------------
+    // ---- bf16 mixed precision (Precision::Bf16: matmul_forward / matmul_backward here;
+    //      cuda_backend.cpp, cuda_dense_ops.cpp, kernels in cuda_bf16.cu; flash attention on
+    //      tensor cores through flash_) -------------------------------------------------------
     // x (n floats, device) rounded to bf16 (round-to-nearest-even) into buf; returns the bf16
     // bit patterns. Operands are rounded on every call: no cache of bf16 weights, because the
     // optimizer (and scale/accumulate/copy) update the fp32 masters in place.
@@ -233,8 +234,9 @@ private:
     std::vector<int> h_order_;
     BiasStaging bias_staging_;
     // attention in AttentionMode::Flash (cuda_flash.h): runs on stream_, stages its bias
-    // parameters through bias_staging_ (declared before it)
-    FlashAttention flash_{bias_staging_};
+    // parameters through bias_staging_ (declared before it); the bf16 tensor-core kernels when
+    // precision_ (declared before it) is Bf16
+    FlashAttention flash_{bias_staging_, precision_ == Precision::Bf16};
 };
 
 }  // namespace ctx::cuda

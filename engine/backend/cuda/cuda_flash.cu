@@ -500,6 +500,15 @@ cudaError_t launch_flash_forward(float* out, float* lse, const float* qkv, const
     return cudaErrorInvalidValue;
 }
 
+cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, int B, int T,
+                              int C, int H, cudaStream_t s) {
+    const size_t rows = size_t(B) * H * T;
+    if (rows == 0) return cudaSuccess;
+    flash_bwd_dvec_kernel<<<unsigned((rows + kRowWarps - 1) / kRowWarps), 32 * kRowWarps, 0, s>>>(
+        dvec, dout, out, B, T, C, H);
+    return cudaGetLastError();
+}
+
 cudaError_t launch_flash_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                   const float* dout, const float* qkv, const float* out,
                                   const float* lse, const float* positions, int B, int T, int C,
@@ -507,10 +516,8 @@ cudaError_t launch_flash_backward(float* dqkv, float* dvec, float* partials, flo
     if (B <= 0 || T <= 0) return cudaSuccess;
     const FlashArgs a = make_args(qkv, positions, T, C, H, window, bias);
     if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
-    const size_t rows = size_t(B) * H * T;
-    flash_bwd_dvec_kernel<<<unsigned((rows + kRowWarps - 1) / kRowWarps), 32 * kRowWarps, 0, s>>>(
-        dvec, dout, out, B, T, C, H);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (cudaError_t e = launch_flash_dvec(dvec, dout, out, B, T, C, H, s); e != cudaSuccess)
+        return e;
     if (a.D <= 32) return flash_backward_t<32>(dqkv, partials, dtable, dout, lse, dvec, a, B, s);
     if (a.D <= 64) return flash_backward_t<64>(dqkv, partials, dtable, dout, lse, dvec, a, B, s);
     if (a.D <= 80) return flash_backward_t<80>(dqkv, partials, dtable, dout, lse, dvec, a, B, s);

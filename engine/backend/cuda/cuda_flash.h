@@ -44,13 +44,34 @@ cudaError_t launch_flash_backward(float* dqkv, float* dvec, float* partials, flo
                                   const float* lse, const float* positions, int B, int T, int C,
                                   int H, int window, const BiasArgs& bias, cudaStream_t s);
 
+// dvec (B, H, T) = rowsum(dout * out) per head, fp32 (the D_i of both backward paths).
+cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, int B, int T,
+                              int C, int H, cudaStream_t s);
+
+// The tensor-core kernels (cuda_flash_tc.cu): the same contract as launch_flash_forward /
+// launch_flash_backward, with q, k, v, dout and the probabilities / dlogits entering each product
+// rounded to bf16 (fp32 accumulation, fp32 softmax statistics). launch_flash_tc_backward computes
+// dvec itself, like launch_flash_backward.
+cudaError_t launch_flash_tc_forward(float* out, float* lse, const float* qkv,
+                                    const float* positions, int B, int T, int C, int H, int window,
+                                    const BiasArgs& bias, cudaStream_t s);
+cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
+                                     const float* dout, const float* qkv, const float* out,
+                                     const float* lse, const float* positions, int B, int T,
+                                     int C, int H, int window, const BiasArgs& bias,
+                                     cudaStream_t s);
+
 // Host side: argument checks, bias parameters staged on the device through the backend's
 // BiasStaging (host ALiBi slopes, the T5 bucket table; shared with the materialised path, so one
 // table serves both), launches on the stream each call names (the backend's stream_: calls are
 // ordered with the backend's other ops, no device-wide synchronisation). Enqueues and returns.
 class FlashAttention {
 public:
-    explicit FlashAttention(BiasStaging& bias) : bias_(bias) {}
+    // tensor_cores: run the bf16 tensor-core kernels (the backend's Precision::Bf16) instead of
+    // the fp32 ones.
+    FlashAttention(BiasStaging& bias, bool tensor_cores)
+        : bias_(bias), tensor_cores_(tensor_cores) {}
+    bool tensor_cores() const { return tensor_cores_; }
 
     // True when the kernels handle this shape (C divisible by H, head dim C / H <=
     // kFlashMaxHeadDim).
@@ -73,6 +94,7 @@ public:
 
 private:
     BiasStaging& bias_;
+    bool tensor_cores_;
 };
 
 }  // namespace ctx::cuda

@@ -25,6 +25,9 @@ void syncthreads();
 void warp_barrier();
 int lane_id();
 uint64_t& warp_slot(int lane);
+// Every lane of the warp publishes `bytes` (<= 64) from mine; all receives the 32 lanes' copies
+// in lane order (the emulated tensor-core instruction, cuda_mma.cuh, gathers its fragments so).
+void warp_gather(const void* mine, size_t bytes, void* all);
 void* dyn_shared();
 void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body);
 void check_dyn_shared(const void* kernel, size_t shmem);  // aborts above the kernel's limit
@@ -64,6 +67,7 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __shared__ static
 #define threadIdx (::emu::g_tid)
 #define blockIdx (::emu::g_bid)

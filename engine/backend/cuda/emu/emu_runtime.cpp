@@ -82,6 +82,18 @@ void warp_barrier() { wait(g_warps[size_t(g_cur->linear / 32)]); }
 int lane_id() { return g_cur->linear % 32; }
 uint64_t& warp_slot(int lane) { return g_slots[size_t(g_cur->linear / 32) * 32 + size_t(lane)]; }
 void* dyn_shared() { return g_dyn.data(); }
+void warp_gather(const void* mine, size_t bytes, void* all) {
+    static unsigned char buf[32][32][64];  // [warp][lane][bytes]
+    if (bytes > sizeof buf[0][0]) {
+        fprintf(stderr, "emu: warp_gather of %zu bytes (at most 64)\n", bytes);
+        abort();
+    }
+    const int w = g_cur->linear / 32, lane = g_cur->linear % 32;
+    std::memcpy(buf[w][lane], mine, bytes);
+    warp_barrier();
+    for (int l = 0; l < 32; l++) std::memcpy(static_cast<char*>(all) + l * bytes, buf[w][l], bytes);
+    warp_barrier();
+}
 
 namespace {
 std::map<const void*, size_t>& dyn_limits() {

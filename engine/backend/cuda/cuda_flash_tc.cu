@@ -1,0 +1,685 @@
+// CUDA backend kernels: tensor-core flash attention (bf16 operands, fp32 accumulation and
+// softmax), the path of AttentionMode::Flash when the backend runs Precision::Bf16 (docs/CUDA.md,
+// "Flash attention on tensor cores"). The algorithm is FlashAttention-2's; the semantics are
+// exactly those of the fp32 kernels in cuda_flash.cu (per-token float positions, every BiasKind
+// evaluated per logit through cuda_bias.cuh, causal mask, sliding window, bias-parameter and
+// table gradients in-kernel, accumulate into every gradient, no atomics), except that q, k, v,
+// dout and the probabilities / dlogits entering a product are rounded to bf16.
+//
+// Warps are the unit: a block is 4 warps, a warp owns 16 rows of every product and computes
+// them with mma.sync m16n8k16 (cuda_mma.cuh, which documents the fragment layouts). Operands
+// are staged in shared memory as bf16, rows padded by kPad elements so the fragment loads of
+// the 8 row groups fall in distinct banks; the operand a product reads "k-major" (V in P V,
+// K in dS K, Q and dout in the key-side products) is also staged transposed.
+//
+//   flash_tc_fwd_kernel  grid (T/64, H, B), heaviest query tiles first: Q fragments in
+//                        registers; per key tile of 64: S = Q K^T, mask + bias, online
+//                        softmax, P stays in registers as the A operand of O += P V.
+//   flash_tc_dq_kernel   grid (T/64, H, B): per key tile, S and dP = dO V^T, P = exp(S - lse),
+//                        dS = P (dP - D_i); dq += dS K; dtable += dS; bias-parameter partials
+//                        per thread in double, T5 through a bucket-owner scan of the tile
+//                        (as cuda_flash.cu), one partial per 64-row block written into the
+//                        first of its two 32-row slots (the second gets 0), so the shared
+//                        fixed-order reduction (launch_attention_bias_grad_reduce) applies.
+//   flash_tc_dkv_kernel  grid (T/64, H, B): a warp owns 16 keys; per query tile of 32,
+//                        S^T = K Q^T, dP^T = V dO^T, then dv += P^T dO, dk += dS^T Q.
+// dvec = rowsum(dout * out) comes from cuda_flash.cu's kernel (launch_flash_dvec), in fp32.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/cuda_bias.cuh"
+#include "backend/cuda/cuda_device.cuh"
+#include "backend/cuda/cuda_flash.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_mma.cuh"
+
+namespace ctx::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kBr = 64;        // queries per block (forward, dq): 16 per warp
+constexpr int kBc = 64;        // keys per tile (forward, dq), keys per block (dkv): 16 per warp
+constexpr int kBq = 32;        // queries per tile of the dkv kernel
+constexpr int kPad = 8;        // bf16 padding per staged row
+constexpr int kSP = kBc + 1;   // row stride of the T5 staging tiles (floats / ints)
+static_assert(kBr == 2 * kBiasGradRows, "a block's partial fills two 32-row slots");
+
+struct TcArgs {
+    const float* qkv;  // (B, T, 3C)
+    const float* pos;  // (B, T)
+    int T, C, H, D, window;
+    float scale;       // 1 / sqrt(D)
+    BiasArgs bs;
+};
+
+__device__ __forceinline__ uint32_t ld32(const uint16_t* p) {
+    return *reinterpret_cast<const uint32_t*>(p);
+}
+
+// Rows [r0, r0 + R) of the (T, D) view at src (row stride ld) into dst (R, kD + kPad), bf16;
+// rows >= T and dims >= D are 0. Consecutive threads read consecutive pairs of a row.
+template <int kD, int R>
+__device__ __forceinline__ void stage_rows(uint16_t* dst, const float* src, size_t ld, int r0,
+                                           int T, int D) {
+    constexpr int LS = kD + kPad, P = kD / 2;
+    for (int idx = threadIdx.x; idx < R * P; idx += kThreads) {
+        const int r = idx / P, d = 2 * (idx % P), row = r0 + r;
+        float x0 = 0.0f, x1 = 0.0f;
+        if (row < T) {
+            const float* s = src + size_t(row) * ld;
+            if (d < D) x0 = s[d];
+            if (d + 1 < D) x1 = s[d + 1];
+        }
+        *reinterpret_cast<uint32_t*>(dst + r * LS + d) = pack_bf16(x0, x1);
+    }
+}
+
+// The same rows transposed: dst (kD, R + kPad), dst[d][r]. Consecutive threads read consecutive
+// dims of two rows (coalesced) and store one bf16 pair along r.
+template <int kD, int R>
+__device__ __forceinline__ void stage_cols(uint16_t* dst, const float* src, size_t ld, int r0,
+                                           int T, int D) {
+    constexpr int LT = R + kPad;
+    for (int idx = threadIdx.x; idx < (R / 2) * kD; idx += kThreads) {
+        const int d = idx % kD, r = 2 * (idx / kD), row = r0 + r;
+        float x0 = 0.0f, x1 = 0.0f;
+        if (d < D) {
+            if (row < T) x0 = src[size_t(row) * ld + d];
+            if (row + 1 < T) x1 = src[size_t(row + 1) * ld + d];
+        }
+        *reinterpret_cast<uint32_t*>(dst + d * LT + r) = pack_bf16(x0, x1);
+    }
+}
+
+// A fragment of rows [r, r + 16), columns [k, k + 16) of a staged (.., LS) tile.
+__device__ __forceinline__ void load_a(uint32_t (&f)[4], const uint16_t* tile, int LS, int r,
+                                       int k, int g, int t) {
+    const uint16_t* p = tile + (r + g) * LS + k + 2 * t;
+    f[0] = ld32(p);
+    f[1] = ld32(p + 8 * LS);
+    f[2] = ld32(p + 8);
+    f[3] = ld32(p + 8 * LS + 8);
+}
+
+// B fragment (16 x 8) whose column n is row n0 + n of a staged (.., LS) tile, k from k0: the
+// "n x k" storage of K in Q K^T, V in dO V^T, Q in K Q^T, and of every transposed tile.
+__device__ __forceinline__ void load_b(uint32_t (&f)[2], const uint16_t* tile, int LS, int n0,
+                                       int k0, int g, int t) {
+    const uint16_t* p = tile + (n0 + g) * LS + k0 + 2 * t;
+    f[0] = ld32(p);
+    f[1] = ld32(p + 8);
+}
+
+// A fragment of the 16 x 16 block formed by the C fragments of column tiles c and c + 1.
+__device__ __forceinline__ void c_to_a(uint32_t (&f)[4], const float (&c0)[4],
+                                       const float (&c1)[4]) {
+    f[0] = pack_bf16(c0[0], c0[1]);
+    f[1] = pack_bf16(c0[2], c0[3]);
+    f[2] = pack_bf16(c1[0], c1[1]);
+    f[3] = pack_bf16(c1[2], c1[3]);
+}
+
+__device__ __forceinline__ bool in_mask(int i, int j, int T, int window) {
+    return i < T && j <= i && j >= key_start(i, window);
+}
+
+__device__ __forceinline__ const float* table_row(const TcArgs& a, int b, int h, int i) {
+    return a.bs.kind == kTable && i < a.T ? a.bs.table + ((size_t(b) * a.H + h) * a.T + i) * a.T
+                                          : nullptr;
+}
+
+// The query tile a block works on: heaviest (latest) first, so the long causal rows start early.
+__device__ __forceinline__ int tile_index() { return int(gridDim.x - 1 - blockIdx.x); }
+
+// First key tile of query tile q0 (causal with window); its last key is min(T, q0 + kBr) - 1.
+__device__ __forceinline__ int first_key_tile(int q0, int window) {
+    const int j_lo = window > 0 ? max(0, q0 - window + 1) : 0;
+    return (j_lo / kBc) * kBc;
+}
+
+// ================================================================ forward
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, float* lse, TcArgs a) {
+    extern __shared__ float sm[];  // Qs (kBr, LS) | Ks (kBc, LS) | Vt (kD, LT) | posK (kBc)
+    constexpr int LS = kD + kPad, LT = kBc + kPad, KS = kD / 16, DN = kD / 8, NT = kBc / 8;
+    uint16_t* Qs = reinterpret_cast<uint16_t*>(sm);
+    uint16_t* Ks = Qs + kBr * LS;
+    uint16_t* Vt = Ks + kBc * LS;
+    float* posK = reinterpret_cast<float*>(Vt + kD * LT);
+    const int T = a.T, C = a.C, D = a.D;
+    const int q0 = tile_index() * kBr, h = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const float* base = a.qkv + size_t(b) * T * 3 * C + size_t(h) * D;
+    const float* pos = a.pos + size_t(b) * T;
+    stage_rows<kD, kBr>(Qs, base, size_t(3) * C, q0, T, D);
+    __syncthreads();
+    const int wr = warp * 16;
+    uint32_t qf[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) load_a(qf[kk], Qs, LS, wr, kk * 16, g, t);
+
+    // rows i[0] = q0 + wr + g and i[1] = i[0] + 8 of this thread
+    int i[2] = {q0 + wr + g, q0 + wr + g + 8};
+    float pi[2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const float* trow[2];
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        pi[r] = i[r] < T ? pos[i[r]] : 0.0f;
+        trow[r] = table_row(a, b, h, i[r]);
+    }
+    float o[DN][4];
+#pragma unroll
+    for (int dn = 0; dn < DN; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+
+    const int j_last = min(T - 1, q0 + kBr - 1);
+    const int w_first = q0 + wr, w_last = q0 + wr + 15;  // this warp's rows
+    for (int k0 = first_key_tile(q0, a.window); k0 <= j_last; k0 += kBc) {
+        __syncthreads();  // the previous tile is no longer read
+        stage_rows<kD, kBc>(Ks, base + C, size_t(3) * C, k0, T, D);
+        stage_cols<kD, kBc>(Vt, base + 2 * C, size_t(3) * C, k0, T, D);
+        for (int c = threadIdx.x; c < kBc; c += kThreads) posK[c] = k0 + c < T ? pos[k0 + c] : 0.0f;
+        __syncthreads();
+        // the whole tile is masked for this warp: after its last row, or before its window
+        if (k0 > w_last || w_first >= T ||
+            (a.window > 0 && k0 + kBc - 1 < key_start(w_first, a.window)))
+            continue;
+        float s[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                uint32_t bf[2];
+                load_b(bf, Ks, LS, n * 8, kk * 16, g, t);
+                mma_bf16_16816(s[n], qf[kk], bf);
+            }
+        float mx[2] = {-INFINITY, -INFINITY};
+        uint32_t valid = 0;  // bit 4 n + e
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), j = k0 + c;
+                if (!in_mask(i[r], j, T, a.window)) continue;
+                const float x = s[n][e] * a.scale + bias_value(a.bs, h, pi[r], posK[c], trow[r], j);
+                s[n][e] = x;
+                valid |= 1u << (4 * n + e);
+                mx[r] = fmaxf(mx[r], x);
+            }
+        float corr[2], sum[2] = {0.0f, 0.0f};
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 2));
+            const float mn = fmaxf(m[r], mx[r]);
+            corr[r] = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
+            m[r] = mn;
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = (valid >> (4 * n + e)) & 1u ? expf(s[n][e] - m[e >> 1]) : 0.0f;
+                s[n][e] = p;
+                sum[e >> 1] += p;
+            }
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            sum[r] += __shfl_xor_sync(kFullMask, sum[r], 1);
+            sum[r] += __shfl_xor_sync(kFullMask, sum[r], 2);
+            l[r] = l[r] * corr[r] + sum[r];
+        }
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++) {
+            o[dn][0] *= corr[0];
+            o[dn][1] *= corr[0];
+            o[dn][2] *= corr[1];
+            o[dn][3] *= corr[1];
+        }
+#pragma unroll
+        for (int kc = 0; kc < kBc / 16; kc++) {
+            uint32_t pf[4];
+            c_to_a(pf, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                uint32_t bf[2];
+                load_b(bf, Vt, LT, dn * 8, kc * 16, g, t);
+                mma_bf16_16816(o[dn], pf, bf);
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (i[r] >= T) continue;  // every real row has its diagonal: l > 0
+        const float inv = 1.0f / l[r];
+        float* dst = out + (size_t(b) * T + i[r]) * C + size_t(h) * D;
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++) {
+            const int d = dn * 8 + 2 * t;
+            if (d < D) dst[d] = o[dn][2 * r] * inv;
+            if (d + 1 < D) dst[d + 1] = o[dn][2 * r + 1] * inv;
+        }
+        if (t == 0) lse[(size_t(b) * a.H + h) * T + i[r]] = m[r] + logf(l[r]);
+    }
+}
+
+// ================================================================ backward: dq
+
+// d logit / d (a, b) of the Linear and KERPLE families times v, added to ga, gb (as cuda_flash.cu).
+__device__ __forceinline__ void bias_param_grads(double& ga, double& gb, int kind, float v,
+                                                 float pi, float pj, float pa, float pb) {
+    switch (kind) {
+        case kLinear:
+            ga -= double(v * (pi - pj));
+            break;
+        case kKerpleLog: {
+            const float dd = fabsf(pi - pj), u = 1.0f + pb * dd;
+            ga -= double(v * logf(u));
+            gb -= double(v * pa * dd / u);
+            break;
+        }
+        case kKerplePower: {
+            const float dd = fabsf(pi - pj);
+            if (dd > 0.0f) {
+                const float pw = powf(dd, pb);
+                ga -= double(v * pw);
+                gb -= double(v * pa * pw * logf(dd));
+            }
+            break;
+        }
+        default:
+            break;
+    }
+}
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    flash_tc_dq_kernel(float* dqkv, float* partials, float* dtable, const float* dout,
+                       const float* lse, const float* dvec, TcArgs a) {
+    // Qs, dOs (kBr, LS) | Ks, Vs (kBc, LS) | Kt (kD, LT) | posK (kBc) | T5: Sd, Bk (kBr, kSP)
+    extern __shared__ float sm[];
+    __shared__ double red[32];
+    constexpr int LS = kD + kPad, LT = kBc + kPad, KS = kD / 16, DN = kD / 8, NT = kBc / 8;
+    uint16_t* Qs = reinterpret_cast<uint16_t*>(sm);
+    uint16_t* dOs = Qs + kBr * LS;
+    uint16_t* Ks = dOs + kBr * LS;
+    uint16_t* Vs = Ks + kBc * LS;
+    uint16_t* Kt = Vs + kBc * LS;
+    float* posK = reinterpret_cast<float*>(Kt + kD * LT);
+    float* Sd = posK + kBc;
+    int* Bk = reinterpret_cast<int*>(Sd + kBr * kSP);
+    const int T = a.T, C = a.C, D = a.D, H = a.H, kind = a.bs.kind;
+    const int tile = tile_index(), q0 = tile * kBr, h = blockIdx.y, b = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const float* base = a.qkv + size_t(b) * T * 3 * C + size_t(h) * D;
+    const float* pos = a.pos + size_t(b) * T;
+    stage_rows<kD, kBr>(Qs, base, size_t(3) * C, q0, T, D);
+    stage_rows<kD, kBr>(dOs, dout + size_t(b) * T * C + size_t(h) * D, size_t(C), q0, T, D);
+    const int wr = warp * 16;
+    int i[2] = {q0 + wr + g, q0 + wr + g + 8};
+    float pi[2], lse_r[2], d_r[2];
+    const float* trow[2];
+    size_t row[2];
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        row[r] = (size_t(b) * H + h) * T + i[r];
+        const bool real = i[r] < T;
+        pi[r] = real ? pos[i[r]] : 0.0f;
+        lse_r[r] = real ? lse[row[r]] : 0.0f;
+        d_r[r] = real ? dvec[row[r]] : 0.0f;
+        trow[r] = table_row(a, b, h, i[r]);
+    }
+    const bool grads = partials != nullptr;
+    const bool t5 = grads && kind == kT5;
+    const float pa = grads && kind >= kLinear && kind <= kKerplePower ? a.bs.a[h] : 0.0f;
+    const float pb = grads && (kind == kKerpleLog || kind == kKerplePower) ? a.bs.b[h] : 0.0f;
+    double ga = 0.0, gb = 0.0;
+    double gt[4] = {0.0, 0.0, 0.0, 0.0};  // T5: buckets tid + kThreads u
+    float acc[DN][4];
+#pragma unroll
+    for (int dn = 0; dn < DN; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+
+    const int j_last = min(T - 1, q0 + kBr - 1);
+    const int w_first = q0 + wr, w_last = q0 + wr + 15;
+    for (int k0 = first_key_tile(q0, a.window); k0 <= j_last; k0 += kBc) {
+        __syncthreads();
+        stage_rows<kD, kBc>(Ks, base + C, size_t(3) * C, k0, T, D);
+        stage_rows<kD, kBc>(Vs, base + 2 * C, size_t(3) * C, k0, T, D);
+        stage_cols<kD, kBc>(Kt, base + C, size_t(3) * C, k0, T, D);
+        for (int c = tid; c < kBc; c += kThreads) posK[c] = k0 + c < T ? pos[k0 + c] : 0.0f;
+        __syncthreads();
+        const bool masked = k0 > w_last || w_first >= T ||
+                            (a.window > 0 && k0 + kBc - 1 < key_start(w_first, a.window));
+        if (masked) {
+            if (t5)  // the bucket scan below reads every row of the tile
+                for (int e = lane; e < 16 * kBc; e += 32) Bk[(wr + e / kBc) * kSP + e % kBc] = -1;
+        } else {
+            float s[NT][4], dp[NT][4];
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+                uint32_t qf[4], gf[4];
+                load_a(qf, Qs, LS, wr, kk * 16, g, t);
+                load_a(gf, dOs, LS, wr, kk * 16, g, t);
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    uint32_t bf[2];
+                    load_b(bf, Ks, LS, n * 8, kk * 16, g, t);
+                    mma_bf16_16816(s[n], qf, bf);
+                    load_b(bf, Vs, LS, n * 8, kk * 16, g, t);
+                    mma_bf16_16816(dp[n], gf, bf);
+                }
+            }
+            // s becomes dS = P (dP - D_i), 0 outside the mask
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), j = k0 + c;
+                    const bool in = in_mask(i[r], j, T, a.window);
+                    float v = 0.0f;
+                    if (in) {
+                        const float x =
+                            s[n][e] * a.scale + bias_value(a.bs, h, pi[r], posK[c], trow[r], j);
+                        v = expf(x - lse_r[r]) * (dp[n][e] - d_r[r]);
+                        if (dtable != nullptr) dtable[row[r] * T + j] += v;
+                        if (grads && !t5) bias_param_grads(ga, gb, kind, v, pi[r], posK[c], pa, pb);
+                    }
+                    if (t5) {
+                        Sd[(wr + g + 8 * r) * kSP + c] = v;
+                        Bk[(wr + g + 8 * r) * kSP + c] = in ? t5_bucket(a.bs, pi[r], posK[c]) : -1;
+                    }
+                    s[n][e] = v;
+                }
+#pragma unroll
+            for (int kc = 0; kc < kBc / 16; kc++) {
+                uint32_t sf[4];
+                c_to_a(sf, s[2 * kc], s[2 * kc + 1]);
+#pragma unroll
+                for (int dn = 0; dn < DN; dn++) {
+                    uint32_t bf[2];
+                    load_b(bf, Kt, LT, dn * 8, kc * 16, g, t);
+                    mma_bf16_16816(acc[dn], sf, bf);
+                }
+            }
+        }
+        if (t5) {
+            __syncthreads();  // Sd, Bk complete
+            // bucket x is owned by thread x % kThreads and summed in a fixed (row-major) order
+            for (int e = 0; e < kBr * kBc; e++) {
+                const int rr = e / kBc, cc = e % kBc, bk = Bk[rr * kSP + cc];
+                if (bk >= 0 && bk % kThreads == tid) {
+                    const double v = double(Sd[rr * kSP + cc]);
+                    const int u = bk / kThreads;
+                    if (u == 0) gt[0] += v;
+                    else if (u == 1) gt[1] += v;
+                    else if (u == 2) gt[2] += v;
+                    else gt[3] += v;
+                }
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (i[r] >= T) continue;
+        float* dq = dqkv + (size_t(b) * T + i[r]) * 3 * C + size_t(h) * D;
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++) {
+            const int d = dn * 8 + 2 * t;
+            if (d < D) dq[d] += acc[dn][2 * r] * a.scale;
+            if (d + 1 < D) dq[d + 1] += acc[dn][2 * r + 1] * a.scale;
+        }
+    }
+    if (grads) {
+        // this block's rows are 32-row chunks 2 tile and 2 tile + 1 of the partials layout
+        const int chunks = (T + kBiasGradRows - 1) / kBiasGradRows;
+        float* slot = partials + ((size_t(b) * H + h) * chunks + 2 * tile) * kMaxT5Buckets;
+        float* next = 2 * tile + 1 < chunks ? slot + kMaxT5Buckets : nullptr;
+        if (t5) {
+            for (int u = 0; u < 4; u++) {
+                const int x = tid + kThreads * u;
+                if (x < a.bs.nb) {
+                    slot[x] = float(gt[u]);
+                    if (next) next[x] = 0.0f;
+                }
+            }
+        } else {
+            ga = block_sum(ga, red);
+            gb = block_sum(gb, red);
+            if (tid == 0) {
+                slot[0] = float(ga);
+                slot[1] = float(gb);
+                if (next) next[0] = next[1] = 0.0f;
+            }
+        }
+    }
+}
+
+// ================================================================ backward: dk, dv
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    flash_tc_dkv_kernel(float* dqkv, const float* dout, const float* lse, const float* dvec,
+                        TcArgs a) {
+    // Ks, Vs (kBc, LS) | Qs, dOs (kBq, LS) | Qt, dOt (kD, LQ) | posQ, lseQ, dQ (kBq)
+    extern __shared__ float sm[];
+    constexpr int LS = kD + kPad, LQ = kBq + kPad, KS = kD / 16, DN = kD / 8, NT = kBq / 8;
+    uint16_t* Ks = reinterpret_cast<uint16_t*>(sm);
+    uint16_t* Vs = Ks + kBc * LS;
+    uint16_t* Qs = Vs + kBc * LS;
+    uint16_t* dOs = Qs + kBq * LS;
+    uint16_t* Qt = dOs + kBq * LS;
+    uint16_t* dOt = Qt + kD * LQ;
+    float* posQ = reinterpret_cast<float*>(dOt + kD * LQ);
+    float* lseQ = posQ + kBq;
+    float* dQ = lseQ + kBq;
+    const int T = a.T, C = a.C, D = a.D, H = a.H;
+    const int k0 = tile_index() * kBc, h = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const float* base = a.qkv + size_t(b) * T * 3 * C + size_t(h) * D;
+    const float* dbase = dout + size_t(b) * T * C + size_t(h) * D;
+    const float* pos = a.pos + size_t(b) * T;
+    stage_rows<kD, kBc>(Ks, base + C, size_t(3) * C, k0, T, D);
+    stage_rows<kD, kBc>(Vs, base + 2 * C, size_t(3) * C, k0, T, D);
+    const int wk = warp * 16;
+    const int j[2] = {k0 + wk + g, k0 + wk + g + 8};  // this thread's keys
+    const float pj[2] = {j[0] < T ? pos[j[0]] : 0.0f, j[1] < T ? pos[j[1]] : 0.0f};
+    float dk[DN][4], dv[DN][4];
+#pragma unroll
+    for (int dn = 0; dn < DN; dn++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[dn][e] = dv[dn][e] = 0.0f;
+
+    const int j_last = min(T - 1, k0 + kBc - 1);
+    const int i_last = a.window > 0 ? min(T - 1, j_last + a.window - 1) : T - 1;
+    const int w_first = k0 + wk, w_last = k0 + wk + 15;  // this warp's keys
+    for (int q0 = k0; q0 <= i_last; q0 += kBq) {  // queries before k0 see none of these keys
+        __syncthreads();
+        stage_rows<kD, kBq>(Qs, base, size_t(3) * C, q0, T, D);
+        stage_rows<kD, kBq>(dOs, dbase, size_t(C), q0, T, D);
+        stage_cols<kD, kBq>(Qt, base, size_t(3) * C, q0, T, D);
+        stage_cols<kD, kBq>(dOt, dbase, size_t(C), q0, T, D);
+        for (int c = threadIdx.x; c < kBq; c += kThreads) {
+            const int i = q0 + c;
+            const size_t row = (size_t(b) * H + h) * T + i;
+            posQ[c] = i < T ? pos[i] : 0.0f;
+            lseQ[c] = i < T ? lse[row] : 0.0f;
+            dQ[c] = i < T ? dvec[row] : 0.0f;
+        }
+        __syncthreads();
+        // no query of the tile sees this warp's keys: all before them, or all past the window
+        if (q0 + kBq - 1 < w_first || w_first >= T ||
+            (a.window > 0 && q0 > w_last + a.window - 1))
+            continue;
+        float s[NT][4], dp[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t kf[4], vf[4];
+            load_a(kf, Ks, LS, wk, kk * 16, g, t);
+            load_a(vf, Vs, LS, wk, kk * 16, g, t);
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                uint32_t bf[2];
+                load_b(bf, Qs, LS, n * 8, kk * 16, g, t);
+                mma_bf16_16816(s[n], kf, bf);
+                load_b(bf, dOs, LS, n * 8, kk * 16, g, t);
+                mma_bf16_16816(dp[n], vf, bf);
+            }
+        }
+        // s becomes P^T, dp becomes dS^T (row: key, column: query)
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), i = q0 + c;
+                float p = 0.0f, ds = 0.0f;
+                if (j[r] < T && in_mask(i, j[r], T, a.window)) {
+                    const float x = s[n][e] * a.scale +
+                                    bias_value(a.bs, h, posQ[c], pj[r], table_row(a, b, h, i), j[r]);
+                    p = expf(x - lseQ[c]);
+                    ds = p * (dp[n][e] - dQ[c]);
+                }
+                s[n][e] = p;
+                dp[n][e] = ds;
+            }
+#pragma unroll
+        for (int kc = 0; kc < kBq / 16; kc++) {
+            uint32_t pf[4], sf[4];
+            c_to_a(pf, s[2 * kc], s[2 * kc + 1]);
+            c_to_a(sf, dp[2 * kc], dp[2 * kc + 1]);
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                uint32_t bf[2];
+                load_b(bf, dOt, LQ, dn * 8, kc * 16, g, t);
+                mma_bf16_16816(dv[dn], pf, bf);
+                load_b(bf, Qt, LQ, dn * 8, kc * 16, g, t);
+                mma_bf16_16816(dk[dn], sf, bf);
+            }
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (j[r] >= T) continue;
+        float* dst = dqkv + (size_t(b) * T + j[r]) * 3 * C + size_t(h) * D;
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++) {
+            const int d = dn * 8 + 2 * t;
+            if (d < D) {
+                dst[C + d] += dk[dn][2 * r] * a.scale;
+                dst[2 * C + d] += dv[dn][2 * r];
+            }
+            if (d + 1 < D) {
+                dst[C + d + 1] += dk[dn][2 * r + 1] * a.scale;
+                dst[2 * C + d + 1] += dv[dn][2 * r + 1];
+            }
+        }
+    }
+}
+
+// ================================================================ launch helpers
+
+TcArgs make_args(const float* qkv, const float* positions, int T, int C, int H, int window,
+                 const BiasArgs& bias) {
+    TcArgs a;
+    a.qkv = qkv;
+    a.pos = positions;
+    a.T = T;
+    a.C = C;
+    a.H = H;
+    a.D = C / H;
+    a.window = window;
+    a.scale = 1.0f / sqrtf(float(a.D));
+    a.bs = bias;
+    return a;
+}
+
+size_t fwd_smem(int kD) {
+    return (size_t(kBr + kBc) * (kD + kPad) + size_t(kD) * (kBc + kPad)) * 2 + kBc * 4;
+}
+size_t dq_smem(int kD, bool t5) {
+    const size_t base = (size_t(2 * kBr + 2 * kBc) * (kD + kPad) + size_t(kD) * (kBc + kPad)) * 2 +
+                        kBc * 4;
+    return base + (t5 ? size_t(2) * kBr * kSP * 4 : 0);
+}
+size_t dkv_smem(int kD) {
+    return (size_t(2 * kBc + 2 * kBq) * (kD + kPad) + size_t(2) * kD * (kBq + kPad)) * 2 +
+           3 * kBq * 4;
+}
+
+// Raises a kernel's dynamic shared-memory limit once per process (the largest it launches with),
+// not per launch.
+template <class K>
+cudaError_t allow_shared_once(K* kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
+template <int kD>
+cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
+    static const cudaError_t ready = allow_shared_once(flash_tc_fwd_kernel<kD>, fwd_smem(kD));
+    if (ready != cudaSuccess) return ready;
+    const dim3 grid((a.T + kBr - 1) / kBr, a.H, B);
+    flash_tc_fwd_kernel<kD><<<grid, kThreads, fwd_smem(kD), s>>>(out, lse, a);
+    return cudaGetLastError();
+}
+
+template <int kD>
+cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float* dout,
+                       const float* lse, const float* dvec, const TcArgs& a, int B,
+                       cudaStream_t s) {
+    static const cudaError_t ready_dq = allow_shared_once(flash_tc_dq_kernel<kD>, dq_smem(kD, true));
+    static const cudaError_t ready_dkv = allow_shared_once(flash_tc_dkv_kernel<kD>, dkv_smem(kD));
+    if (ready_dq != cudaSuccess) return ready_dq;
+    if (ready_dkv != cudaSuccess) return ready_dkv;
+    const bool t5 = partials != nullptr && a.bs.kind == kT5;
+    const dim3 grid_q((a.T + kBr - 1) / kBr, a.H, B), grid_k((a.T + kBc - 1) / kBc, a.H, B);
+    flash_tc_dq_kernel<kD><<<grid_q, kThreads, dq_smem(kD, t5), s>>>(dqkv, partials, dtable, dout,
+                                                                     lse, dvec, a);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    flash_tc_dkv_kernel<kD><<<grid_k, kThreads, dkv_smem(kD), s>>>(dqkv, dout, lse, dvec, a);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_flash_tc_forward(float* out, float* lse, const float* qkv,
+                                    const float* positions, int B, int T, int C, int H, int window,
+                                    const BiasArgs& bias, cudaStream_t s) {
+    if (B <= 0 || T <= 0) return cudaSuccess;
+    const TcArgs a = make_args(qkv, positions, T, C, H, window, bias);
+    if (a.D <= 32) return forward_t<32>(out, lse, a, B, s);
+    if (a.D <= 64) return forward_t<64>(out, lse, a, B, s);
+    if (a.D <= 80) return forward_t<80>(out, lse, a, B, s);
+    if (a.D <= kFlashMaxHeadDim) return forward_t<kFlashMaxHeadDim>(out, lse, a, B, s);
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
+                                     const float* dout, const float* qkv, const float* out,
+                                     const float* lse, const float* positions, int B, int T,
+                                     int C, int H, int window, const BiasArgs& bias,
+                                     cudaStream_t s) {
+    if (B <= 0 || T <= 0) return cudaSuccess;
+    const TcArgs a = make_args(qkv, positions, T, C, H, window, bias);
+    if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
+    if (cudaError_t e = launch_flash_dvec(dvec, dout, out, B, T, C, H, s); e != cudaSuccess)
+        return e;
+    if (a.D <= 32) return backward_t<32>(dqkv, partials, dtable, dout, lse, dvec, a, B, s);
+    if (a.D <= 64) return backward_t<64>(dqkv, partials, dtable, dout, lse, dvec, a, B, s);
+    if (a.D <= 80) return backward_t<80>(dqkv, partials, dtable, dout, lse, dvec, a, B, s);
+    return backward_t<kFlashMaxHeadDim>(dqkv, partials, dtable, dout, lse, dvec, a, B, s);
+}
+
+}  // namespace ctx::cuda

@@ -1,0 +1,88 @@
+// CUDA backend (private, device code): the bf16 tensor-core instruction the tensor-core flash
+// kernels (cuda_flash_tc.cu) are written with, mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+// (sm_80 and later), and the bf16 packing its operands use.
+//
+// Fragments (PTX ISA, "Matrix fragments for mma.m16n8k16", bf16), for lane L of the warp with
+// g = L / 4 (group) and t = L % 4 (thread in group); a register holds two bf16, the lower
+// column / row index in its low half:
+//   A (16 x 16, row major)  a[0] = A[g][2t, 2t+1]      a[1] = A[g+8][2t, 2t+1]
+//                           a[2] = A[g][2t+8, 2t+9]    a[3] = A[g+8][2t+8, 2t+9]
+//   B (16 x 8, k x n)       b[0] = B[2t, 2t+1][g]      b[1] = B[2t+8, 2t+9][g]
+//   C, D (16 x 8, fp32)     c[0], c[1] = C[g][2t, 2t+1]    c[2], c[3] = C[g+8][2t, 2t+1]
+// So the C fragments of two adjacent 8-column tiles are, packed to bf16, exactly the A fragment
+// of one 16-column step: the FlashAttention-2 trick that keeps P in registers between S = Q K^T
+// and O = P V.
+//
+// Built by nvcc, mma_bf16_16816 is the instruction; compiled by the CUDA emulation
+// (engine/backend/cuda/emu, plain C++), it is the same product computed from the fragments of
+// all 32 lanes with their exact layouts above, so the emulated kernels exercise the layout logic.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#if !defined(__CUDACC__)
+#include <cstring>
+#endif
+
+namespace ctx::cuda {
+
+// The bf16 bit pattern of f, round to nearest even.
+__device__ __forceinline__ uint32_t bf16_bits(float f) {
+#if defined(__CUDACC__)
+    return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(f)));
+#else
+    return uint32_t(__float2bfloat16_rn(f).x);
+#endif
+}
+
+// Two floats as one register of bf16: lo in the low half (the lower index).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    return bf16_bits(lo) | (bf16_bits(hi) << 16);
+}
+
+#if !defined(__CUDACC__)
+// Emulation helpers: the float value of the low / high bf16 of a register.
+inline float bf16_half(uint32_t r, int high) {
+    const uint32_t u = (high ? (r >> 16) : (r & 0xffffu)) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+}
+#endif
+
+// d += A (16 x 16) B (16 x 8), fp32 accumulation; the warp's 32 lanes call it together.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4],
+                                               const uint32_t (&b)[2]) {
+#if defined(__CUDACC__)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    struct Fragments {
+        uint32_t a[4], b[2];
+    };
+    const Fragments mine = {{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+    Fragments all[32];
+    emu::warp_gather(&mine, sizeof mine, all);
+    const int lane = emu::lane_id(), g = lane >> 2, t = lane & 3;
+    // A[r][k] lives in lane (r % 8) * 4 + (k % 8) / 2, register (r >= 8) + 2 (k >= 8), half k % 2;
+    // B[k][n] in lane n * 4 + (k % 8) / 2, register (k >= 8), half k % 2.
+    for (int e = 0; e < 4; e++) {
+        const int r = g + (e >= 2 ? 8 : 0), n = 2 * t + (e & 1);
+        float acc = d[e];
+        for (int k = 0; k < 16; k++) {
+            const float x = bf16_half(all[(r % 8) * 4 + (k % 8) / 2].a[(r >= 8) + 2 * (k >= 8)],
+                                      k & 1);
+            const float y = bf16_half(all[n * 4 + (k % 8) / 2].b[k >= 8], k & 1);
+            acc = fmaf(x, y, acc);
+        }
+        d[e] = acc;
+    }
+#endif
+}
+
+}  // namespace ctx::cuda
