@@ -48,7 +48,7 @@ nice -n 10 cmake --build "$BUILD_DIR" --target gpu_bundle -j "$JOBS"
 t_build=$(($(date +%s) - t0))
 
 rm -rf "$BUNDLE"
-cmake --install "$BUILD_DIR" --prefix "$BUNDLE" >/dev/null
+cmake --install "$BUILD_DIR" --prefix "$BUNDLE" --strip >/dev/null
 cp scripts/gpu_bundle_run.sh "$BUNDLE/run.sh"
 cp scripts/gpu_validate.sh "$BUNDLE/gpu_validate.sh"
 chmod +x "$BUNDLE/run.sh" "$BUNDLE/gpu_validate.sh"

@@ -234,9 +234,11 @@ private:
     std::vector<int> h_order_;
     BiasStaging bias_staging_;
     // attention in AttentionMode::Flash (cuda_flash.h): runs on stream_, stages its bias
-    // parameters through bias_staging_ (declared before it); the bf16 tensor-core kernels when
-    // precision_ (declared before it) is Bf16
-    FlashAttention flash_{bias_staging_, precision_ == Precision::Bf16};
+    // parameters through bias_staging_ (declared before it); the bf16 tensor-core kernels, with
+    // their operands packed in flash_packed_, when precision_ (declared before it) is Bf16
+    DeviceScratch<uint16_t> flash_packed_;
+    FlashAttention flash_{bias_staging_,
+                          precision_ == Precision::Bf16 ? &flash_packed_ : nullptr};
 };
 
 }  // namespace ctx::cuda

@@ -22,6 +22,8 @@
 namespace ctx::cuda {
 
 class BiasStaging;  // cuda_backend.h
+template <class T>
+class DeviceScratch;  // cuda_backend.h
 
 inline constexpr int kFlashTile = 32;          // queries and keys per tile
 inline constexpr int kFlashThreads = 128;      // threads per block (4 per tile row)
@@ -50,15 +52,17 @@ cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, 
 
 // The tensor-core kernels (cuda_flash_tc.cu): the same contract as launch_flash_forward /
 // launch_flash_backward, with q, k, v, dout and the probabilities / dlogits entering each product
-// rounded to bf16 (fp32 accumulation, fp32 softmax statistics). launch_flash_tc_backward computes
-// dvec itself, like launch_flash_backward.
-cudaError_t launch_flash_tc_forward(float* out, float* lse, const float* qkv,
+// rounded to bf16 (fp32 accumulation, fp32 softmax statistics). packed: flash_tc_packed_elems
+// bf16 of scratch (any contents) for the operands packed per head. launch_flash_tc_backward
+// computes dvec itself, like launch_flash_backward.
+size_t flash_tc_packed_elems(int B, int T, int C, int H);
+cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
                                     const float* positions, int B, int T, int C, int H, int window,
                                     const BiasArgs& bias, cudaStream_t s);
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
-                                     const float* dout, const float* qkv, const float* out,
-                                     const float* lse, const float* positions, int B, int T,
-                                     int C, int H, int window, const BiasArgs& bias,
+                                     uint16_t* packed, const float* dout, const float* qkv,
+                                     const float* out, const float* lse, const float* positions,
+                                     int B, int T, int C, int H, int window, const BiasArgs& bias,
                                      cudaStream_t s);
 
 // Host side: argument checks, bias parameters staged on the device through the backend's
@@ -67,11 +71,11 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
 // ordered with the backend's other ops, no device-wide synchronisation). Enqueues and returns.
 class FlashAttention {
 public:
-    // tensor_cores: run the bf16 tensor-core kernels (the backend's Precision::Bf16) instead of
-    // the fp32 ones.
-    FlashAttention(BiasStaging& bias, bool tensor_cores)
-        : bias_(bias), tensor_cores_(tensor_cores) {}
-    bool tensor_cores() const { return tensor_cores_; }
+    // packed: null for the fp32 kernels; for the bf16 tensor-core kernels (the backend's
+    // Precision::Bf16), the grow-only scratch their packed operands live in.
+    FlashAttention(BiasStaging& bias, DeviceScratch<uint16_t>* packed)
+        : bias_(bias), packed_(packed) {}
+    bool tensor_cores() const { return packed_ != nullptr; }
 
     // True when the kernels handle this shape (C divisible by H, head dim C / H <=
     // kFlashMaxHeadDim).
@@ -94,7 +98,7 @@ public:
 
 private:
     BiasStaging& bias_;
-    bool tensor_cores_;
+    DeviceScratch<uint16_t>* packed_;
 };
 
 }  // namespace ctx::cuda

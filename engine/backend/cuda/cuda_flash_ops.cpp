@@ -47,8 +47,15 @@ void FlashAttention::forward(cudaStream_t stream, float* out, float* lse, const 
     check_supported(C, H, op);
     if (B <= 0) return;
     const BiasArgs ba = bias_.stage(opt.bias, H, stream, op);
-    const auto launch = tensor_cores_ ? launch_flash_tc_forward : launch_flash_forward;
-    check_cuda(launch(out, lse, qkv, positions, B, T, C, H, opt.window, ba, stream), op);
+    if (packed_ != nullptr) {
+        uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H), op);
+        check_cuda(launch_flash_tc_forward(out, lse, packed, qkv, positions, B, T, C, H,
+                                           opt.window, ba, stream),
+                   op);
+        return;
+    }
+    check_cuda(launch_flash_forward(out, lse, qkv, positions, B, T, C, H, opt.window, ba, stream),
+               op);
 }
 
 void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
@@ -66,10 +73,17 @@ void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, 
     float* dtable = bs.kind == BiasKind::Table ? bs.dtable : nullptr;
     float* dvec = scratch;                          // (B, H, T)
     float* partials = scratch + size_t(B) * H * T;  // (B, H, tiles, kMaxT5Buckets)
-    const auto launch = tensor_cores_ ? launch_flash_tc_backward : launch_flash_backward;
-    check_cuda(launch(dqkv, dvec, bias_grads ? partials : nullptr, dtable, dout, qkv, out, lse,
-                      positions, B, T, C, H, opt.window, ba, stream),
-               op);
+    float* parts = bias_grads ? partials : nullptr;
+    if (packed_ != nullptr) {
+        uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H), op);
+        check_cuda(launch_flash_tc_backward(dqkv, dvec, parts, dtable, packed, dout, qkv, out, lse,
+                                            positions, B, T, C, H, opt.window, ba, stream),
+                   op);
+    } else {
+        check_cuda(launch_flash_backward(dqkv, dvec, parts, dtable, dout, qkv, out, lse, positions,
+                                         B, T, C, H, opt.window, ba, stream),
+                   op);
+    }
     if (bias_grads)
         check_cuda(launch_attention_bias_grad_reduce(bs.da, bs.db, partials, B, H, T, ba.kind,
                                                      ba.nb, stream),

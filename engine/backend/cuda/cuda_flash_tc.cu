@@ -6,11 +6,16 @@
 // table gradients in-kernel, accumulate into every gradient, no atomics), except that q, k, v,
 // dout and the probabilities / dlogits entering a product are rounded to bf16.
 //
+// Operands first go through a packing pass (two small kernels per call): q, k, v (and dout) as
+// bf16 rows per head, (B, H, Tp, kD) with T rounded up to Tp = 64 k and the head dim to the
+// kernel's kD, zero-padded, plus the transposes a product reads k-major, (B, H, kD, Tp): v^T
+// (forward), k^T, q^T, dout^T (backward). Tiles are then plain 16-byte copies into shared memory,
+// unrolled so every load of a tile is in flight at once, with no bounds checks.
+//
 // Warps are the unit: a block is 4 warps, a warp owns 16 rows of every product and computes
-// them with mma.sync m16n8k16 (cuda_mma.cuh, which documents the fragment layouts). Operands
-// are staged in shared memory as bf16, rows padded by kPad elements so the fragment loads of
-// the 8 row groups fall in distinct banks; the operand a product reads "k-major" (V in P V,
-// K in dS K, Q and dout in the key-side products) is also staged transposed.
+// them with mma.sync m16n8k16 (cuda_mma.cuh, which documents the fragment layouts). Shared
+// tiles are bf16, rows padded by kPad elements so the fragment loads of the 8 row groups fall in
+// distinct banks.
 //
 //   flash_tc_fwd_kernel  grid (T/64, H, B), heaviest query tiles first: Q fragments in
 //                        registers; per key tile of 64: S = Q K^T, mask + bias, online
@@ -48,9 +53,10 @@ constexpr int kSP = kBc + 1;   // row stride of the T5 staging tiles (floats / i
 static_assert(kBr == 2 * kBiasGradRows, "a block's partial fills two 32-row slots");
 
 struct TcArgs {
-    const float* qkv;  // (B, T, 3C)
     const float* pos;  // (B, T)
-    int T, C, H, D, window;
+    // packed bf16 operands: rows (B, H, Tp, kD), transposes (B, H, kD, Tp); null if not packed
+    const uint16_t *q, *k, *v, *g, *qt, *kt, *vt, *gt;
+    int T, Tp, C, H, D, window;
     float scale;       // 1 / sqrt(D)
     BiasArgs bs;
 };
@@ -59,38 +65,20 @@ __device__ __forceinline__ uint32_t ld32(const uint16_t* p) {
     return *reinterpret_cast<const uint32_t*>(p);
 }
 
-// Rows [r0, r0 + R) of the (T, D) view at src (row stride ld) into dst (R, kD + kPad), bf16;
-// rows >= T and dims >= D are 0. Consecutive threads read consecutive pairs of a row.
-template <int kD, int R>
-__device__ __forceinline__ void stage_rows(uint16_t* dst, const float* src, size_t ld, int r0,
-                                           int T, int D) {
-    constexpr int LS = kD + kPad, P = kD / 2;
-    for (int idx = threadIdx.x; idx < R * P; idx += kThreads) {
-        const int r = idx / P, d = 2 * (idx % P), row = r0 + r;
-        float x0 = 0.0f, x1 = 0.0f;
-        if (row < T) {
-            const float* s = src + size_t(row) * ld;
-            if (d < D) x0 = s[d];
-            if (d + 1 < D) x1 = s[d + 1];
+// R rows of W bf16 from src (row stride lds elements) into dst (row stride W + kPad): 16-byte
+// copies, the loop unrolled so all of a thread's loads are issued before its stores.
+template <int R, int W>
+__device__ __forceinline__ void stage(uint16_t* dst, const uint16_t* src, size_t lds) {
+    constexpr int V = W / 8, N = R * V, IT = (N + kThreads - 1) / kThreads;
+    static_assert(W % 8 == 0, "whole 16-byte vectors per row");
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = int(threadIdx.x) + it * kThreads;
+        if (N % kThreads == 0 || idx < N) {
+            const int r = idx / V, v = idx % V;
+            *reinterpret_cast<uint4*>(dst + r * (W + kPad) + v * 8) =
+                *reinterpret_cast<const uint4*>(src + size_t(r) * lds + v * 8);
         }
-        *reinterpret_cast<uint32_t*>(dst + r * LS + d) = pack_bf16(x0, x1);
-    }
-}
-
-// The same rows transposed: dst (kD, R + kPad), dst[d][r]. Consecutive threads read consecutive
-// dims of two rows (coalesced) and store one bf16 pair along r.
-template <int kD, int R>
-__device__ __forceinline__ void stage_cols(uint16_t* dst, const float* src, size_t ld, int r0,
-                                           int T, int D) {
-    constexpr int LT = R + kPad;
-    for (int idx = threadIdx.x; idx < (R / 2) * kD; idx += kThreads) {
-        const int d = idx % kD, r = 2 * (idx / kD), row = r0 + r;
-        float x0 = 0.0f, x1 = 0.0f;
-        if (d < D) {
-            if (row < T) x0 = src[size_t(row) * ld + d];
-            if (row + 1 < T) x1 = src[size_t(row + 1) * ld + d];
-        }
-        *reinterpret_cast<uint32_t*>(dst + d * LT + r) = pack_bf16(x0, x1);
     }
 }
 
@@ -153,9 +141,9 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
     const int T = a.T, C = a.C, D = a.D;
     const int q0 = tile_index() * kBr, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const float* base = a.qkv + size_t(b) * T * 3 * C + size_t(h) * D;
+    const size_t bh = size_t(b) * a.H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
-    stage_rows<kD, kBr>(Qs, base, size_t(3) * C, q0, T, D);
+    stage<kBr, kD>(Qs, a.q + rows + size_t(q0) * kD, kD);
     __syncthreads();
     const int wr = warp * 16;
     uint32_t qf[KS][4];
@@ -179,8 +167,8 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
     const int w_first = q0 + wr, w_last = q0 + wr + 15;  // this warp's rows
     for (int k0 = first_key_tile(q0, a.window); k0 <= j_last; k0 += kBc) {
         __syncthreads();  // the previous tile is no longer read
-        stage_rows<kD, kBc>(Ks, base + C, size_t(3) * C, k0, T, D);
-        stage_cols<kD, kBc>(Vt, base + 2 * C, size_t(3) * C, k0, T, D);
+        stage<kBc, kD>(Ks, a.k + rows + size_t(k0) * kD, kD);
+        stage<kD, kBc>(Vt, a.vt + rows + k0, a.Tp);
         for (int c = threadIdx.x; c < kBc; c += kThreads) posK[c] = k0 + c < T ? pos[k0 + c] : 0.0f;
         __syncthreads();
         // the whole tile is masked for this warp: after its last row, or before its window
@@ -299,8 +287,8 @@ __device__ __forceinline__ void bias_param_grads(double& ga, double& gb, int kin
 
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
-    flash_tc_dq_kernel(float* dqkv, float* partials, float* dtable, const float* dout,
-                       const float* lse, const float* dvec, TcArgs a) {
+    flash_tc_dq_kernel(float* dqkv, float* partials, float* dtable, const float* lse,
+                       const float* dvec, TcArgs a) {
     // Qs, dOs (kBr, LS) | Ks, Vs (kBc, LS) | Kt (kD, LT) | posK (kBc) | T5: Sd, Bk (kBr, kSP)
     extern __shared__ float sm[];
     __shared__ double red[32];
@@ -316,10 +304,10 @@ __global__ void __launch_bounds__(kThreads)
     const int T = a.T, C = a.C, D = a.D, H = a.H, kind = a.bs.kind;
     const int tile = tile_index(), q0 = tile * kBr, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const float* base = a.qkv + size_t(b) * T * 3 * C + size_t(h) * D;
+    const size_t bh = size_t(b) * H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
-    stage_rows<kD, kBr>(Qs, base, size_t(3) * C, q0, T, D);
-    stage_rows<kD, kBr>(dOs, dout + size_t(b) * T * C + size_t(h) * D, size_t(C), q0, T, D);
+    stage<kBr, kD>(Qs, a.q + rows + size_t(q0) * kD, kD);
+    stage<kBr, kD>(dOs, a.g + rows + size_t(q0) * kD, kD);
     const int wr = warp * 16;
     int i[2] = {q0 + wr + g, q0 + wr + g + 8};
     float pi[2], lse_r[2], d_r[2];
@@ -348,9 +336,9 @@ __global__ void __launch_bounds__(kThreads)
     const int w_first = q0 + wr, w_last = q0 + wr + 15;
     for (int k0 = first_key_tile(q0, a.window); k0 <= j_last; k0 += kBc) {
         __syncthreads();
-        stage_rows<kD, kBc>(Ks, base + C, size_t(3) * C, k0, T, D);
-        stage_rows<kD, kBc>(Vs, base + 2 * C, size_t(3) * C, k0, T, D);
-        stage_cols<kD, kBc>(Kt, base + C, size_t(3) * C, k0, T, D);
+        stage<kBc, kD>(Ks, a.k + rows + size_t(k0) * kD, kD);
+        stage<kBc, kD>(Vs, a.v + rows + size_t(k0) * kD, kD);
+        stage<kD, kBc>(Kt, a.kt + rows + k0, a.Tp);
         for (int c = tid; c < kBc; c += kThreads) posK[c] = k0 + c < T ? pos[k0 + c] : 0.0f;
         __syncthreads();
         const bool masked = k0 > w_last || w_first >= T ||
@@ -467,8 +455,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
-    flash_tc_dkv_kernel(float* dqkv, const float* dout, const float* lse, const float* dvec,
-                        TcArgs a) {
+    flash_tc_dkv_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
     // Ks, Vs (kBc, LS) | Qs, dOs (kBq, LS) | Qt, dOt (kD, LQ) | posQ, lseQ, dQ (kBq)
     extern __shared__ float sm[];
     constexpr int LS = kD + kPad, LQ = kBq + kPad, KS = kD / 16, DN = kD / 8, NT = kBq / 8;
@@ -484,11 +471,10 @@ __global__ void __launch_bounds__(kThreads)
     const int T = a.T, C = a.C, D = a.D, H = a.H;
     const int k0 = tile_index() * kBc, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const float* base = a.qkv + size_t(b) * T * 3 * C + size_t(h) * D;
-    const float* dbase = dout + size_t(b) * T * C + size_t(h) * D;
+    const size_t bh = size_t(b) * H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
-    stage_rows<kD, kBc>(Ks, base + C, size_t(3) * C, k0, T, D);
-    stage_rows<kD, kBc>(Vs, base + 2 * C, size_t(3) * C, k0, T, D);
+    stage<kBc, kD>(Ks, a.k + rows + size_t(k0) * kD, kD);
+    stage<kBc, kD>(Vs, a.v + rows + size_t(k0) * kD, kD);
     const int wk = warp * 16;
     const int j[2] = {k0 + wk + g, k0 + wk + g + 8};  // this thread's keys
     const float pj[2] = {j[0] < T ? pos[j[0]] : 0.0f, j[1] < T ? pos[j[1]] : 0.0f};
@@ -503,10 +489,10 @@ __global__ void __launch_bounds__(kThreads)
     const int w_first = k0 + wk, w_last = k0 + wk + 15;  // this warp's keys
     for (int q0 = k0; q0 <= i_last; q0 += kBq) {  // queries before k0 see none of these keys
         __syncthreads();
-        stage_rows<kD, kBq>(Qs, base, size_t(3) * C, q0, T, D);
-        stage_rows<kD, kBq>(dOs, dbase, size_t(C), q0, T, D);
-        stage_cols<kD, kBq>(Qt, base, size_t(3) * C, q0, T, D);
-        stage_cols<kD, kBq>(dOt, dbase, size_t(C), q0, T, D);
+        stage<kBq, kD>(Qs, a.q + rows + size_t(q0) * kD, kD);
+        stage<kBq, kD>(dOs, a.g + rows + size_t(q0) * kD, kD);
+        stage<kD, kBq>(Qt, a.qt + rows + q0, a.Tp);
+        stage<kD, kBq>(dOt, a.gt + rows + q0, a.Tp);
         for (int c = threadIdx.x; c < kBq; c += kThreads) {
             const int i = q0 + c;
             const size_t row = (size_t(b) * H + h) * T + i;
@@ -588,14 +574,68 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// ================================================================ packing
+
+// dst (B, H, Tp, kD) bf16 = the H heads of D columns at [col0, col0 + H D) of src (B, T, ld),
+// zero past T and past D. One thread per bf16 pair (coalesced reads along d).
+__global__ void pack_rows_kernel(uint16_t* dst, const float* src, int ld, int col0, int B, int T,
+                                 int Tp, int H, int D, int kD) {
+    const int P = kD / 2;
+    const size_t pairs = size_t(B) * H * Tp * P;
+    for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < pairs;
+         idx += size_t(gridDim.x) * blockDim.x) {
+        const int d = 2 * int(idx % P);
+        const size_t r = idx / P, bh = r / Tp;
+        const int t = int(r % Tp), h = int(bh % H), b = int(bh / H);
+        float x0 = 0.0f, x1 = 0.0f;
+        if (t < T) {
+            const float* p = src + (size_t(b) * T + t) * ld + col0 + size_t(h) * D;
+            if (d < D) x0 = p[d];
+            if (d + 1 < D) x1 = p[d + 1];
+        }
+        reinterpret_cast<uint32_t*>(dst)[idx] = pack_bf16(x0, x1);
+    }
+}
+
+constexpr int kTr = 32;  // transpose tile
+
+// dst (BH, kD, Tp) = src (BH, Tp, kD) transposed, through a (32, 33) shared tile; grid
+// (Tp / 32, ceil(kD / 32), BH), block (32, 8).
+__global__ void transpose_kernel(uint16_t* dst, const uint16_t* src, int Tp, int kD) {
+    __shared__ uint16_t tile[kTr][kTr + 1];
+    const size_t bh = blockIdx.z;
+    const int t0 = blockIdx.x * kTr, d0 = blockIdx.y * kTr, x = threadIdx.x;
+    const uint16_t* in = src + bh * Tp * kD;
+    uint16_t* out = dst + bh * Tp * kD;
+    for (int y = threadIdx.y; y < kTr; y += 8)
+        if (d0 + x < kD) tile[y][x] = in[size_t(t0 + y) * kD + d0 + x];
+    __syncthreads();
+    for (int y = threadIdx.y; y < kTr; y += 8)
+        if (d0 + y < kD) out[size_t(d0 + y) * Tp + t0 + x] = tile[x][y];
+}
+
 // ================================================================ launch helpers
 
-TcArgs make_args(const float* qkv, const float* positions, int T, int C, int H, int window,
-                 const BiasArgs& bias) {
-    TcArgs a;
-    a.qkv = qkv;
+int tc_head_dim(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 80 ? 80 : kFlashMaxHeadDim; }
+int padded_T(int T) { return (T + kBc - 1) / kBc * kBc; }
+
+// rows (B, H, Tp, kD) of src's heads at col0, and their transpose when trans is not null.
+cudaError_t pack(uint16_t* rows, uint16_t* trans, const float* src, int ld, int col0, int B,
+                 int T, int H, int D, cudaStream_t s) {
+    const int kD = tc_head_dim(D), Tp = padded_T(T);
+    const size_t pairs = size_t(B) * H * Tp * kD / 2;
+    pack_rows_kernel<<<grid_for(pairs, 256), 256, 0, s>>>(rows, src, ld, col0, B, T, Tp, H, D, kD);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || trans == nullptr) return e;
+    const dim3 grid(Tp / kTr, (kD + kTr - 1) / kTr, B * H);
+    transpose_kernel<<<grid, dim3(kTr, 8), 0, s>>>(trans, rows, Tp, kD);
+    return cudaGetLastError();
+}
+
+TcArgs make_args(const float* positions, int T, int C, int H, int window, const BiasArgs& bias) {
+    TcArgs a{};
     a.pos = positions;
     a.T = T;
+    a.Tp = padded_T(T);
     a.C = C;
     a.H = H;
     a.D = C / H;
@@ -618,8 +658,8 @@ size_t dkv_smem(int kD) {
            3 * kBq * 4;
 }
 
-// Raises a kernel's dynamic shared-memory limit once per process (the largest it launches with),
-// not per launch.
+// Raises a kernel's dynamic shared-memory limit (called once per process and kernel, with the
+// largest size it launches with, not per launch).
 template <class K>
 cudaError_t allow_shared_once(K* kernel, size_t bytes) {
     if (bytes <= 48 * 1024) return cudaSuccess;
@@ -636,50 +676,78 @@ cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream
 }
 
 template <int kD>
-cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float* dout,
-                       const float* lse, const float* dvec, const TcArgs& a, int B,
-                       cudaStream_t s) {
+cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float* lse,
+                       const float* dvec, const TcArgs& a, int B, cudaStream_t s) {
     static const cudaError_t ready_dq = allow_shared_once(flash_tc_dq_kernel<kD>, dq_smem(kD, true));
     static const cudaError_t ready_dkv = allow_shared_once(flash_tc_dkv_kernel<kD>, dkv_smem(kD));
     if (ready_dq != cudaSuccess) return ready_dq;
     if (ready_dkv != cudaSuccess) return ready_dkv;
     const bool t5 = partials != nullptr && a.bs.kind == kT5;
     const dim3 grid_q((a.T + kBr - 1) / kBr, a.H, B), grid_k((a.T + kBc - 1) / kBc, a.H, B);
-    flash_tc_dq_kernel<kD><<<grid_q, kThreads, dq_smem(kD, t5), s>>>(dqkv, partials, dtable, dout,
-                                                                     lse, dvec, a);
+    flash_tc_dq_kernel<kD><<<grid_q, kThreads, dq_smem(kD, t5), s>>>(dqkv, partials, dtable, lse,
+                                                                     dvec, a);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    flash_tc_dkv_kernel<kD><<<grid_k, kThreads, dkv_smem(kD), s>>>(dqkv, dout, lse, dvec, a);
+    flash_tc_dkv_kernel<kD><<<grid_k, kThreads, dkv_smem(kD), s>>>(dqkv, lse, dvec, a);
     return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t launch_flash_tc_forward(float* out, float* lse, const float* qkv,
+size_t flash_tc_packed_elems(int B, int T, int C, int H) {
+    if (B <= 0 || T <= 0 || H <= 0) return 0;
+    return size_t(7) * B * H * padded_T(T) * tc_head_dim(C / H);
+}
+
+cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
                                     const float* positions, int B, int T, int C, int H, int window,
                                     const BiasArgs& bias, cudaStream_t s) {
     if (B <= 0 || T <= 0) return cudaSuccess;
-    const TcArgs a = make_args(qkv, positions, T, C, H, window, bias);
+    TcArgs a = make_args(positions, T, C, H, window, bias);
+    if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
+    const size_t n = size_t(B) * H * a.Tp * tc_head_dim(a.D);  // one packed operand
+    uint16_t *q = packed, *k = q + n, *v = k + n, *vt = v + n;
+    for (cudaError_t e : {pack(q, nullptr, qkv, 3 * C, 0, B, T, H, a.D, s),
+                          pack(k, nullptr, qkv, 3 * C, C, B, T, H, a.D, s),
+                          pack(v, vt, qkv, 3 * C, 2 * C, B, T, H, a.D, s)})
+        if (e != cudaSuccess) return e;
+    a.q = q;
+    a.k = k;
+    a.vt = vt;
     if (a.D <= 32) return forward_t<32>(out, lse, a, B, s);
     if (a.D <= 64) return forward_t<64>(out, lse, a, B, s);
     if (a.D <= 80) return forward_t<80>(out, lse, a, B, s);
-    if (a.D <= kFlashMaxHeadDim) return forward_t<kFlashMaxHeadDim>(out, lse, a, B, s);
-    return cudaErrorInvalidValue;
+    return forward_t<kFlashMaxHeadDim>(out, lse, a, B, s);
 }
 
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
-                                     const float* dout, const float* qkv, const float* out,
-                                     const float* lse, const float* positions, int B, int T,
-                                     int C, int H, int window, const BiasArgs& bias,
+                                     uint16_t* packed, const float* dout, const float* qkv,
+                                     const float* out, const float* lse, const float* positions,
+                                     int B, int T, int C, int H, int window, const BiasArgs& bias,
                                      cudaStream_t s) {
     if (B <= 0 || T <= 0) return cudaSuccess;
-    const TcArgs a = make_args(qkv, positions, T, C, H, window, bias);
+    TcArgs a = make_args(positions, T, C, H, window, bias);
     if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
     if (cudaError_t e = launch_flash_dvec(dvec, dout, out, B, T, C, H, s); e != cudaSuccess)
         return e;
-    if (a.D <= 32) return backward_t<32>(dqkv, partials, dtable, dout, lse, dvec, a, B, s);
-    if (a.D <= 64) return backward_t<64>(dqkv, partials, dtable, dout, lse, dvec, a, B, s);
-    if (a.D <= 80) return backward_t<80>(dqkv, partials, dtable, dout, lse, dvec, a, B, s);
-    return backward_t<kFlashMaxHeadDim>(dqkv, partials, dtable, dout, lse, dvec, a, B, s);
+    const size_t n = size_t(B) * H * a.Tp * tc_head_dim(a.D);
+    uint16_t *q = packed, *k = q + n, *v = k + n, *g = v + n, *qt = g + n, *kt = qt + n,
+             *gt = kt + n;
+    for (cudaError_t e : {pack(q, qt, qkv, 3 * C, 0, B, T, H, a.D, s),
+                          pack(k, kt, qkv, 3 * C, C, B, T, H, a.D, s),
+                          pack(v, nullptr, qkv, 3 * C, 2 * C, B, T, H, a.D, s),
+                          pack(g, gt, dout, C, 0, B, T, H, a.D, s)})
+        if (e != cudaSuccess) return e;
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.g = g;
+    a.qt = qt;
+    a.kt = kt;
+    a.gt = gt;
+    if (a.D <= 32) return backward_t<32>(dqkv, partials, dtable, lse, dvec, a, B, s);
+    if (a.D <= 64) return backward_t<64>(dqkv, partials, dtable, lse, dvec, a, B, s);
+    if (a.D <= 80) return backward_t<80>(dqkv, partials, dtable, lse, dvec, a, B, s);
+    return backward_t<kFlashMaxHeadDim>(dqkv, partials, dtable, lse, dvec, a, B, s);
 }
 
 }  // namespace ctx::cuda

@@ -17,6 +17,7 @@
 
 struct dim3 { unsigned x, y, z; constexpr dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
 struct emu_uint3 { unsigned x, y, z; };
+struct uint4 { unsigned x, y, z, w; };
 
 namespace emu {
 extern emu_uint3 g_tid, g_bid;
