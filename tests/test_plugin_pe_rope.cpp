@@ -98,7 +98,13 @@ TEST_F(RopeModes, DescriptorDeclaresEveryScalingOption) {
                          {"power", N, "0.5"},        {"trunc_a", N, nullptr},
                          {"trunc_b", N, nullptr},    {"trunc_rho", N, nullptr},
                          {"yarn_alpha", N, "1"},     {"yarn_beta", N, "32"},
-                         {"xpos_gamma", N, "0.4"},   {"xpos_scale_base", N, "512"}};
+                         {"xpos_gamma", N, "0.4"},   {"xpos_scale_base", N, "512"},
+                         {"yarn_beta_fast", N, "32"}, {"yarn_beta_slow", N, "1"},
+                         {"mscale", N, nullptr},     {"mscale_all_dim", N, nullptr},
+                         {"attention_factor", N, nullptr},
+                         {"low_freq_factor", N, "1"}, {"high_freq_factor", N, "4"},
+                         {"short_factor", CTX_OPT_NUMBER_LIST, nullptr},
+                         {"long_factor", CTX_OPT_NUMBER_LIST, nullptr}};
     ASSERT_EQ(d->n_options, static_cast<int32_t>(std::size(want)));
     for (const Want& w : want) {
         const ctx_option_desc* o = nullptr;
@@ -557,12 +563,14 @@ TEST_F(RopeModes, RejectsOptionsOfAnotherScaling) {
         OptValue value;
         std::string modes;
     };
-    const std::string factor_modes = "linear, ntk, dynamic_ntk or yarn";
+    const std::string factor_modes = "linear, ntk, dynamic_ntk, yarn, hf_yarn, llama3 or longrope";
+    const std::string length_modes =
+        "linear, ntk, dynamic_ntk, yarn, giraffe_truncated, hf_yarn, llama3 or longrope";
     const std::vector<Case> cases = {
         {"none", "factor", 2.0, factor_modes},
         {"giraffe_power", "factor", 2.0, factor_modes},
-        {"xpos", "original_length", int64_t{512}, "linear, ntk, dynamic_ntk, yarn or giraffe_truncated"},
-        {"none", "original_length", int64_t{512}, "linear, ntk, dynamic_ntk, yarn or giraffe_truncated"},
+        {"xpos", "original_length", int64_t{512}, length_modes},
+        {"none", "original_length", int64_t{512}, length_modes},
         {"linear", "power", 0.5, "giraffe_power"},
         {"yarn", "trunc_a", 0.1, "giraffe_truncated"},
         {"none", "trunc_b", 0.1, "giraffe_truncated"},
@@ -571,6 +579,11 @@ TEST_F(RopeModes, RejectsOptionsOfAnotherScaling) {
         {"ntk", "yarn_beta", 32.0, "yarn"},
         {"none", "xpos_gamma", 0.4, "xpos"},
         {"giraffe_truncated", "xpos_scale_base", 512.0, "xpos"},
+        {"yarn", "yarn_beta_fast", 32.0, "hf_yarn"},
+        {"llama3", "mscale", 1.0, "hf_yarn"},
+        {"none", "attention_factor", 1.2, "hf_yarn or longrope"},
+        {"hf_yarn", "low_freq_factor", 1.0, "llama3"},
+        {"linear", "short_factor", std::vector<double>{1.0}, "longrope"},
     };
     for (const auto& c : cases) {
         SCOPED_TRACE(c.scaling + " " + c.option);
@@ -582,7 +595,7 @@ TEST_F(RopeModes, RejectsOptionsOfAnotherScaling) {
     }
     // Not set: the default "none" with no scaling option at all is fine, so is every mode alone.
     for (const char* m : {"none", "linear", "ntk", "dynamic_ntk", "yarn", "giraffe_power",
-                          "giraffe_truncated", "xpos"}) {
+                          "giraffe_truncated", "xpos", "hf_yarn", "llama3"}) {
         Instance r(rope(), model_info(2, 64, 2048), {{"scaling", std::string(m)}});
         EXPECT_EQ(r.status, CTX_OK) << m << ": " << r.message();
     }

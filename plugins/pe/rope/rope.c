@@ -31,6 +31,10 @@
  *                      effective b (so giving only trunc_b keeps Giraffe's ratios)
  *   xpos               theta_k with amplitudes zeta_k = (2k/dr + g)/(1 + g), 0-indexed k,
  *                      amp_scale_base = B: q is scaled by zeta_k^(p/B), k by zeta_k^(-p/B)
+ *   hf_yarn, llama3,   HF transformers' rope types, exactly as its rope init functions
+ *   longrope           compute them (rope_hf.h, METHODS.md 5.1); longrope switches between its
+ *                      short and long factors by the seq_len passed to rotary_spec, like
+ *                      dynamic_ntk.
  *
  * All frequencies are computed in double and stored as float.
  *
@@ -62,6 +66,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rope_hf.h"
 
 #define ROPE_PI 3.14159265358979323846
 #define ROPE_STATE_MAGIC 0x45504f52u
@@ -77,22 +82,32 @@ typedef enum rope_scaling {
     SCALE_GIRAFFE_POWER = 5,
     SCALE_GIRAFFE_TRUNCATED = 6,
     SCALE_XPOS = 7,
-    SCALE_COUNT = 8
+    SCALE_HF_YARN = 8,
+    SCALE_LLAMA3 = 9,
+    SCALE_LONGROPE = 10,
+    SCALE_COUNT = 11
 } rope_scaling;
 
 static const char* const scaling_names[SCALE_COUNT] = {
-    "none", "linear", "ntk", "dynamic_ntk", "yarn", "giraffe_power", "giraffe_truncated", "xpos"};
+    "none",  "linear", "ntk",     "dynamic_ntk", "yarn",    "giraffe_power",
+    "giraffe_truncated", "xpos", "hf_yarn", "llama3", "longrope"};
 
 #define BIT(m) (1u << (m))
-#define FACTOR_MODES (BIT(SCALE_LINEAR) | BIT(SCALE_NTK) | BIT(SCALE_DYNAMIC_NTK) | BIT(SCALE_YARN))
+/* modes whose factor extend() may pick (s = Le / original_length) */
+#define FACTOR_MODES                                                                            \
+    (BIT(SCALE_LINEAR) | BIT(SCALE_NTK) | BIT(SCALE_DYNAMIC_NTK) | BIT(SCALE_YARN) |            \
+     BIT(SCALE_HF_YARN) | BIT(SCALE_LLAMA3))
+/* modes that read `factor` (longrope: for its attention factor only) */
+#define FACTOR_OPTION_MODES (FACTOR_MODES | BIT(SCALE_LONGROPE))
+#define HF_MODES (BIT(SCALE_HF_YARN) | BIT(SCALE_LLAMA3) | BIT(SCALE_LONGROPE))
 
 /* Options that belong to some scaling modes only; present with another mode, they are an error. */
 static const struct {
     const char* name;
     uint32_t modes;
 } mode_options[] = {
-    {"factor", FACTOR_MODES},
-    {"original_length", FACTOR_MODES | BIT(SCALE_GIRAFFE_TRUNCATED)},
+    {"factor", FACTOR_OPTION_MODES},
+    {"original_length", FACTOR_OPTION_MODES | BIT(SCALE_GIRAFFE_TRUNCATED)},
     {"power", BIT(SCALE_GIRAFFE_POWER)},
     {"trunc_a", BIT(SCALE_GIRAFFE_TRUNCATED)},
     {"trunc_b", BIT(SCALE_GIRAFFE_TRUNCATED)},
@@ -101,6 +116,15 @@ static const struct {
     {"yarn_beta", BIT(SCALE_YARN)},
     {"xpos_gamma", BIT(SCALE_XPOS)},
     {"xpos_scale_base", BIT(SCALE_XPOS)},
+    {"yarn_beta_fast", BIT(SCALE_HF_YARN)},
+    {"yarn_beta_slow", BIT(SCALE_HF_YARN)},
+    {"mscale", BIT(SCALE_HF_YARN)},
+    {"mscale_all_dim", BIT(SCALE_HF_YARN)},
+    {"attention_factor", BIT(SCALE_HF_YARN) | BIT(SCALE_LONGROPE)},
+    {"low_freq_factor", BIT(SCALE_LLAMA3)},
+    {"high_freq_factor", BIT(SCALE_LLAMA3)},
+    {"short_factor", BIT(SCALE_LONGROPE)},
+    {"long_factor", BIT(SCALE_LONGROPE)},
 };
 
 typedef struct rope {
@@ -116,13 +140,19 @@ typedef struct rope {
     uint32_t trunc_given;   /* bits 0, 1, 2: trunc_a, trunc_b, trunc_rho were options */
     double yarn_alpha, yarn_beta;
     double xpos_gamma, xpos_scale_base;
+    rope_hf hf;             /* hf_yarn, llama3, longrope */
     float position_scale, attention_factor;
-    int64_t freq_len;       /* dynamic_ntk: the seq_len inv_freq was computed for, -1 if none */
+    int64_t freq_len;       /* dynamic_ntk, longrope: the seq_len inv_freq is for, -1 if none */
     float* inv_freq;        /* (rotary_dims / 2) */
     float* amp_base;        /* (rotary_dims / 2), xpos only */
 } rope;
 
 static int uses_factor(const rope* r) { return (FACTOR_MODES & BIT(r->scaling)) != 0; }
+static int reads_factor(const rope* r) { return (FACTOR_OPTION_MODES & BIT(r->scaling)) != 0; }
+/* Modes whose frequencies depend on the row length. */
+static int length_dependent(const rope* r) {
+    return r->scaling == SCALE_DYNAMIC_NTK || r->scaling == SCALE_LONGROPE;
+}
 
 /* theta_k = base^(-2k/dr) in double. */
 static double plain_theta(double base, int32_t k, int32_t dr) {
@@ -167,12 +197,24 @@ static void compute_spec(rope* r, int64_t seq_len) {
                 r->amp_base[k] = (float)((2.0 * (double)k / (double)dr + r->xpos_gamma) /
                                          (1.0 + r->xpos_gamma));
                 break;
+            case SCALE_HF_YARN:
+                out = rope_hf_yarn_freq(&r->hf, theta, k, dr, base, s, L);
+                break;
+            case SCALE_LLAMA3:
+                out = rope_hf_llama3_freq(&r->hf, theta, s, L);
+                break;
+            case SCALE_LONGROPE:
+                out = rope_hf_longrope_freq(&r->hf, theta, k, (double)seq_len > L);
+                break;
             default: break;
         }
         r->inv_freq[k] = (float)out;
     }
     if (r->scaling == SCALE_LINEAR) r->position_scale = (float)(1.0 / s);
     if (r->scaling == SCALE_YARN) r->attention_factor = (float)(0.1 * log(s) + 1.0);
+    if (r->scaling == SCALE_HF_YARN) r->attention_factor = (float)rope_hf_yarn_attention(&r->hf, s);
+    if (r->scaling == SCALE_LONGROPE)
+        r->attention_factor = (float)rope_hf_longrope_attention(&r->hf, s, L);
     r->freq_len = seq_len;
 }
 
@@ -211,7 +253,7 @@ static ctx_status read_scaling_options(const ctx_host_api* host, const ctx_model
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "create: the host API lacks opt_has");
     r->factor = 1.0;
     r->factor_explicit = host->opt_has(host->host, options, "factor") != 0;
-    if (uses_factor(r)) {
+    if (reads_factor(r)) {
         r->factor = host->opt_number(host->host, options, "factor", 1.0);
         if ((st = check_factor(r->factor, "option", err)) != CTX_OK) return st;
     }
@@ -224,7 +266,7 @@ static ctx_status read_scaling_options(const ctx_host_api* host, const ctx_model
             return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                              "option 'original_length' must be an integer >= 1, got %lld",
                              (long long)r->original_length);
-    } else if ((uses_factor(r) || r->scaling == SCALE_GIRAFFE_TRUNCATED) &&
+    } else if ((reads_factor(r) || r->scaling == SCALE_GIRAFFE_TRUNCATED) &&
                r->original_length < 1) {
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "scaling = %s needs 'original_length' (the model's context_length is "
@@ -270,6 +312,12 @@ static ctx_status read_scaling_options(const ctx_host_api* host, const ctx_model
                                  "and 'trunc_b' = %g",
                                  r->trunc_a, r->trunc_b);
             break;
+        case SCALE_HF_YARN:
+            return rope_hf_read(host, options, ROPE_HF_YARN, r->rotary_dims / 2, &r->hf, err);
+        case SCALE_LLAMA3:
+            return rope_hf_read(host, options, ROPE_HF_LLAMA3, r->rotary_dims / 2, &r->hf, err);
+        case SCALE_LONGROPE:
+            return rope_hf_read(host, options, ROPE_HF_LONGROPE, r->rotary_dims / 2, &r->hf, err);
         case SCALE_XPOS:
             if ((st = read_number(host, options, "xpos_gamma", 0.4, 0.0, 1, &r->xpos_gamma, err)))
                 return st;
@@ -287,6 +335,7 @@ static void rope_destroy(void* instance) {
     if (!r) return;
     free(r->inv_freq);
     free(r->amp_base);
+    rope_hf_free(&r->hf);
     free(r);
 }
 
@@ -344,7 +393,8 @@ static ctx_status rope_create(const ctx_host_api* host, const ctx_model_info* mo
     if (scaling < 0)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "option 'scaling' must be one of none, linear, ntk, dynamic_ntk, yarn, "
-                         "giraffe_power, giraffe_truncated, xpos; got \"%s\"",
+                         "giraffe_power, giraffe_truncated, xpos, hf_yarn, llama3, longrope; got "
+                         "\"%s\"",
                          scaling_name ? scaling_name : "(null)");
 
     /* Options of other modes: name the option, the modes it belongs to and the chosen one. */
@@ -407,8 +457,8 @@ static ctx_status rope_rotary_spec(void* instance, int64_t seq_len, ctx_rotary_s
     if (spec->struct_size < CTX_OFFSET_END(ctx_rotary_spec, amp_scale_base))
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT,
                          "rotary_spec: spec struct_size %u is too small", spec->struct_size);
-    /* Only dynamic NTK depends on the row length; recompute when it changes. */
-    if (r->scaling == SCALE_DYNAMIC_NTK && seq_len != r->freq_len) compute_spec(r, seq_len);
+    /* Only dynamic NTK and longrope depend on the row length; recompute when it changes. */
+    if (length_dependent(r) && seq_len != r->freq_len) compute_spec(r, seq_len);
     spec->rotary_dims = r->rotary_dims;
     spec->layout = r->layout;
     spec->inv_freq = r->inv_freq;
@@ -454,7 +504,7 @@ static ctx_status rope_extend(const ctx_host_api* host, void* instance, int64_t 
                          "would give 'factor' %g < 1",
                          (long long)new_len, (long long)r->original_length, s);
     r->factor = s;
-    compute_spec(r, r->scaling == SCALE_DYNAMIC_NTK ? r->freq_len : 0);
+    compute_spec(r, length_dependent(r) ? r->freq_len : 0);
     ctx_host_logf(host, CTX_LOG_INFO,
              "extend %lld -> %lld: scaling = %s now uses factor s = %lld / %lld = %g "
              "(original_length kept)",
@@ -539,7 +589,7 @@ static ctx_status rope_load_state(void* instance, const void* buffer, size_t siz
     r->factor = s;
     r->original_length = L;
     r->factor_explicit = (flags & 1u) != 0;
-    compute_spec(r, r->scaling == SCALE_DYNAMIC_NTK ? r->freq_len : 0);
+    compute_spec(r, length_dependent(r) ? r->freq_len : 0);
     return CTX_OK;
 }
 
@@ -553,12 +603,13 @@ static const ctx_option_desc rope_options[] = {
      "2k with 2k+1)"},
     {"scaling", CTX_OPT_STRING, "none",
      "none | linear | ntk | dynamic_ntk | yarn | giraffe_power | giraffe_truncated | xpos "
-     "(METHODS.md 1.3)"},
+     "(METHODS.md 1.3) | hf_yarn | llama3 | longrope (transformers' rope types, METHODS.md 5.1)"},
     {"factor", CTX_OPT_NUMBER, "1",
-     "scale s >= 1 for linear, ntk, dynamic_ntk, yarn; if absent, extend() sets s = Le / "
-     "original_length"},
+     "scale s >= 1 for linear, ntk, dynamic_ntk, yarn, hf_yarn, llama3 (if absent, extend() sets "
+     "s = Le / original_length) and longrope (its attention factor)"},
     {"original_length", CTX_OPT_INTEGER, "context_length",
-     "L, the pretraining context (linear, ntk, dynamic_ntk, yarn, giraffe_truncated)"},
+     "L, the pretraining context (linear, ntk, dynamic_ntk, yarn, giraffe_truncated, hf_yarn, "
+     "llama3, longrope)"},
     {"power", CTX_OPT_NUMBER, "0.5", "giraffe_power exponent kp > 0"},
     {"trunc_a", CTX_OPT_NUMBER, "b/8", "giraffe_truncated lower cutoff a >= 0 (a < b)"},
     {"trunc_b", CTX_OPT_NUMBER, "2*pi/original_length", "giraffe_truncated upper cutoff b > 0"},
@@ -567,6 +618,18 @@ static const ctx_option_desc rope_options[] = {
     {"yarn_beta", CTX_OPT_NUMBER, "32", "yarn ramp end beta > alpha"},
     {"xpos_gamma", CTX_OPT_NUMBER, "0.4", "xpos g > 0: zeta_k = (2k/dr + g)/(1 + g)"},
     {"xpos_scale_base", CTX_OPT_NUMBER, "512", "xpos scale base B > 0: zeta_k^(+-p/B)"},
+    {"yarn_beta_fast", CTX_OPT_NUMBER, "32", "hf_yarn beta_fast: rotations that end the ramp"},
+    {"yarn_beta_slow", CTX_OPT_NUMBER, "1", "hf_yarn beta_slow: rotations that start it"},
+    {"mscale", CTX_OPT_NUMBER, "absent", "hf_yarn mscale (with mscale_all_dim)"},
+    {"mscale_all_dim", CTX_OPT_NUMBER, "absent", "hf_yarn mscale_all_dim (with mscale)"},
+    {"attention_factor", CTX_OPT_NUMBER, "derived",
+     "hf_yarn, longrope: the q/k scale; default from factor as transformers derives it"},
+    {"low_freq_factor", CTX_OPT_NUMBER, "1", "llama3 low_freq_factor"},
+    {"high_freq_factor", CTX_OPT_NUMBER, "4", "llama3 high_freq_factor (> low_freq_factor)"},
+    {"short_factor", CTX_OPT_NUMBER_LIST, "required",
+     "longrope: dr/2 factors used while the row length <= original_length"},
+    {"long_factor", CTX_OPT_NUMBER_LIST, "required",
+     "longrope: dr/2 factors used beyond original_length"},
 };
 
 /* Designated initializers: slots not named here (and slots appended in later ABI minors) are
@@ -591,7 +654,7 @@ static const ctx_plugin_descriptor rope_descriptor = {
     "1.0.0",
     "Rotary position embedding (Su et al.): theta_k = base^(-2k/dr) on the first rotary_pct of "
     "each head, half or interleaved pairs; scaling = linear, ntk, dynamic_ntk, yarn, "
-    "giraffe_power, giraffe_truncated or xpos",
+    "giraffe_power, giraffe_truncated, xpos, or transformers' hf_yarn, llama3, longrope",
     rope_options,
     (int32_t)(sizeof rope_options / sizeof rope_options[0]),
     &rope_vtable,
