@@ -1,5 +1,6 @@
 // config.json <-> HfSpec for GPT-2, GPT-NeoX and BLOOM. Missing keys take transformers' class
 // defaults (what from_pretrained would use); settings ctxengine cannot reproduce are refused.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -160,10 +161,44 @@ void neox_rope(const Cfg& c, HfSpec& s) {
         o["scaling"] = "dynamic_ntk";
         o["factor"] = factor;
         o["original_length"] = max_pos;
+    } else if (type == "yarn") {
+        // transformers' YaRN (pe/rope hf_yarn): L0 is rope_scaling's
+        // original_max_position_embeddings where present (later transformers), else
+        // max_position_embeddings (transformers 4.49).
+        o["scaling"] = "hf_yarn";
+        o["factor"] = factor;
+        o["original_length"] = omp > 0 ? omp : int64_t{max_pos};
+        for (const auto& [key, opt] : {std::pair{"beta_fast", "yarn_beta_fast"},
+                                       {"beta_slow", "yarn_beta_slow"},
+                                       {"attention_factor", "attention_factor"},
+                                       {"mscale", "mscale"},
+                                       {"mscale_all_dim", "mscale_all_dim"}})
+            if (sc.has(key)) o[opt] = sc.number(key, 0);
+    } else if (type == "llama3") {
+        CTX_CHECK(omp > 0, "{}: rope type \"llama3\" needs \"original_max_position_embeddings\"",
+                  sc.origin());
+        o["scaling"] = "llama3";
+        o["factor"] = factor;
+        o["original_length"] = omp;
+        o["low_freq_factor"] = sc.number("low_freq_factor", 1.0);
+        o["high_freq_factor"] = sc.number("high_freq_factor", 4.0);
+    } else if (type == "longrope") {
+        // L0: the config's top-level original_max_position_embeddings (transformers 4.49, which
+        // then takes factor = max_position_embeddings / L0), or rope_scaling's.
+        const int64_t top = c.integer("original_max_position_embeddings", 0);
+        const int64_t L0 = top > 0 ? top : (omp > 0 ? omp : int64_t{max_pos});
+        o["scaling"] = "longrope";
+        o["original_length"] = L0;
+        o["factor"] = top > 0 ? std::max(1.0, double(max_pos) / double(top)) : factor;
+        for (const char* key : {"short_factor", "long_factor"}) {
+            CTX_CHECK(sc.has(key) && sc.at(key).is_array(),
+                      "{}: rope type \"longrope\" needs a list \"{}\"", sc.origin(), key);
+            o[key] = sc.at(key);
+        }
+        if (sc.has("attention_factor")) o["attention_factor"] = sc.number("attention_factor", 0);
     } else {
-        fail("{}: rope type \"{}\" is not supported (linear and dynamic are; pe/rope's yarn "
-             "ramps over frequency ratios, not transformers' dimension indices)", sc.origin(),
-             type);
+        fail("{}: rope type \"{}\" is not supported (default, linear, dynamic, yarn, llama3 and "
+             "longrope are)", sc.origin(), type);
     }
 }
 
@@ -235,8 +270,11 @@ struct RopeState {
     double factor = 1;
     int64_t original_length = 0;
 };
-constexpr const char* kRopeScalings[] = {"none", "linear", "ntk", "dynamic_ntk", "yarn",
-                                         "giraffe_power", "giraffe_truncated", "xpos"};
+constexpr const char* kRopeScalings[] = {"none",          "linear",           "ntk",
+                                         "dynamic_ntk",   "yarn",             "giraffe_power",
+                                         "giraffe_truncated", "xpos",         "hf_yarn",
+                                         "llama3",        "longrope"};
+constexpr int kNumRopeScalings = int(sizeof kRopeScalings / sizeof kRopeScalings[0]);
 
 bool decode_rope_state(const std::vector<uint8_t>& b, RopeState& out) {
     if (b.size() != 32) return false;
@@ -245,7 +283,8 @@ bool decode_rope_state(const std::vector<uint8_t>& b, RopeState& out) {
     std::memcpy(&magic, b.data(), 4);
     std::memcpy(&version, b.data() + 4, 4);
     std::memcpy(&scaling, b.data() + 8, 4);
-    if (magic != 0x45504f52u || version != 1 || scaling < 0 || scaling > 7) return false;
+    if (magic != 0x45504f52u || version != 1 || scaling < 0 || scaling >= kNumRopeScalings)
+        return false;
     out.scaling = kRopeScalings[scaling];
     std::memcpy(&out.factor, b.data() + 16, 8);
     std::memcpy(&out.original_length, b.data() + 24, 8);
@@ -327,9 +366,18 @@ HfSpec hf_spec_for_model(const ModelConfig& m, const std::string& style,
             out["scaling"] = st.scaling;
             out["factor"] = st.factor;
             out["original_length"] = st.original_length;
+        } else if (st.scaling == "hf_yarn" || st.scaling == "llama3" ||
+                   st.scaling == "longrope") {
+            // transformers' own types: every option carries over (the state holds factor and L)
+            for (const auto& [key, v] : o.items())
+                if (key != "base" && key != "rotary_pct" && key != "layout") out[key] = v;
+            out["factor"] = st.factor;
+            out["original_length"] = st.original_length;
         } else if (st.scaling != "none") {
             problems.push_back("pe/rope scaling = " + st.scaling + " (transformers' GPT-NeoX "
-                               "reproduces none, linear, ntk (as rope_theta) and dynamic_ntk)");
+                               "reproduces none, linear, ntk (as rope_theta), dynamic_ntk, "
+                               "hf_yarn, llama3 and longrope; pe/rope's yarn is the paper's "
+                               "form, which transformers does not compute)");
         }
         out["base"] = base;
     } else if (pe_plugin == "pe/alibi") {
@@ -352,6 +400,41 @@ HfSpec hf_spec_for_model(const ModelConfig& m, const std::string& style,
     return s;
 }
 
+// rope_scaling of the transformers rope types pe/rope implements exactly (hf_yarn, llama3,
+// longrope), from its options. The attention factor is written whenever a type has one, so every
+// transformers version uses our value instead of re-deriving it from lengths it may read
+// differently.
+static json hf_rope_scaling(const json& o, const std::string& scaling) {
+    const double factor = o.value("factor", 1.0);
+    const int64_t L0 = o.value("original_length", int64_t{0});
+    if (scaling == "llama3")
+        return {{"rope_type", "llama3"}, {"factor", factor},
+                {"low_freq_factor", o.value("low_freq_factor", 1.0)},
+                {"high_freq_factor", o.value("high_freq_factor", 4.0)},
+                {"original_max_position_embeddings", L0}};
+    if (scaling == "longrope") {
+        json r = {{"rope_type", "longrope"}, {"factor", factor},
+                  {"short_factor", o.at("short_factor")}, {"long_factor", o.at("long_factor")}};
+        r["attention_factor"] = o.contains("attention_factor")
+                                    ? o["attention_factor"].get<double>()
+                                    : (factor <= 1.0 ? 1.0
+                                                     : std::sqrt(1.0 + std::log(factor) /
+                                                                           std::log(double(L0))));
+        return r;
+    }
+    // hf_yarn: mscale / mscale_all_dim as given, or the attention factor (given or 0.1 ln s + 1)
+    json r = {{"rope_type", "yarn"}, {"factor", factor},
+              {"beta_fast", o.value("yarn_beta_fast", 32.0)},
+              {"beta_slow", o.value("yarn_beta_slow", 1.0)},
+              {"original_max_position_embeddings", L0}};
+    const double ms = o.value("mscale", 0.0), msa = o.value("mscale_all_dim", 0.0);
+    auto mscale = [&](double m) { return factor <= 1.0 ? 1.0 : 0.1 * m * std::log(factor) + 1.0; };
+    r["attention_factor"] = o.contains("attention_factor") ? o["attention_factor"].get<double>()
+                            : ms > 0 && msa > 0           ? mscale(ms) / mscale(msa)
+                                                          : mscale(1.0);
+    return r;
+}
+
 json hf_config_json(const HfSpec& s) {
     const ModelConfig& m = s.config;
     json j;
@@ -368,8 +451,9 @@ json hf_config_json(const HfSpec& s) {
         const json& o = s.pe_options;
         const std::string scaling = o.value("scaling", std::string("none"));
         const double base = o.value("base", 10000.0);
-        // transformers' dynamic NTK takes max_position_embeddings as the original length L.
-        const int64_t max_pos = scaling == "dynamic_ntk"
+        // transformers' dynamic NTK (and 4.49's YaRN) take max_position_embeddings as the
+        // original length L.
+        const int64_t max_pos = scaling == "dynamic_ntk" || scaling == "hf_yarn"
                                     ? o.value("original_length", int64_t{m.context_length})
                                     : m.context_length;
         j = {{"architectures", {"GPTNeoXForCausalLM"}}, {"model_type", "gpt_neox"},
@@ -389,6 +473,11 @@ json hf_config_json(const HfSpec& s) {
             j["rope_scaling"] = {{"rope_type", "dynamic"}, {"type", "dynamic"},
                                  {"factor", o.value("factor", 1.0)},
                                  {"original_max_position_embeddings", max_pos}};
+        } else if (scaling == "hf_yarn" || scaling == "llama3" || scaling == "longrope") {
+            j["rope_scaling"] = hf_rope_scaling(o, scaling);
+            // transformers 4.49 reads longrope's L0 from the top level
+            if (scaling == "longrope")
+                j["original_max_position_embeddings"] = o.value("original_length", int64_t{0});
         }
     } else if (s.model_type == "bloom") {
         j = {{"architectures", {"BloomForCausalLM"}}, {"model_type", "bloom"},

@@ -4,7 +4,8 @@ tokenizer), and writes what transformers computes on fixed tokens: logits, loss 
 of every parameter. hf_check (C++) then loads the same directory in ctxengine and compares.
 
 Usage: make_reference.py CASE OUT_DIR
-  CASE: gpt2 | neox_parallel | neox_sequential_linear | neox_dynamic | bloom
+  CASE: gpt2 | neox_parallel | neox_sequential_linear | neox_dynamic | neox_yarn | neox_llama3 |
+        neox_longrope | bloom
 Writes OUT_DIR/hf/ (config.json, model.safetensors, tokenizer files), OUT_DIR/corpus/*.txt (the
 text the tokenizer was trained on, for the recipe test) and OUT_DIR/reference.safetensors:
   tokens (B, T) and tokens_long (B, 2 * context) as F32, logits (B, T, V), loss (scalar),
@@ -70,8 +71,22 @@ def build(case, vocab, eos):
         elif case == "neox_dynamic":
             scaling = {"rope_type": "dynamic", "factor": 2.0,
                        "original_max_position_embeddings": CONTEXT}
+        # transformers' own rope types on every dim of the head (rotary_pct 1: 8 pairs)
+        elif case == "neox_yarn":
+            scaling = {"rope_type": "yarn", "factor": 4.0, "beta_fast": 8.0, "beta_slow": 0.5}
+        elif case == "neox_llama3":
+            scaling = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": CONTEXT}
+        elif case == "neox_longrope":
+            # transformers 4.49's GPT-NeoX computes longrope once, without a sequence length,
+            # i.e. always with short_factor; pe/rope switches to long_factor beyond L0 (METHODS
+            # 5.1, unit-tested). Equal lists keep this end-to-end check valid at 2 x context.
+            f = [1.0, 1.05, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0]
+            scaling = {"rope_type": "longrope", "factor": 2.0, "short_factor": f,
+                       "long_factor": f, "attention_factor": 1.1}
+        pct = 1.0 if case in ("neox_yarn", "neox_llama3", "neox_longrope") else 0.25
         cfg = GPTNeoXConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                            intermediate_size=112, rotary_pct=0.25, rotary_emb_base=10000,
+                            intermediate_size=112, rotary_pct=pct, rotary_emb_base=10000,
                             max_position_embeddings=CONTEXT, hidden_act="gelu",
                             use_parallel_residual=(case == "neox_parallel"),
                             rope_scaling=scaling, tie_word_embeddings=False, **common)
