@@ -122,6 +122,58 @@ TEST(HfConfig, NeoxRopeSpellings) {
     EXPECT_EQ(s.pe_options["scaling"], "linear");
 }
 
+// transformers' yarn, llama3 and longrope load as pe/rope's hf_yarn / llama3 / longrope with
+// L0 read where each transformers version keeps it, and export back to configs that load to the
+// same options (plus the attention factor, written out).
+TEST(HfConfig, NeoxTransformersRopeTypesRoundTrip) {
+    json j = neox_json();  // max_position_embeddings 16
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 16.0}};
+    HfSpec s = hf_spec_from_config(j, "config.json");
+    EXPECT_EQ(s.pe_options["scaling"], "hf_yarn");
+    EXPECT_EQ(s.pe_options["original_length"], 16);  // 4.49: max_position_embeddings
+    EXPECT_EQ(s.pe_options["yarn_beta_fast"], 16.0);
+    EXPECT_FALSE(s.pe_options.contains("yarn_beta_slow"));
+    j["rope_scaling"]["original_max_position_embeddings"] = 8;  // later transformers
+    s = hf_spec_from_config(j, "config.json");
+    EXPECT_EQ(s.pe_options["original_length"], 8);
+    HfSpec e = hf_spec_for_model(s.config, s.style, s.pe_plugin, s.pe_options, {});
+    json out = hf_config_json(e);
+    EXPECT_EQ(out["max_position_embeddings"], 8);
+    EXPECT_EQ(out["rope_scaling"]["original_max_position_embeddings"], 8);
+    EXPECT_DOUBLE_EQ(out["rope_scaling"]["attention_factor"].get<double>(), 0.1 * std::log(4.0) + 1);
+    HfSpec back = hf_spec_from_config(out, "exported");
+    for (const char* k : {"scaling", "factor", "original_length", "yarn_beta_fast", "base"})
+        EXPECT_EQ(back.pe_options[k], s.pe_options[k]) << k;
+
+    j = neox_json();
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8}};
+    s = hf_spec_from_config(j, "config.json");
+    EXPECT_EQ(s.pe_options["scaling"], "llama3");
+    EXPECT_EQ(s.pe_options["original_length"], 8);
+    e = hf_spec_for_model(s.config, s.style, s.pe_plugin, s.pe_options, {});
+    back = hf_spec_from_config(hf_config_json(e), "exported");
+    EXPECT_EQ(back.pe_options, s.pe_options) << back.pe_options.dump();
+
+    j = neox_json();
+    j["original_max_position_embeddings"] = 4;  // 4.49's top-level L0: factor 16 / 4
+    j["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", {1.0, 2.0}},
+                         {"long_factor", {3.0, 4.0}}};
+    s = hf_spec_from_config(j, "config.json");
+    EXPECT_EQ(s.pe_options["scaling"], "longrope");
+    EXPECT_EQ(s.pe_options["original_length"], 4);
+    EXPECT_EQ(s.pe_options["factor"], 4.0);
+    EXPECT_EQ(s.pe_options["long_factor"], json({3.0, 4.0}));
+    e = hf_spec_for_model(s.config, s.style, s.pe_plugin, s.pe_options, {});
+    out = hf_config_json(e);
+    EXPECT_EQ(out["original_max_position_embeddings"], 4);
+    EXPECT_DOUBLE_EQ(out["rope_scaling"]["attention_factor"].get<double>(),
+                     std::sqrt(1 + std::log(4.0) / std::log(4.0)));
+    back = hf_spec_from_config(out, "exported");
+    for (const char* k : {"scaling", "factor", "original_length", "short_factor", "long_factor"})
+        EXPECT_EQ(back.pe_options[k], s.pe_options[k]) << k;
+}
+
 TEST(HfConfig, ClearErrors) {
     auto err = [](json j) { return error_of([&] { hf_spec_from_config(j, "dir/config.json"); }); };
     json j = gpt2_json();
@@ -139,8 +191,15 @@ TEST(HfConfig, ClearErrors) {
     j["scale_attn_by_inverse_layer_idx"] = true;
     EXPECT_HAS(err(j), "\"scale_attn_by_inverse_layer_idx\" = true is not supported");
     j = neox_json();
-    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-    EXPECT_HAS(err(j), "rope type \"yarn\" is not supported");
+    j["rope_scaling"] = {{"rope_type", "su"}, {"factor", 4.0}};
+    EXPECT_HAS(err(j), "rope type \"su\" is not supported (default, linear, dynamic, yarn, "
+                       "llama3 and longrope are)");
+    j = neox_json();
+    j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+    EXPECT_HAS(err(j), "rope type \"llama3\" needs \"original_max_position_embeddings\"");
+    j = neox_json();
+    j["rope_scaling"] = {{"rope_type", "longrope"}, {"short_factor", {1.0}}};
+    EXPECT_HAS(err(j), "rope type \"longrope\" needs a list \"long_factor\"");
     j = neox_json();
     j["rotary_pct"] = 0.1875;  // 8 * 0.1875 = 1.5 -> 1 dim
     EXPECT_HAS(err(j), "gives 1 rotary dims of head_dim 8");

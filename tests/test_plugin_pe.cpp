@@ -70,7 +70,7 @@ double rope_theta(double base, int k, int dr) {
 TEST_F(PePlugins, RopeDescriptor) {
     const auto& p = lib("pe/rope");
     check_descriptor(p, "rope", CTX_PE_HOOK_ROTARY);
-    ASSERT_EQ(p.descriptor->n_options, 14);  // base, rotary_pct, layout + scaling options
+    ASSERT_EQ(p.descriptor->n_options, 23);  // base, rotary_pct, layout + scaling options
     const ctx_option_desc* base = option(p, "base");
     const ctx_option_desc* pct = option(p, "rotary_pct");
     const ctx_option_desc* layout = option(p, "layout");
