@@ -68,7 +68,7 @@ struct Row {
 };
 
 // window 0..window_len tokens (window_len + 1 values); the row stream seeds rng the same way.
-inline Row sample_row(SamplerPlugin& s, const std::vector<int32_t>& window, int64_t row_len,
+inline Row sample_row(RowSampler& s, const std::vector<int32_t>& window, int64_t row_len,
                       uint64_t seed) {
     Row r;
     r.tokens.assign(static_cast<size_t>(row_len), -1);

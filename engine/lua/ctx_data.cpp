@@ -21,6 +21,7 @@
 #include "lua/ctx_tokenizer.h"
 #include "lua/ctx_types.h"
 #include "lua/lua_guard.h"
+#include "lua/lua_sampler.h"
 #include "lua/userdata.h"
 #include "plugin/sampler_plugin.h"
 
@@ -36,8 +37,10 @@ constexpr const char* kSamplerSpecType = "ctx.SamplerSpec";
 // ctx.sampler(name, options) or ctx.sampler.mix{...}: a tree of resolved sampler plugins with
 // validated options, instantiated once per row stream.
 struct SamplerNode {
-    const LoadedPlugin* lib = nullptr;  // a plugin leaf, or nullptr for a mix
+    const LoadedPlugin* lib = nullptr;  // a plugin leaf, or nullptr for a mix or a Lua leaf
     lua::Options options;
+    std::shared_ptr<const lua::LuaRef> lua_fn;  // a Lua leaf (ctx.sampler.lua)
+    std::string lua_name, lua_where;
     struct Child {
         double weight = 1;
         int64_t window = 0;
@@ -52,6 +55,8 @@ struct SamplerSpec {
 
 std::unique_ptr<RowSampler> instantiate(const SamplerNode& n, int32_t vocab, uint64_t seed) {
     if (n.lib) return std::make_unique<SamplerPlugin>(*n.lib, n.options, vocab, seed);
+    if (n.lua_fn)
+        return std::make_unique<lua::LuaRowSampler>(n.lua_fn, n.lua_name, n.lua_where, vocab);
     std::vector<MixChild> kids;
     for (const SamplerNode::Child& c : n.children)
         kids.push_back(MixChild{c.weight, c.window, instantiate(*c.node, vocab, seed)});
@@ -235,6 +240,25 @@ int l_sampler(lua_State* L) {
     return 1;
 }
 
+// ctx.sampler.lua(fn [, {name = "..."}]): rows from a recipe function (lua/lua_sampler.h).
+int l_sampler_lua(lua_State* L) {
+    const std::string where = lua::caller_where(L);
+    if (!lua_isfunction(L, 1))
+        fail("{} ctx.sampler.lua: expects a function(window, window_len, row_len, rng) returning "
+             "{{tokens =, positions =, targets =, mask =}}, got a {}", where, luaL_typename(L, 1));
+    if (lua_isnoneornil(L, 2)) lua_pushnil(L);
+    const int idx = lua_isnoneornil(L, 2) ? lua_gettop(L) : 2;
+    const auto o = lua::Options::parse(
+        L, idx, {{"name", OptType::String, false, "shown in logs and errors (default: function)"}},
+        "ctx.sampler.lua", where);
+    auto node = std::make_shared<SamplerNode>();
+    node->lua_fn = std::make_shared<const lua::LuaRef>(L, 1);
+    node->lua_name = o.string("name", "function");
+    node->lua_where = where;
+    lua::new_userdata<SamplerSpec>(L, kSamplerSpecType)->node = std::move(node);
+    return 1;
+}
+
 // ctx.sampler("chunk", {...}) goes through the table's __call: drop the table argument.
 int l_sampler_call(lua_State* L) {
     lua_remove(L, 1);
@@ -409,7 +433,9 @@ int l_rows(lua_State* L) {
 
 int sampler_tostring(lua_State* L) {
     auto* s = static_cast<SamplerSpec*>(luaL_checkudata(L, 1, kSamplerSpecType));
-    const std::string name = s->node->lib ? s->node->lib->full_name : "mix";
+    const std::string name = s->node->lib     ? s->node->lib->full_name
+                             : s->node->lua_fn ? "lua:" + s->node->lua_name
+                                               : "mix";
     lua_pushfstring(L, "ctx.SamplerSpec(%s)", name.c_str());
     return 1;
 }
@@ -423,6 +449,9 @@ void register_data_functions(lua_State* L, int ctx_index, int data_index) {
     lua_newtable(L);
     lua_pushcfunction(L, guarded<l_sampler_mix>);
     lua_setfield(L, -2, "mix");
+    lua_pushcfunction(L, guarded<l_sampler_lua>);
+    lua_setfield(L, -2, "lua");
+    lua::register_lua_sampler_types(L);
     lua_newtable(L);
     lua_pushcfunction(L, guarded<l_sampler_call>);
     lua_setfield(L, -2, "__call");

@@ -34,23 +34,28 @@ void SamplerPlugin::sample(const int32_t* window, int64_t window_len, uint64_t r
 }
 
 void SamplerPlugin::validate(const ctx_sample_row& row) const {
+    validate_sample_row(row, vocab_, strict_, name_);
+}
+
+void validate_sample_row(const ctx_sample_row& row, int32_t vocab, bool strict,
+                         const std::string& name) {
     for (int64_t i = 0; i < row.row_len; ++i) {
-        CTX_CHECK(row.tokens[i] >= 0 && row.tokens[i] < vocab_,
+        CTX_CHECK(row.tokens[i] >= 0 && row.tokens[i] < vocab,
                   "{}: invalid row: token {} at index {} is outside the vocabulary [0, {})",
-                  name_, row.tokens[i], i, vocab_);
-        CTX_CHECK(row.targets[i] >= 0 && row.targets[i] < vocab_,
+                  name, row.tokens[i], i, vocab);
+        CTX_CHECK(row.targets[i] >= 0 && row.targets[i] < vocab,
                   "{}: invalid row: target {} at index {} is outside the vocabulary [0, {})",
-                  name_, row.targets[i], i, vocab_);
+                  name, row.targets[i], i, vocab);
         CTX_CHECK(std::isfinite(row.positions[i]), "{}: invalid row: position {} at index {} "
-                  "is not finite", name_, row.positions[i], i);
+                  "is not finite", name, row.positions[i], i);
         CTX_CHECK(row.loss_mask[i] == 0.0f || row.loss_mask[i] == 1.0f,
-                  "{}: invalid row: loss mask {} at index {} is not 0 or 1", name_,
+                  "{}: invalid row: loss mask {} at index {} is not 0 or 1", name,
                   row.loss_mask[i], i);
         if (i > 0) {
             const float a = row.positions[i - 1], b = row.positions[i];
-            CTX_CHECK(strict_ ? a < b : a <= b,
-                      "{}: invalid row: positions must {}, but index {} has {} after {}", name_,
-                      strict_ ? "increase strictly" : "not decrease", i, b, a);
+            CTX_CHECK(strict ? a < b : a <= b,
+                      "{}: invalid row: positions must {}, but index {} has {} after {}", name,
+                      strict ? "increase strictly" : "not decrease", i, b, a);
         }
     }
 }

@@ -51,4 +51,10 @@ private:
     PluginInstance instance_;
 };
 
+// The checks every row gets before the trainer sees it, whatever made it (a plugin, a Lua
+// sampler): tokens and targets in [0, vocab), finite positions that increase (strictly, or
+// without decreasing), masks of 0 or 1. Throws ctx::Error "<name>: invalid row: <what>".
+void validate_sample_row(const ctx_sample_row& row, int32_t vocab, bool strict,
+                         const std::string& name);
+
 }  // namespace ctx
