@@ -36,16 +36,17 @@ ctx_status fail_status(ctx_err* err, const std::string& message) {
 // Rows are split across ranks (row r on rank r % world); the outputs are then summed over
 // ranks, which reassembles them exactly because every other rank contributes zeros (argmax ids
 // travel as floats: exact below 2^24).
-ctx_status score_rows_impl(ctx_eval_host* h, const ctx_score_request& q, ctx_err* err) {
-    try {
-        EvalContext& c = *h->context;
+}  // namespace
+
+void score_rows(Model& model, Comm& comm, BatchBuffers& rows, const ctx_score_request& q) {
+    {
         CTX_CHECK(q.n_rows > 0 && q.row_len > 0, "score_rows: n_rows and row_len must be positive");
         CTX_CHECK(q.window >= 0, "score_rows: window must be >= 0, got {}", q.window);
         CTX_CHECK(q.tokens && q.positions && q.targets, "score_rows: tokens, positions and "
                                                         "targets must be given");
-        const int64_t V = c.model->config().vocab_size;
+        const int64_t V = model.config().vocab_size;
         CTX_CHECK(!q.argmax || V < (int64_t(1) << 24), "score_rows: vocabulary too large");
-        const int rank = c.comm->rank(), world = c.comm->size();
+        const int rank = comm.rank(), world = comm.size();
         const size_t total = static_cast<size_t>(q.n_rows * q.row_len);
         // (2, n_rows, row_len): log-probabilities, then argmax ids
         std::vector<float> out(2 * total, 0.0f);
@@ -53,30 +54,30 @@ ctx_status score_rows_impl(ctx_eval_host* h, const ctx_score_request& q, ctx_err
         for (int64_t r = rank; r < q.n_rows; r += world) mine.push_back(r);
         if (!mine.empty()) {
             const int B = static_cast<int>(mine.size()), T = static_cast<int>(q.row_len);
-            if (h->rows.B != B || h->rows.T != T) h->rows.resize(B, T);
+            if (rows.B != B || rows.T != T) rows.resize(B, T);
             for (int b = 0; b < B; ++b) {
                 const size_t src = static_cast<size_t>(mine[b] * q.row_len);
-                std::copy(q.tokens + src, q.tokens + src + T, h->rows.tokens.begin() + b * T);
+                std::copy(q.tokens + src, q.tokens + src + T, rows.tokens.begin() + b * T);
                 std::copy(q.positions + src, q.positions + src + T,
-                          h->rows.positions.begin() + b * T);
-                std::copy(q.targets + src, q.targets + src + T, h->rows.targets.begin() + b * T);
+                          rows.positions.begin() + b * T);
+                std::copy(q.targets + src, q.targets + src + T, rows.targets.begin() + b * T);
             }
-            std::fill(h->rows.mask.begin(), h->rows.mask.end(), 1.0f);
-            const int saved_window = c.model->attention_window();
-            c.model->set_attention_window(q.window);
+            std::fill(rows.mask.begin(), rows.mask.end(), 1.0f);
+            const int saved_window = model.attention_window();
+            model.set_attention_window(q.window);
             try {
-                c.model->forward(h->rows.batch());
+                model.forward(rows.batch());
             } catch (...) {
-                c.model->set_attention_window(saved_window);
+                model.set_attention_window(saved_window);
                 throw;
             }
-            c.model->set_attention_window(saved_window);
-            const float* losses = c.model->losses();
+            model.set_attention_window(saved_window);
+            const float* losses = model.losses();
             for (int b = 0; b < B; ++b)
                 for (int t = 0; t < T; ++t)
                     out[mine[b] * q.row_len + t] = -losses[static_cast<size_t>(b) * T + t];
             if (q.argmax) {
-                const std::vector<float> logits = c.model->logits(h->rows.batch());  // (B, T, V)
+                const std::vector<float> logits = model.logits(rows.batch());  // (B, T, V)
                 for (int b = 0; b < B; ++b)
                     for (int t = 0; t < T; ++t) {
                         const float* l = logits.data() + (static_cast<size_t>(b) * T + t) * V;
@@ -85,15 +86,24 @@ ctx_status score_rows_impl(ctx_eval_host* h, const ctx_score_request& q, ctx_err
                     }
             }
         }
-        c.comm->allreduce_sum(out.data(), q.argmax ? 2 * total : total);
+        comm.allreduce_sum(out.data(), q.argmax ? 2 * total : total);
         if (q.logprobs) std::copy_n(out.begin(), total, q.logprobs);
         if (q.argmax)
             for (size_t i = 0; i < total; ++i) q.argmax[i] = static_cast<int32_t>(out[total + i]);
+    }
+}
+
+namespace {
+
+ctx_status score_rows_impl(ctx_eval_host* h, const ctx_score_request& q, ctx_err* err) {
+    try {
+        score_rows(*h->context->model, *h->context->comm, h->rows, q);
         return CTX_OK;
     } catch (const std::exception& e) {
         return fail_status(err, e.what());
     }
 }
+
 
 ctx_status api_score_rows(ctx_eval_host* h, const ctx_score_request* request, ctx_err* err) {
     if (!request || request->struct_size < CTX_OFFSET_END(ctx_score_request, argmax))

@@ -17,6 +17,13 @@
 
 namespace ctx {
 
+// The scoring behind ctx_eval_api's score_rows / row_logprobs, for any caller (eval plugins,
+// model:logprobs): per-token log-probabilities of q.targets (and argmax ids) of q.n_rows rows
+// of q.row_len, attention limited to q.window tokens if > 0. Rows are split across the ranks of
+// comm (row r on rank r % world) and the results gathered, so every rank must call it with the
+// same request. rows is staging, resized as needed. Throws ctx::Error.
+void score_rows(Model& model, Comm& comm, BatchBuffers& rows, const ctx_score_request& q);
+
 // What one evaluation run sees. Lives for the duration of EvalPlugin::run.
 struct EvalContext {
     Model* model = nullptr;
