@@ -43,7 +43,7 @@ int rng_below(lua_State* L) {
 // rng:uniform() -> number uniform in [0, 1) (53 random bits)
 int rng_uniform(lua_State* L) {
     uint64_t* s = live_state(L);
-    lua_pushnumber(L, static_cast<double>(ctx_rng_next_u64(s) >> 11) * 0x1.0p-53);
+    lua_pushnumber(L, ctx_rng_unit(s));
     return 1;
 }
 

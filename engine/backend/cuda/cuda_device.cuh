@@ -51,6 +51,15 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
     return r;
 }
 
+// Raises a kernel's dynamic shared-memory limit above the default 48 KiB (sm_80: up to
+// 163 KiB, sm_90: 227 KiB). Callers do it once per kernel and process, with the largest size the
+// kernel launches with (a function-local static), not per launch.
+template <class K>
+cudaError_t allow_dynamic_shared(K* kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+}
+
 // Blocks of `threads` for a grid-stride loop over n items (capped; the loops stride).
 inline unsigned grid_for(size_t n, int threads, size_t cap = 65535) {
     size_t g = (n + size_t(threads) - 1) / size_t(threads);

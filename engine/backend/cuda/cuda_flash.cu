@@ -445,18 +445,13 @@ FlashArgs make_args(const float* qkv, const float* positions, int T, int C, int 
     return a;
 }
 
-// Kernels needing more than the default 48 KiB of dynamic shared memory opt in (sm_80: up to
-// 163 KiB, sm_90: 227 KiB).
-template <class K>
-cudaError_t allow_shared(K* kernel, size_t bytes) {
-    if (bytes <= 48 * 1024) return cudaSuccess;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-}
-
 template <int kD>
 cudaError_t flash_forward_t(float* out, float* lse, const FlashArgs& a, int B, cudaStream_t s) {
+    // every head dim <= kD launches with at most kD's bytes: raise the limit once, to that
+    static const cudaError_t ready =
+        allow_dynamic_shared(flash_fwd_kernel<kD>, flash_forward_smem_bytes(kD));
+    if (ready != cudaSuccess) return ready;
     const size_t smem = flash_forward_smem_bytes(a.D);
-    if (cudaError_t e = allow_shared(flash_fwd_kernel<kD>, smem); e != cudaSuccess) return e;
     const dim3 grid((a.T + kTile - 1) / kTile, a.H, B);
     flash_fwd_kernel<kD><<<grid, kThreads, smem, s>>>(out, lse, a);
     return cudaGetLastError();
@@ -466,9 +461,13 @@ template <int kD>
 cudaError_t flash_backward_t(float* dqkv, float* partials, float* dtable, const float* dout,
                              const float* lse, const float* dvec, const FlashArgs& a, int B,
                              cudaStream_t s) {
+    static const cudaError_t ready_dq =
+        allow_dynamic_shared(flash_bwd_dq_kernel<kD>, flash_backward_smem_bytes(kD));
+    static const cudaError_t ready_dkv =
+        allow_dynamic_shared(flash_bwd_dkv_kernel<kD>, flash_backward_smem_bytes(kD));
+    if (ready_dq != cudaSuccess) return ready_dq;
+    if (ready_dkv != cudaSuccess) return ready_dkv;
     const size_t smem = flash_backward_smem_bytes(a.D);
-    if (cudaError_t e = allow_shared(flash_bwd_dq_kernel<kD>, smem); e != cudaSuccess) return e;
-    if (cudaError_t e = allow_shared(flash_bwd_dkv_kernel<kD>, smem); e != cudaSuccess) return e;
     const dim3 grid((a.T + kTile - 1) / kTile, a.H, B);
     flash_bwd_dq_kernel<kD><<<grid, kThreads, smem, s>>>(dqkv, partials, dtable, dout, lse, dvec,
                                                          a);

@@ -285,6 +285,34 @@ __device__ __forceinline__ void bias_param_grads(double& ga, double& gb, int kin
     }
 }
 
+// The two products of a backward tile, both over the head dim (KS steps of 16) into NT column
+// tiles of 8: x = A1 B1^T and y = A2 B2^T, A rows [r, r + 16) of staged tiles, B rows the
+// columns. dq: S = Q K^T, dP = dO V^T; dkv: S^T = K Q^T, dP^T = V dO^T.
+template <int KS, int NT>
+__device__ __forceinline__ void tile_pair(float (&x)[NT][4], float (&y)[NT][4],
+                                          const uint16_t* A1, const uint16_t* A2, int r,
+                                          const uint16_t* B1, const uint16_t* B2, int LS, int g,
+                                          int t) {
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) x[n][e] = y[n][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        uint32_t a1[4], a2[4];
+        load_a(a1, A1, LS, r, kk * 16, g, t);
+        load_a(a2, A2, LS, r, kk * 16, g, t);
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            uint32_t bf[2];
+            load_b(bf, B1, LS, n * 8, kk * 16, g, t);
+            mma_bf16_16816(x[n], a1, bf);
+            load_b(bf, B2, LS, n * 8, kk * 16, g, t);
+            mma_bf16_16816(y[n], a2, bf);
+        }
+    }
+}
+
 template <int kD>
 __global__ void __launch_bounds__(kThreads)
     flash_tc_dq_kernel(float* dqkv, float* partials, float* dtable, const float* lse,
@@ -348,24 +376,7 @@ __global__ void __launch_bounds__(kThreads)
                 for (int e = lane; e < 16 * kBc; e += 32) Bk[(wr + e / kBc) * kSP + e % kBc] = -1;
         } else {
             float s[NT][4], dp[NT][4];
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < KS; kk++) {
-                uint32_t qf[4], gf[4];
-                load_a(qf, Qs, LS, wr, kk * 16, g, t);
-                load_a(gf, dOs, LS, wr, kk * 16, g, t);
-#pragma unroll
-                for (int n = 0; n < NT; n++) {
-                    uint32_t bf[2];
-                    load_b(bf, Ks, LS, n * 8, kk * 16, g, t);
-                    mma_bf16_16816(s[n], qf, bf);
-                    load_b(bf, Vs, LS, n * 8, kk * 16, g, t);
-                    mma_bf16_16816(dp[n], gf, bf);
-                }
-            }
+            tile_pair<KS, NT>(s, dp, Qs, dOs, wr, Ks, Vs, LS, g, t);
             // s becomes dS = P (dP - D_i), 0 outside the mask
 #pragma unroll
             for (int n = 0; n < NT; n++)
@@ -506,24 +517,7 @@ __global__ void __launch_bounds__(kThreads)
             (a.window > 0 && q0 > w_last + a.window - 1))
             continue;
         float s[NT][4], dp[NT][4];
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            uint32_t kf[4], vf[4];
-            load_a(kf, Ks, LS, wk, kk * 16, g, t);
-            load_a(vf, Vs, LS, wk, kk * 16, g, t);
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-                uint32_t bf[2];
-                load_b(bf, Qs, LS, n * 8, kk * 16, g, t);
-                mma_bf16_16816(s[n], kf, bf);
-                load_b(bf, dOs, LS, n * 8, kk * 16, g, t);
-                mma_bf16_16816(dp[n], vf, bf);
-            }
-        }
+        tile_pair<KS, NT>(s, dp, Ks, Vs, wk, Qs, dOs, LS, g, t);
         // s becomes P^T, dp becomes dS^T (row: key, column: query)
 #pragma unroll
         for (int n = 0; n < NT; n++)
@@ -658,17 +652,9 @@ size_t dkv_smem(int kD) {
            3 * kBq * 4;
 }
 
-// Raises a kernel's dynamic shared-memory limit (called once per process and kernel, with the
-// largest size it launches with, not per launch).
-template <class K>
-cudaError_t allow_shared_once(K* kernel, size_t bytes) {
-    if (bytes <= 48 * 1024) return cudaSuccess;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-}
-
 template <int kD>
 cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
-    static const cudaError_t ready = allow_shared_once(flash_tc_fwd_kernel<kD>, fwd_smem(kD));
+    static const cudaError_t ready = allow_dynamic_shared(flash_tc_fwd_kernel<kD>, fwd_smem(kD));
     if (ready != cudaSuccess) return ready;
     const dim3 grid((a.T + kBr - 1) / kBr, a.H, B);
     flash_tc_fwd_kernel<kD><<<grid, kThreads, fwd_smem(kD), s>>>(out, lse, a);
@@ -678,8 +664,8 @@ cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream
 template <int kD>
 cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float* lse,
                        const float* dvec, const TcArgs& a, int B, cudaStream_t s) {
-    static const cudaError_t ready_dq = allow_shared_once(flash_tc_dq_kernel<kD>, dq_smem(kD, true));
-    static const cudaError_t ready_dkv = allow_shared_once(flash_tc_dkv_kernel<kD>, dkv_smem(kD));
+    static const cudaError_t ready_dq = allow_dynamic_shared(flash_tc_dq_kernel<kD>, dq_smem(kD, true));
+    static const cudaError_t ready_dkv = allow_dynamic_shared(flash_tc_dkv_kernel<kD>, dkv_smem(kD));
     if (ready_dq != cudaSuccess) return ready_dq;
     if (ready_dkv != cudaSuccess) return ready_dkv;
     const bool t5 = partials != nullptr && a.bs.kind == kT5;

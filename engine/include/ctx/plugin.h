@@ -510,6 +510,27 @@ static inline double ctx_rng_unit(uint64_t s[4]) {
     return (double)(ctx_rng_next_u64(s) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* A uniform k-subset of {0 .. n-1} (0 <= k <= n) in ascending order in out[0 .. k): Floyd's
+ * algorithm, exactly k draws (for j = n-k .. n-1: t = below(j + 1), or j itself when t was
+ * already picked), kept sorted by insertion. */
+static inline void ctx_rng_sorted_subset(uint64_t s[4], int64_t n, int64_t k, int64_t* out) {
+    int64_t j, i, m = 0;
+    for (j = n - k; j < n; ++j) {
+        int64_t x = (int64_t)ctx_rng_below(s, (uint64_t)(j + 1)), lo = 0, hi = m;
+        while (lo < hi) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (out[mid] < x) lo = mid + 1; else hi = mid;
+        }
+        if (lo < m && out[lo] == x) { /* taken: j is new and above every earlier pick */
+            x = j;
+            lo = m;
+        }
+        for (i = m; i > lo; --i) out[i] = out[i - 1];
+        out[lo] = x;
+        ++m;
+    }
+}
+
 /* Seeds a 4-word xoshiro256** state from one number (splitmix64), e.g. from (seed, window). */
 static inline void ctx_rng_seed(uint64_t s[4], uint64_t seed) {
     int i;

@@ -87,23 +87,10 @@ static ctx_status chunk_create(const ctx_host_api* host, const ctx_options* opti
 
 static void chunk_destroy(void* instance) { free(instance); }
 
-/* Inserts x into the sorted array a[0..n) unless present; returns 1 if inserted. */
-static int insert_sorted(int64_t* a, int64_t n, int64_t x) {
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (a[mid] < x) lo = mid + 1; else hi = mid;
-    }
-    if (lo < n && a[lo] == x) return 0;
-    memmove(a + lo + 1, a + lo, sizeof(int64_t) * (size_t)(n - lo));
-    a[lo] = x;
-    return 1;
-}
-
 static ctx_status chunk_sample(void* instance, const int32_t* window, int64_t window_len,
                                uint64_t rng_state[4], ctx_sample_row* row, ctx_err* err) {
     const chunk_sampler* c = (const chunk_sampler*)instance;
-    int64_t L, k, s, n_pick, j, i, o, n = 0;
+    int64_t L, k, s, n_pick, i, o;
     int64_t* u; /* (k) the sorted k-subset, then the segment starts */
     if (!c || !window || !row || !rng_state)
         return ctx_err_setf(err, CTX_ERR_INVALID_ARGUMENT, "sample: NULL argument");
@@ -122,12 +109,7 @@ static ctx_status chunk_sample(void* instance, const int32_t* window, int64_t wi
 
     u = (int64_t*)malloc(sizeof(int64_t) * (size_t)k);
     if (!u) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
-    /* Floyd: a uniform k-subset of {0 .. n_pick-1} with exactly k draws. */
-    for (j = n_pick - k; j < n_pick; ++j) {
-        const int64_t t = (int64_t)ctx_rng_below(rng_state, (uint64_t)(j + 1));
-        if (insert_sorted(u, n, t)) ++n;
-        else n += insert_sorted(u, n, j); /* j is new: every earlier pick is < j */
-    }
+    ctx_rng_sorted_subset(rng_state, n_pick, k, u); /* a uniform k-subset of {0 .. n_pick-1} */
     for (i = 0; i < k; ++i) u[i] += i * (s - 1);
 
     for (i = 0; i < k; ++i) {

@@ -85,23 +85,10 @@ static ctx_status pose_create(const ctx_host_api* host, const ctx_options* optio
 
 static void pose_destroy(void* instance) { free(instance); }
 
-/* Inserts x into the sorted array a[0..n) unless present; returns 1 if inserted. */
-static int insert_sorted(int64_t* a, int64_t n, int64_t x) {
-    int64_t lo = 0, hi = n;
-    while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (a[mid] < x) lo = mid + 1; else hi = mid;
-    }
-    if (lo < n && a[lo] == x) return 0;
-    memmove(a + lo + 1, a + lo, sizeof(int64_t) * (size_t)(n - lo));
-    a[lo] = x;
-    return 1;
-}
-
 static ctx_status pose_sample(void* instance, const int32_t* window, int64_t window_len,
                               uint64_t rng_state[4], ctx_sample_row* row, ctx_err* err) {
     const pose_sampler* p = (const pose_sampler*)instance;
-    int64_t L, N, free_len, i, j, r, n = 0;
+    int64_t L, N, free_len, i, r;
     int64_t* cut; /* (N + 1): 0, the N - 1 sorted cut points, L */
     int64_t* u;   /* (N) skip biases */
     if (!p || !window || !row || !rng_state)
@@ -121,12 +108,9 @@ static ctx_status pose_sample(void* instance, const int32_t* window, int64_t win
     cut = (int64_t*)malloc(sizeof(int64_t) * (size_t)(2 * N + 1));
     if (!cut) return ctx_err_setf(err, CTX_ERR_OUT_OF_MEMORY, "out of memory");
     u = cut + N + 1;
-    /* Floyd: a uniform (N-1)-subset of {1 .. L-1}, i.e. of {0 .. L-2} shifted by one. */
-    for (j = (L - 1) - (N - 1); j < L - 1; ++j) {
-        const int64_t t = (int64_t)ctx_rng_below(rng_state, (uint64_t)(j + 1));
-        if (insert_sorted(cut + 1, n, t + 1)) ++n;
-        else n += insert_sorted(cut + 1, n, j + 1);
-    }
+    /* the cut points: a uniform (N-1)-subset of {1 .. L-1}, i.e. of {0 .. L-2} shifted by one */
+    ctx_rng_sorted_subset(rng_state, L - 1, N - 1, cut + 1);
+    for (i = 1; i < N; ++i) ++cut[i];
     cut[0] = 0;
     cut[N] = L;
     u[0] = 0;
