@@ -208,11 +208,46 @@ int m_config(lua_State* L) {
 }
 
 // model:extend(Le): Lt -> Le through the PE plugin (APE interpolation, ...).
+// model:set_pe(ctx.pe(name, options) or a name): swaps a PE without parameters for another one
+// (both must have none: a RoPE with another base or scaling, for base-frequency adjustment or a
+// factor search; checkpoints and HF exports carry the new one).
+int m_set_pe(lua_State* L) {
+    ModelHandle& h = check_model(L, 1);
+    const std::string where = lua::caller_where(L);
+    const PeSpec* spec = nullptr;
+    if (lua_type(L, 2) == LUA_TSTRING) {
+        spec = &make_pe_spec(L, lua_tostring(L, 2), 0, where);  // a userdata on the stack
+    } else {
+        spec = static_cast<PeSpec*>(luaL_testudata(L, 2, kPeSpecType));
+        CTX_CHECK(spec, "model:set_pe: expects ctx.pe(name, options) or a PE name, got a {}",
+                  luaL_typename(L, 2));
+    }
+    const std::string old = h.pe_name;
+    set_model_pe(lua_detail::engine(L), h, spec->plugin, spec->options);
+    spdlog::info("model:set_pe: {} -> {} {}", old, h.pe_name, h.pe_options_json);
+    return 0;
+}
+
 int m_extend(lua_State* L) {
     ModelHandle& h = check_model(L, 1);
     const lua_Integer n = luaL_checkinteger(L, 2);
     CTX_CHECK(n > 0 && n <= (1 << 24), "model:extend: the new length must be in [1, 2^24], got {}",
               n);
+    if (!lua_isnoneornil(L, 3)) {
+        // model:extend(Le, {base = b}): base-frequency adjustment (ABF) of a RoPE, then extend
+        const auto o = lua::Options::parse(
+            L, 3, {{"base", OptType::Number, true, "the RoPE's new frequency base"}},
+            "model:extend", lua::caller_where(L));
+        CTX_CHECK(h.pe_name == "pe/rope", "model:extend: `base` applies to pe/rope, this model "
+                  "has {}", h.pe_name);
+        EngineContext& engine = lua_detail::engine(L);
+        nlohmann::json j = nlohmann::json::parse(h.pe_options_json);
+        j["base"] = o.number("base", 0);
+        set_model_pe(engine, h, h.pe_name,
+                     pe_options_from_json(*engine.registry, h.pe_name, j.dump(),
+                                          lua::caller_where(L)));
+        spdlog::info("model:extend: RoPE base {} (ABF)", o.number("base", 0));
+    }
     Arena* m = h.optimizer ? &h.optimizer->m() : nullptr;
     Arena* v = h.optimizer ? &h.optimizer->v() : nullptr;
     const int old_len = h.model->config().context_length;
@@ -706,6 +741,7 @@ void register_ctx_types(lua_State* L) {
     const luaL_Reg model_methods[] = {{"num_params", guarded<m_num_params>},
                                       {"config", guarded<m_config>},
                                       {"extend", guarded<m_extend>},
+                                      {"set_pe", guarded<m_set_pe>},
                                       {"fingerprint", guarded<m_fingerprint>},
                                       {"logprobs", guarded<m_logprobs>},
                                       {"generate", guarded<m_generate>},

@@ -76,6 +76,18 @@ bool Model::pe_bias_is_generic() {
 
 Model::~Model() = default;
 
+void Model::replace_pe(std::unique_ptr<PePlugin> pe) {
+    auto has_params = [](const PePlugin* p) { return p && !p->params().empty(); };
+    CTX_CHECK(!has_params(pe_.get()), "replace_pe: {} has trainable parameters; only a PE "
+              "without parameters can be swapped", pe_->name());
+    CTX_CHECK(!has_params(pe.get()), "replace_pe: {} has trainable parameters; a model can only "
+              "take a PE without parameters after it is built", pe->name());
+    pe_ = std::move(pe);
+    input_spec_ = pe_ && pe_->has(CTX_PE_HOOK_INPUT) ? pe_->input_spec() : decltype(input_spec_){};
+    bias_generic_ = pe_bias_is_generic();
+    set_attention_choice(attention_choice_);
+}
+
 void Model::build_layout() {
     const int64_t C = config_.d_model, V = config_.vocab_size, F = config_.ffn();
     const bool ab = config_.attention_bias, mb = config_.mlp_bias, nb = config_.norm_bias;

@@ -49,6 +49,10 @@ public:
     const ModelConfig& config() const { return config_; }
     Backend& backend() const { return *backend_; }
     PePlugin* pe() const { return pe_.get(); }
+    // Swaps the PE for another one without trainable parameters (the current one has none
+    // either): a RoPE with another base or scaling, for base-frequency adjustment or a factor
+    // search. Throws ctx::Error naming the PE that has parameters.
+    void replace_pe(std::unique_ptr<PePlugin> pe);
     const ArenaLayout& layout() const { return layout_; }
     Arena& params() { return params_; }
     const Arena& params() const { return params_; }

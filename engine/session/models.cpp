@@ -29,9 +29,10 @@ std::string default_pe(const std::string& style) {
     return "learned";
 }
 
-ModelRef build_model(EngineContext& engine, const ModelConfig& c, const std::string& style,
-                     const std::string& pe_plugin, const Options& pe_options, uint64_t seed,
-                     const DeviceRequest& device) {
+std::unique_ptr<PePlugin> make_pe(EngineContext& engine, const ModelConfig& c,
+                                   const std::string& pe_plugin, const Options& pe_options,
+                                   uint64_t seed) {
+    if (pe_plugin == "none") return nullptr;
     ctx_model_info info{};
     info.struct_size = sizeof(info);
     info.d_model = c.d_model;
@@ -40,11 +41,20 @@ ModelRef build_model(EngineContext& engine, const ModelConfig& c, const std::str
     info.n_layer = c.n_layer;
     info.vocab_size = c.vocab_size;
     info.context_length = c.context_length;
-    std::unique_ptr<PePlugin> pe;
-    if (pe_plugin != "none") {
-        const LoadedPlugin& lib = engine.registry->get(pe_plugin);
-        pe = std::make_unique<PePlugin>(lib, info, pe_options, seed);
-    }
+    return std::make_unique<PePlugin>(engine.registry->get(pe_plugin), info, pe_options, seed);
+}
+
+void set_model_pe(EngineContext& engine, ModelHandle& h, const std::string& pe_plugin,
+                  const Options& pe_options) {
+    h.model->replace_pe(make_pe(engine, h.model->config(), pe_plugin, pe_options, 0));
+    h.pe_name = pe_plugin;
+    h.pe_options_json = pe_options_to_json(*engine.registry, pe_plugin, pe_options);
+}
+
+ModelRef build_model(EngineContext& engine, const ModelConfig& c, const std::string& style,
+                     const std::string& pe_plugin, const Options& pe_options, uint64_t seed,
+                     const DeviceRequest& device) {
+    std::unique_ptr<PePlugin> pe = make_pe(engine, c, pe_plugin, pe_options, seed);
     auto handle = std::make_shared<ModelHandle>();
     handle->style = style;
     handle->pe_name = pe_plugin;

@@ -55,6 +55,14 @@ ModelRef build_model(EngineContext& engine, const ModelConfig& config, const std
 // declared options as a recipe table is ("<where> pe/rope options: unknown option ...").
 std::string pe_options_to_json(const PluginRegistry& registry, const std::string& plugin,
                                const Options& options);
+// A PE instance for a model of config c ("none": null).
+std::unique_ptr<PePlugin> make_pe(EngineContext& engine, const ModelConfig& c,
+                                  const std::string& pe_plugin, const Options& pe_options,
+                                  uint64_t seed);
+// Swaps h's PE (both without parameters: Model::replace_pe) and records the new name and
+// options, which checkpoints and HF exports then carry.
+void set_model_pe(EngineContext& engine, ModelHandle& h, const std::string& pe_plugin,
+                  const Options& pe_options);
 Options pe_options_from_json(const PluginRegistry& registry, const std::string& plugin,
                              const std::string& json, const std::string& where);
 
