@@ -135,6 +135,22 @@ inline Vec layernorm_forward(const Vec& inp, const Vec& w, const Vec& b, int N, 
     return out;
 }
 
+// out (N, C) = x / sqrt(mean(x^2) + eps) * w   (RMS norm; rstd saved)
+inline Vec rmsnorm_forward(const Vec& inp, const Vec& w, int N, int C, double eps,
+                           Vec* rstd = nullptr) {
+    Vec out(size_t(N) * C);
+    if (rstd) rstd->assign(N, 0.0);
+    for (int n = 0; n < N; n++) {
+        const double* x = &inp[size_t(n) * C];
+        double ms = 0.0;
+        for (int c = 0; c < C; c++) ms += x[c] * x[c];
+        const double s = 1.0 / std::sqrt(ms / C + eps);
+        for (int c = 0; c < C; c++) out[size_t(n) * C + c] = x[c] * s * w[c];
+        if (rstd) (*rstd)[n] = s;
+    }
+    return out;
+}
+
 // ---------------------------------------------------------------- dense layer
 
 // out (N, OC) = inp (N, IC) @ W^T (W is (OC, IC)) + bias (empty: none)

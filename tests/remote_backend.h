@@ -95,6 +95,14 @@ public:
         cpu_->layernorm_forward(dev(out), dev(mean), dev(rstd), dev(inp), dev(w), dev(b), N, C,
                                 eps);
     }
+    void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
+                         float eps) override {
+        cpu_->rmsnorm_forward(dev(out), dev(rstd), dev(inp), dev(w), N, C, eps);
+    }
+    void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                          const float* w, const float* rstd, int N, int C) override {
+        cpu_->rmsnorm_backward(dev(dinp), dev(dw), dev(dout), dev(inp), dev(w), dev(rstd), N, C);
+    }
     void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
                             const float* inp, const float* w, const float* mean,
                             const float* rstd, int N, int C) override {

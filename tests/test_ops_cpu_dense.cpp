@@ -255,6 +255,46 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OpsCpuLayerNorm,
                                            LayerNormCase{16, 100, true}),
                          [](const auto& info) { return ::testing::PrintToString(info.param); });
 
+// ================================================================ RMS norm
+
+class OpsCpuRmsNorm : public ::testing::TestWithParam<LayerNormCase> {};
+
+TEST_P(OpsCpuRmsNorm, ForwardAndGradients) {
+    const auto [N, C, unused] = GetParam();
+    const double eps = 1e-6;
+    ref::Rng rng(40 + N + C);
+    Vec inp = rng.normals(size_t(N) * C, 2.0);
+    for (int c = 0; c < C; c++) inp[c] += 3.0;  // a row with a large mean: not centred
+    const Vec w = rng.uniforms(C, 0.5, 1.5);
+    const auto inp_f = ref::to_float(inp), w_f = ref::to_float(w);
+    std::vector<float> out(inp.size()), rstd(N);
+    cpu().rmsnorm_forward(out.data(), rstd.data(), inp_f.data(), w_f.data(), N, C, float(eps));
+    Vec want_rstd;
+    const Vec want = ref::rmsnorm_forward(inp, w, N, C, eps, &want_rstd);
+    EXPECT_LT(ref::max_rel_error(out, want), kFwdTol);
+    EXPECT_LT(ref::max_rel_error(rstd, want_rstd), kFwdTol);
+
+    const Vec R = rng.normals(inp.size());
+    const auto R_f = ref::to_float(R);
+    const Vec dinp0 = rng.normals(inp.size(), 0.5), dw0 = rng.normals(C, 0.5);
+    auto dinp = ref::to_float(dinp0), dw = ref::to_float(dw0);
+    cpu().rmsnorm_backward(dinp.data(), dw.data(), R_f.data(), inp_f.data(), w_f.data(),
+                           rstd.data(), N, C);
+    auto loss = [&](const Vec& x, const Vec& ww) {
+        return ref::dot(ref::rmsnorm_forward(x, ww, N, C, eps), R);
+    };
+    const Vec g_inp = ref::numeric_grad([&](const Vec& x) { return loss(x, w); }, inp, 1e-4);
+    const Vec g_w = ref::numeric_grad([&](const Vec& x) { return loss(inp, x); }, w, 1e-4);
+    EXPECT_LT(ref::max_rel_error(added(dinp, dinp0), g_inp), kGradTol);
+    EXPECT_LT(ref::max_rel_error(added(dw, dw0), g_w), kGradTol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, OpsCpuRmsNorm,
+                         ::testing::Values(LayerNormCase{1, 8, false}, LayerNormCase{7, 13, false},
+                                           LayerNormCase{33, 64, false},
+                                           LayerNormCase{16, 100, false}),
+                         [](const auto& info) { return ::testing::PrintToString(info.param); });
+
 // ================================================================ matmul
 
 struct MatmulCase {

@@ -221,6 +221,33 @@ INSTANTIATE_TEST_SUITE_P(Cases, OpsGpuLayerNorm,
                                            LnCase{33, 80, false}, LnCase{130, 1000, true},
                                            LnCase{4099, 64, true}));
 
+// RMS norm (the layer-norm kernels without centering or bias): rows with large offsets, so a
+// kernel that centred would be far off.
+TEST_P(OpsGpuLayerNorm, RmsNormForwardBackwardMatchCpu) {
+    REQUIRE_GPU();
+    const auto [N, C, unused] = GetParam();
+    ref::Rng rng(N * 11 + C);
+    FVec x = randn(rng, size_t(N) * C, 2.0);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) x[size_t(n) * C + c] += float(n % 5) * 3.0f;
+    const FVec w = randn(rng, C);
+    FVec out(size_t(N) * C), rstd(N);
+    Dev gx(x), gw(w), gout(out.size()), grstd(N);
+    cpu().rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f);
+    gpu().rmsnorm_forward(gout.get(), grstd.get(), gx.get(), gw.get(), N, C, 1e-6f);
+    EXPECT_CLOSE(gout.host(), out, kFwdTol);
+    EXPECT_CLOSE(grstd.host(), rstd, kFwdTol);
+    const FVec dout = randn(rng, out.size());
+    FVec dx = randn(rng, x.size()), dw = randn(rng, C);
+    Dev gdout(dout), gdx(dx), gdw(dw);
+    cpu().rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N,
+                           C);
+    gpu().rmsnorm_backward(gdx.get(), gdw.get(), gdout.get(), gx.get(), gw.get(), grstd.get(), N,
+                           C);
+    EXPECT_CLOSE(gdx.host(), dx, kGradTol);
+    EXPECT_CLOSE(gdw.host(), dw, kGradTol);
+}
+
 // ================================================================ dense layer
 
 struct MmCase {

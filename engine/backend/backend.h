@@ -172,6 +172,14 @@ public:
                                     const float* inp, const float* w, const float* mean,
                                     const float* rstd, int N, int C) = 0;
 
+    // ---- RMS norm over the last dim (Llama-family blocks): layer norm without centering or bias
+    // out (N, C) = inp * rstd * w (writes), rstd (N) = 1 / sqrt(mean(inp^2) + eps) saved
+    virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N,
+                                 int C, float eps) = 0;
+    // dinp (N, C) +=, dw (C) +=
+    virtual void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                                  const float* w, const float* rstd, int N, int C) = 0;
+
     // ---- dense layer
     // out (N, OC) = inp (N, IC) @ W^T, W (OC, IC), + bias (OC) if non-null   (writes)
     virtual void matmul_forward(float* out, const float* inp, const float* W, const float* bias,

@@ -109,6 +109,17 @@ void ProfilingBackend::layernorm_forward(float* out, float* mean, float* rstd, c
     CTX_TIMED("layernorm_forward", fmt::format("N={} C={}", N, C), 0,
               inner_.layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps));
 }
+void ProfilingBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w,
+                                       int N, int C, float eps) {
+    CTX_TIMED("rmsnorm_forward", fmt::format("N={} C={}", N, C), 0,
+              inner_.rmsnorm_forward(out, rstd, inp, w, N, C, eps));
+}
+void ProfilingBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout,
+                                        const float* inp, const float* w, const float* rstd, int N,
+                                        int C) {
+    CTX_TIMED("rmsnorm_backward", fmt::format("N={} C={}", N, C), 0,
+              inner_.rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C));
+}
 void ProfilingBackend::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
                                           const float* inp, const float* w, const float* mean,
                                           const float* rstd, int N, int C) {

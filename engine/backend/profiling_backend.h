@@ -61,6 +61,10 @@ public:
     void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
                             const float* inp, const float* w, const float* mean,
                             const float* rstd, int N, int C) override;
+    void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
+                         float eps) override;
+    void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                          const float* w, const float* rstd, int N, int C) override;
     void matmul_forward(float* out, const float* inp, const float* W, const float* bias, int N,
                         int IC, int OC) override;
     void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,

@@ -164,6 +164,54 @@ void CpuBackend::layernorm_backward(float* dinp, float* dw, float* db, const flo
     }
 }
 
+// ---------------------------------------------------------------- RMS norm
+
+void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N,
+                                 int C, float eps) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* x = inp + size_t(n) * C;  // (C)
+        float* y = out + size_t(n) * C;        // (C)
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        const float s = 1.0f / std::sqrt(ss / float(C) + eps);
+#pragma omp simd
+        for (int c = 0; c < C; c++) y[c] = x[c] * s * w[c];
+        rstd[n] = s;
+    }
+}
+
+// y = x s w with s = (mean(x^2) + eps)^(-1/2): dx = s (w dy - x s mean(w dy x s)), dw += x s dy
+void CpuBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                                  const float* w, const float* rstd, int N, int C) {
+#pragma omp parallel
+    {
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            const float* x = inp + size_t(n) * C;   // (C)
+            const float* dy = dout + size_t(n) * C; // (C)
+            float* dx = dinp + size_t(n) * C;       // (C)
+            const float s = rstd[n];
+            float dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_norm_mean)
+            for (int c = 0; c < C; c++) dnorm_norm_mean += w[c] * dy[c] * x[c] * s;
+            dnorm_norm_mean /= float(C);
+#pragma omp simd
+            for (int c = 0; c < C; c++) dx[c] += (w[c] * dy[c] - x[c] * s * dnorm_norm_mean) * s;
+        }
+        int c0, c1;  // dw: each thread owns a block of channels
+        thread_block(C, c0, c1);
+        for (int n = 0; n < N && c0 < c1; n++) {
+            const float* x = inp + size_t(n) * C;
+            const float* dy = dout + size_t(n) * C;
+            const float s = rstd[n];
+#pragma omp simd
+            for (int c = c0; c < c1; c++) dw[c] += x[c] * s * dy[c];
+        }
+    }
+}
+
 // ---------------------------------------------------------------- dense layer
 
 void CpuBackend::matmul_forward(float* out, const float* inp, const float* W, const float* bias,

@@ -96,6 +96,8 @@ __global__ void grouped_row_add_kernel(float* dst, const float* dout, const int3
 
 constexpr int kRowsPerBlock = 4;  // one warp per row
 
+// Rms: RMS norm (no centering, no bias, mean not written): the same kernels with m = 0.
+template <bool Rms>
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
                                          const float* w, const float* b, int N, int C,
                                          float eps) {
@@ -104,8 +106,9 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
     const float* x = inp + size_t(n) * C;
     float* y = out + size_t(n) * C;
     float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += x[c];
-    const float m = warp_sum(sum) / float(C);
+    if (!Rms)
+        for (int c = lane; c < C; c += 32) sum += x[c];
+    const float m = Rms ? 0.0f : warp_sum(sum) / float(C);
     float var = 0.0f;
     for (int c = lane; c < C; c += 32) {
         const float d = x[c] - m;
@@ -117,11 +120,12 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
         y[c] = b != nullptr ? v + b[c] : v;
     }
     if (lane == 0) {
-        mean[n] = m;
+        if (!Rms) mean[n] = m;
         rstd[n] = s;
     }
 }
 
+template <bool Rms>
 __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, const float* inp,
                                                const float* w, const float* mean,
                                                const float* rstd, int N, int C) {
@@ -130,14 +134,14 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
     const float* x = inp + size_t(n) * C;
     const float* dy = dout + size_t(n) * C;
     float* dx = dinp + size_t(n) * C;
-    const float m = mean[n], s = rstd[n];
+    const float m = Rms ? 0.0f : mean[n], s = rstd[n];
     float dm = 0.0f, dnm = 0.0f;
     for (int c = lane; c < C; c += 32) {
         const float dnorm = w[c] * dy[c];
         dm += dnorm;
         dnm += dnorm * (x[c] - m) * s;
     }
-    dm = warp_sum(dm) / float(C);
+    dm = Rms ? 0.0f : warp_sum(dm) / float(C);  // RMS norm: no centering, no mean term
     dnm = warp_sum(dnm) / float(C);
     for (int c = lane; c < C; c += 32) {
         const float norm = (x[c] - m) * s;
@@ -151,7 +155,8 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
 
 constexpr int kColTile = 32, kColLanes = 8;
 
-// mode 0: sum of x; mode 1: layernorm (sum of (x - mean) rstd dout -> part0, of dout -> part1)
+// mode 0: sum of x; mode 1: layernorm (sum of (x - mean) rstd dout -> part0, of dout -> part1;
+// mean null: RMS norm, x rstd dout)
 template <int Mode>
 __global__ void column_partials_kernel(float* part0, float* part1, const float* x,
                                        const float* dout, const float* mean, const float* rstd,
@@ -169,7 +174,7 @@ __global__ void column_partials_kernel(float* part0, float* part1, const float* 
                 a0 += x[idx];
             } else {
                 const float dy = dout[idx];
-                a0 += (x[idx] - mean[r]) * rstd[r] * dy;
+                a0 += (x[idx] - (mean != nullptr ? mean[r] : 0.0f)) * rstd[r] * dy;
                 a1 += dy;
             }
         }
@@ -351,8 +356,12 @@ cudaError_t launch_layernorm_forward(float* out, float* mean, float* rstd, const
                                      cudaStream_t s) {
     if (N <= 0) return cudaSuccess;
     const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-    layernorm_forward_kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(out, mean, rstd, inp, w, b, N,
-                                                                   C, eps);
+    if (mean == nullptr)  // RMS norm (launch_rmsnorm_forward)
+        layernorm_forward_kernel<true><<<blocks, 32 * kRowsPerBlock, 0, s>>>(out, mean, rstd, inp,
+                                                                             w, b, N, C, eps);
+    else
+        layernorm_forward_kernel<false><<<blocks, 32 * kRowsPerBlock, 0, s>>>(out, mean, rstd, inp,
+                                                                              w, b, N, C, eps);
     return cudaGetLastError();
 }
 
@@ -361,8 +370,12 @@ cudaError_t launch_layernorm_backward_dinp(float* dinp, const float* dout, const
                                            int N, int C, cudaStream_t s) {
     if (N <= 0) return cudaSuccess;
     const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-    layernorm_backward_dinp_kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(dinp, dout, inp, w, mean,
-                                                                         rstd, N, C);
+    if (mean == nullptr)
+        layernorm_backward_dinp_kernel<true><<<blocks, 32 * kRowsPerBlock, 0, s>>>(
+            dinp, dout, inp, w, mean, rstd, N, C);
+    else
+        layernorm_backward_dinp_kernel<false><<<blocks, 32 * kRowsPerBlock, 0, s>>>(
+            dinp, dout, inp, w, mean, rstd, N, C);
     return cudaGetLastError();
 }
 

@@ -139,6 +139,28 @@ void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const fl
     done(launch_layernorm_backward_params(dw, db, part, dout, inp, mean, rstd, N, C, stream_), op);
 }
 
+// ---------------------------------------------------------------- RMS norm
+// The layer-norm kernels with no mean (cuda_kernels.h): no centering, no bias.
+
+void CudaBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N,
+                                  int C, float eps) {
+    activate();
+    done(launch_layernorm_forward(out, nullptr, rstd, inp, w, nullptr, N, C, eps, stream_),
+         "rmsnorm_forward");
+}
+
+void CudaBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                                   const float* w, const float* rstd, int N, int C) {
+    static constexpr const char* op = "rmsnorm_backward";
+    if (N <= 0 || C <= 0) return;
+    activate();
+    check(launch_layernorm_backward_dinp(dinp, dout, inp, w, nullptr, rstd, N, C, stream_), op);
+    float* part = d_partials_.ensure(size_t(column_chunks(N)) * size_t(C), op);
+    done(launch_layernorm_backward_params(dw, nullptr, part, dout, inp, nullptr, rstd, N, C,
+                                          stream_),
+         op);
+}
+
 // ---------------------------------------------------------------- dense layer
 
 void CudaBackend::matmul_forward(float* out, const float* inp, const float* W, const float* bias,

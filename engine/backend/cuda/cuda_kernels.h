@@ -55,6 +55,8 @@ cudaError_t launch_grouped_row_add(float* dst, const float* dout, const int32_t*
                                    int G, int C, cudaStream_t s);
 
 // ---------------------------------------------------------------- layernorm, column sums
+// mean == nullptr selects RMS norm in all three (no centering; forward writes no mean, b unused;
+// params: dw += sum_n inp rstd dout, db must be null).
 cudaError_t launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                      const float* w, const float* b, int N, int C, float eps,
                                      cudaStream_t s);
