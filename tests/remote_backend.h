@@ -95,6 +95,12 @@ public:
         cpu_->layernorm_forward(dev(out), dev(mean), dev(rstd), dev(inp), dev(w), dev(b), N, C,
                                 eps);
     }
+    void swiglu_forward(float* out, const float* inp, int N, int F) override {
+        cpu_->swiglu_forward(dev(out), dev(inp), N, F);
+    }
+    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override {
+        cpu_->swiglu_backward(dev(dinp), dev(inp), dev(dout), N, F);
+    }
     void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
                          float eps) override {
         cpu_->rmsnorm_forward(dev(out), dev(rstd), dev(inp), dev(w), N, C, eps);

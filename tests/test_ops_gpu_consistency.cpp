@@ -317,6 +317,22 @@ INSTANTIATE_TEST_SUITE_P(Kinds, OpsGpuActivation,
                              return info.param == ctx::Activation::GeluTanh ? "tanh" : "erf";
                          });
 
+TEST(OpsGpuSwiGlu, ForwardBackwardMatchCpu) {
+    REQUIRE_GPU();
+    for (auto [N, F] : {std::pair{1, 3}, std::pair{37, 1000}, std::pair{513, 64}}) {
+        ref::Rng rng(N + F);
+        const FVec x = randu(rng, size_t(N) * 2 * F, -8.0, 8.0), dout = randn(rng, size_t(N) * F);
+        FVec out(size_t(N) * F), dx = randn(rng, x.size());
+        Dev gx(x), gout(out.size()), gdout(dout), gdx(dx);
+        cpu().swiglu_forward(out.data(), x.data(), N, F);
+        gpu().swiglu_forward(gout.get(), gx.get(), N, F);
+        EXPECT_CLOSE(gout.host(), out, kFwdTol);
+        cpu().swiglu_backward(dx.data(), x.data(), dout.data(), N, F);
+        gpu().swiglu_backward(gdx.get(), gx.get(), gdout.get(), N, F);
+        EXPECT_CLOSE(gdx.host(), dx, kFwdTol);
+    }
+}
+
 // ================================================================ cross-entropy
 
 struct CeCase {

@@ -196,6 +196,13 @@ public:
     virtual void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                                      Activation act) = 0;
 
+    // ---- SwiGLU (Llama-family MLPs): inp (N, 2F) = [gate (F) | up (F)] per row, from one fused
+    // product. out (N, F) = silu(gate) * up   (writes), silu(g) = g / (1 + exp(-g))
+    virtual void swiglu_forward(float* out, const float* inp, int N, int F) = 0;
+    // dinp (N, 2F) += [dout * up * silu'(gate) | dout * silu(gate)]
+    virtual void swiglu_backward(float* dinp, const float* inp, const float* dout, int N,
+                                 int F) = 0;
+
     // ---- rotary position embedding, in place on the q and k thirds of qkv (B, T, 3C)
     // laid out [q(C) | k(C) | v(C)] per token, each C = H heads x D. positions (B, T).
     virtual void rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,

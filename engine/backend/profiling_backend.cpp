@@ -109,6 +109,15 @@ void ProfilingBackend::layernorm_forward(float* out, float* mean, float* rstd, c
     CTX_TIMED("layernorm_forward", fmt::format("N={} C={}", N, C), 0,
               inner_.layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps));
 }
+void ProfilingBackend::swiglu_forward(float* out, const float* inp, int N, int F) {
+    CTX_TIMED("swiglu_forward", fmt::format("N={} F={}", N, F), 0,
+              inner_.swiglu_forward(out, inp, N, F));
+}
+void ProfilingBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N,
+                                       int F) {
+    CTX_TIMED("swiglu_backward", fmt::format("N={} F={}", N, F), 0,
+              inner_.swiglu_backward(dinp, inp, dout, N, F));
+}
 void ProfilingBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w,
                                        int N, int C, float eps) {
     CTX_TIMED("rmsnorm_forward", fmt::format("N={} C={}", N, C), 0,

@@ -77,6 +77,8 @@ public:
     void activation_forward(float* out, const float* inp, size_t n, Activation act) override;
     void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                              Activation act) override;
+    void swiglu_forward(float* out, const float* inp, int N, int F) override;
+    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override;
 
     // ---- rotary, attention (cpu_attention.cpp)
     void rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,

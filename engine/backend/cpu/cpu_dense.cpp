@@ -277,6 +277,32 @@ void CpuBackend::activation_forward(float* out, const float* inp, size_t n, Acti
     }
 }
 
+void CpuBackend::swiglu_forward(float* out, const float* inp, int N, int F) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* g = inp + size_t(n) * 2 * F;  // gate (F), then up (F)
+        float* y = out + size_t(n) * F;
+#pragma omp simd
+        for (int f = 0; f < F; f++) y[f] = g[f] / (1.0f + std::exp(-g[f])) * g[F + f];
+    }
+}
+
+// d/dg [g sigma(g)] = sigma(g) (1 + g (1 - sigma(g)))
+void CpuBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* g = inp + size_t(n) * 2 * F;
+        const float* dy = dout + size_t(n) * F;
+        float* dg = dinp + size_t(n) * 2 * F;
+#pragma omp simd
+        for (int f = 0; f < F; f++) {
+            const float sig = 1.0f / (1.0f + std::exp(-g[f])), silu = g[f] * sig;
+            dg[f] += dy[f] * g[F + f] * sig * (1.0f + g[f] * (1.0f - sig));
+            dg[F + f] += dy[f] * silu;
+        }
+    }
+}
+
 void CpuBackend::activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                                      Activation act) {
     if (act == Activation::GeluTanh) {

@@ -130,6 +130,8 @@ public:
     void activation_forward(float* out, const float* inp, size_t n, Activation act) override;
     void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                              Activation act) override;
+    void swiglu_forward(float* out, const float* inp, int N, int F) override;
+    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override;
     void crossentropy_forward(float* losses, const float* logits, const int32_t* targets,
                               const float* mask, int N, int V) override;
     void crossentropy_forward_backward(float* logits_to_dlogits, float* losses,

@@ -229,6 +229,30 @@ __global__ void activation_forward_kernel(float* out, const float* inp, size_t n
     }
 }
 
+// SwiGLU over rows of inp (N, 2F) = [gate | up]: one thread per output element (n, f).
+__global__ void swiglu_forward_kernel(float* out, const float* inp, int N, int F) {
+    const size_t total = size_t(N) * F;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+         i += size_t(gridDim.x) * blockDim.x) {
+        const size_t n = i / F, f = i % F;
+        const float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f];
+        out[i] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
+__global__ void swiglu_backward_kernel(float* dinp, const float* inp, const float* dout, int N,
+                                       int F) {
+    const size_t total = size_t(N) * F;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+         i += size_t(gridDim.x) * blockDim.x) {
+        const size_t n = i / F, f = i % F;
+        const float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f], dy = dout[i];
+        const float sig = 1.0f / (1.0f + expf(-g));
+        dinp[n * 2 * F + f] += dy * u * sig * (1.0f + g * (1.0f - sig));
+        dinp[n * 2 * F + F + f] += dy * g * sig;
+    }
+}
+
 __global__ void activation_backward_kernel(float* dinp, const float* inp, const float* dout,
                                            size_t n, int act) {
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -429,6 +453,17 @@ cudaError_t launch_activation_backward(float* dinp, const float* inp, const floa
     if (n == 0) return cudaSuccess;
     activation_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n,
                                                                           act);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_swiglu(float* out, float* dinp, const float* inp, const float* dout, int N,
+                          int F, cudaStream_t s) {
+    const size_t n = size_t(N) * F;
+    if (n == 0) return cudaSuccess;
+    if (dout == nullptr)
+        swiglu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, N, F);
+    else
+        swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, N, F);
     return cudaGetLastError();
 }
 

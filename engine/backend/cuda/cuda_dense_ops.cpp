@@ -221,6 +221,16 @@ void CudaBackend::activation_forward(float* out, const float* inp, size_t n, Act
     done(launch_activation_forward(out, inp, n, int(act), stream_), "activation_forward");
 }
 
+void CudaBackend::swiglu_forward(float* out, const float* inp, int N, int F) {
+    activate();
+    done(launch_swiglu(out, nullptr, inp, nullptr, N, F, stream_), "swiglu_forward");
+}
+
+void CudaBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+    activate();
+    done(launch_swiglu(nullptr, dinp, inp, dout, N, F, stream_), "swiglu_backward");
+}
+
 void CudaBackend::activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                                       Activation act) {
     activate();

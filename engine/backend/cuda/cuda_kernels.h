@@ -83,6 +83,11 @@ cudaError_t launch_activation_forward(float* out, const float* inp, size_t n, in
 cudaError_t launch_activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                                        int act, cudaStream_t s);
 
+// SwiGLU over inp (N, 2F) = [gate | up]: dout == nullptr: out (N, F) = silu(gate) up (writes);
+// else dinp (N, 2F) += the gradient (out unused).
+cudaError_t launch_swiglu(float* out, float* dinp, const float* inp, const float* dout, int N,
+                          int F, cudaStream_t s);
+
 // ---------------------------------------------------------------- loss, optimizer
 // mask may be null (all ones). dlogits != null: fused backward in place (logits == dlogits).
 cudaError_t launch_crossentropy(float* losses, float* dlogits, const float* logits,
