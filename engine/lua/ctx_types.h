@@ -22,6 +22,9 @@ struct PeSpec {
 inline constexpr const char* kModelType = "ctx.Model";
 
 void register_ctx_types(lua_State* L);
+// model:logprobs and model:generate (ctx_probes.cpp), raw lua_CFunctions (wrap in guarded<>).
+int model_logprobs(lua_State* L);
+int model_generate(lua_State* L);
 // Resolves `name` ("rope", "pe/rope" or "none"), validates the options table at opts_index (may
 // be none/nil) against the plugin's declared options, pushes a PeSpec userdata.
 PeSpec& make_pe_spec(lua_State* L, const std::string& name, int opts_index,
