@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -24,40 +25,38 @@ ModelHandle& check_model(lua_State* L, int index) {
     return **static_cast<ModelRef*>(luaL_checkudata(L, index, kModelType));
 }
 
-// A list of integers at `index` (a Lua sequence), or an error naming `what`.
-std::vector<int32_t> int_list(lua_State* L, int index, const std::string& what) {
+// The Lua sequence at `index` as token ids (T = int32_t: integers >= 0) or numbers (float), or
+// an error naming `what`.
+template <class T>
+std::vector<T> lua_list(lua_State* L, int index, const std::string& what) {
+    constexpr bool ids = std::is_integral_v<T>;
     index = lua_absindex(L, index);
-    CTX_CHECK(lua_istable(L, index), "{} must be a list of token ids, got a {}", what,
-              luaL_typename(L, index));
+    CTX_CHECK(lua_istable(L, index), "{} must be a list of {}, got a {}", what,
+              ids ? "token ids" : "numbers", luaL_typename(L, index));
     const lua_Integer n = luaL_len(L, index);
-    std::vector<int32_t> out(static_cast<size_t>(n));
+    std::vector<T> out(static_cast<size_t>(n));
     for (lua_Integer i = 1; i <= n; ++i) {
         lua_rawgeti(L, index, i);
         int ok = 0;
-        const lua_Integer v = lua_tointegerx(L, -1, &ok);
+        if constexpr (ids) {
+            const lua_Integer v = lua_tointegerx(L, -1, &ok);
+            ok = ok && v >= 0 && v <= INT32_MAX;
+            out[static_cast<size_t>(i - 1)] = static_cast<T>(v);
+        } else {
+            out[static_cast<size_t>(i - 1)] = static_cast<T>(lua_tonumberx(L, -1, &ok));
+        }
         lua_pop(L, 1);
-        CTX_CHECK(ok && v >= 0 && v <= INT32_MAX, "{}[{}] must be a token id (an integer >= 0)",
-                  what, i);
-        out[static_cast<size_t>(i - 1)] = static_cast<int32_t>(v);
+        CTX_CHECK(ok, "{}[{}] must be {}", what, i,
+                  ids ? "a token id (an integer >= 0)" : "a number");
     }
     return out;
 }
 
+std::vector<int32_t> int_list(lua_State* L, int index, const std::string& what) {
+    return lua_list<int32_t>(L, index, what);
+}
 std::vector<float> number_list(lua_State* L, int index, const std::string& what) {
-    index = lua_absindex(L, index);
-    CTX_CHECK(lua_istable(L, index), "{} must be a list of numbers, got a {}", what,
-              luaL_typename(L, index));
-    const lua_Integer n = luaL_len(L, index);
-    std::vector<float> out(static_cast<size_t>(n));
-    for (lua_Integer i = 1; i <= n; ++i) {
-        lua_rawgeti(L, index, i);
-        int ok = 0;
-        const lua_Number v = lua_tonumberx(L, -1, &ok);
-        lua_pop(L, 1);
-        CTX_CHECK(ok, "{}[{}] must be a number", what, i);
-        out[static_cast<size_t>(i - 1)] = static_cast<float>(v);
-    }
-    return out;
+    return lua_list<float>(L, index, what);
 }
 
 // A batch argument: a list of lists (rows) or one list (a single row; *single = true).

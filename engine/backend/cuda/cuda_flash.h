@@ -75,7 +75,6 @@ public:
     // Precision::Bf16), the grow-only scratch their packed operands live in.
     FlashAttention(BiasStaging& bias, DeviceScratch<uint16_t>* packed)
         : bias_(bias), packed_(packed) {}
-    bool tensor_cores() const { return packed_ != nullptr; }
 
     // True when the kernels handle this shape (C divisible by H, head dim C / H <=
     // kFlashMaxHeadDim).

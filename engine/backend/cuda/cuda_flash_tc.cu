@@ -110,6 +110,25 @@ __device__ __forceinline__ void c_to_a(uint32_t (&f)[4], const float (&c0)[4],
     f[3] = pack_bf16(c1[2], c1[3]);
 }
 
+// acc (16 x 8 DN) += X Y with X the 16 x 16 KC block held as C fragments in c (two 8-column
+// tiles per k step: P or dS straight from registers) and Y from the transposed tile Bt (row d of
+// Bt is column d of Y): O += P V, dq += dS K, dv += P^T dO, dk += dS^T Q.
+template <int KC, int DN>
+__device__ __forceinline__ void product_from_c(float (&acc)[DN][4], const float (&c)[2 * KC][4],
+                                               const uint16_t* Bt, int LT, int g, int t) {
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+        uint32_t af[4];
+        c_to_a(af, c[2 * kc], c[2 * kc + 1]);
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++) {
+            uint32_t bf[2];
+            load_b(bf, Bt, LT, dn * 8, kc * 16, g, t);
+            mma_bf16_16816(acc[dn], af, bf);
+        }
+    }
+}
+
 __device__ __forceinline__ bool in_mask(int i, int j, int T, int window) {
     return i < T && j <= i && j >= key_start(i, window);
 }
@@ -229,17 +248,7 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
             o[dn][2] *= corr[1];
             o[dn][3] *= corr[1];
         }
-#pragma unroll
-        for (int kc = 0; kc < kBc / 16; kc++) {
-            uint32_t pf[4];
-            c_to_a(pf, s[2 * kc], s[2 * kc + 1]);
-#pragma unroll
-            for (int dn = 0; dn < DN; dn++) {
-                uint32_t bf[2];
-                load_b(bf, Vt, LT, dn * 8, kc * 16, g, t);
-                mma_bf16_16816(o[dn], pf, bf);
-            }
-        }
+        product_from_c<kBc / 16, DN>(o, s, Vt, LT, g, t);
     }
     #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -398,17 +407,7 @@ __global__ void __launch_bounds__(kThreads)
                     }
                     s[n][e] = v;
                 }
-#pragma unroll
-            for (int kc = 0; kc < kBc / 16; kc++) {
-                uint32_t sf[4];
-                c_to_a(sf, s[2 * kc], s[2 * kc + 1]);
-#pragma unroll
-                for (int dn = 0; dn < DN; dn++) {
-                    uint32_t bf[2];
-                    load_b(bf, Kt, LT, dn * 8, kc * 16, g, t);
-                    mma_bf16_16816(acc[dn], sf, bf);
-                }
-            }
+            product_from_c<kBc / 16, DN>(acc, s, Kt, LT, g, t);
         }
         if (t5) {
             __syncthreads();  // Sd, Bk complete
@@ -534,20 +533,8 @@ __global__ void __launch_bounds__(kThreads)
                 s[n][e] = p;
                 dp[n][e] = ds;
             }
-#pragma unroll
-        for (int kc = 0; kc < kBq / 16; kc++) {
-            uint32_t pf[4], sf[4];
-            c_to_a(pf, s[2 * kc], s[2 * kc + 1]);
-            c_to_a(sf, dp[2 * kc], dp[2 * kc + 1]);
-#pragma unroll
-            for (int dn = 0; dn < DN; dn++) {
-                uint32_t bf[2];
-                load_b(bf, dOt, LQ, dn * 8, kc * 16, g, t);
-                mma_bf16_16816(dv[dn], pf, bf);
-                load_b(bf, Qt, LQ, dn * 8, kc * 16, g, t);
-                mma_bf16_16816(dk[dn], sf, bf);
-            }
-        }
+        product_from_c<kBq / 16, DN>(dv, s, dOt, LQ, g, t);
+        product_from_c<kBq / 16, DN>(dk, dp, Qt, LQ, g, t);
     }
     #pragma unroll
     for (int r = 0; r < 2; r++) {
