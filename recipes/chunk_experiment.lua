@@ -18,10 +18,14 @@
 -- opts.continued_control adds the row "continued-Lt": the base model trained for the same steps
 -- on plain Lt windows (positions 0 .. Lt-1) and evaluated like OOTB, which separates what the
 -- extension does from what more training does when the base models are not converged.
-local PE_LABEL = { learned = "APE", rope = "RoPE" }
+--
+-- opts.models: which of C.models to run (default { "learned", "rope" }, the paper's two).
+local LABEL = { learned = "APE", rope = "RoPE", llama = "Llama" }
 
 return function(C, corpus, out, opts)
   opts = opts or {}
+  local pes = opts.models or { "learned", "rope" }
+  local PE_LABEL = setmetatable({}, { __index = function(_, k) return LABEL[k] or k end })
   -- res[method][pe] = { ppl = {[m] = x}, win = {[m] = x}, rec = {[m] = {[bin] = record}} }
   local res = {}
 
@@ -69,7 +73,7 @@ return function(C, corpus, out, opts)
   local optimizer = { lr = 1e-3, warmup_steps = 20, min_lr = 1e-4, weight_decay = 0.1 }
   for k, v in pairs(C.extend_optimizer or {}) do optimizer[k] = v end
 
-  for _, pe in ipairs{ "learned", "rope" } do
+  for _, pe in ipairs(pes) do
     local model = C.base_model(pe, corpus)
     evaluate_at_lt_model(C.base_dir(pe), "OOTB", pe)
     if pe == "learned" then model:extend(C.Le) end  -- the table now covers chunk rows' positions
@@ -109,7 +113,7 @@ return function(C, corpus, out, opts)
   header(string.format("%-12s %-5s| %9s %9s %9s | %9s %9s", "method", "PE", "Lt", "2Lt", "4Lt",
                        "win 2Lt", "win 4Lt"))
   for _, method in ipairs(methods) do
-    for _, pe in ipairs{ "learned", "rope" } do
+    for _, pe in ipairs(pes) do
       local s = res[method][pe]
       lines[#lines + 1] = string.format("%-12s %-5s| %9s %9s %9s | %9s %9s", method, PE_LABEL[pe],
         num(s.ppl[1], "%9.3f"), num(s.ppl[2], "%9.3f"), num(s.ppl[4], "%9.3f"),
@@ -131,7 +135,7 @@ return function(C, corpus, out, opts)
                          "4Lt:<Lt", "[Lt,2Lt)", "[2Lt,4Lt)", "win:[1,2)", "win:[2,4)"))
     local counts = ""
     for _, method in ipairs(methods) do
-      for _, pe in ipairs{ "learned", "rope" } do
+      for _, pe in ipairs(pes) do
         local s = res[method][pe]
         local r1, r4 = s.rec[1] or {}, s.rec[4] or {}
         local function real(v) return type(v) == "number" and v == v and v or nil end
@@ -166,7 +170,7 @@ return function(C, corpus, out, opts)
                         table.concat(lines, "\n")))
     if opts.recall then
       -- The claims the experiment is for, checked on the numbers above.
-      for _, pe in ipairs{ "learned", "rope" } do
+      for _, pe in ipairs(pes) do
         local c, o = summary["chunk-0.25/" .. pe], summary["OOTB/" .. pe]
         if c.base and c.far and c.base > 0 then
           print(string.format("%s: chunk-0.25 recall at [2Lt,4Lt) is %.0f%% of the base's at [0,Lt) "

@@ -24,6 +24,11 @@ M.corpus = {
 M.models = {
   rope = { style = "neox", pe = { "rope", { rotary_pct = 0.25 } } },        -- Pythia-like
   learned = { style = "gpt2", pe = { "learned", { init_std = 0.02 } } },    -- GPT-2-like
+  -- Llama-like (llama_chunk_025.lua): RMSNorm, SwiGLU, RoPE on whole heads, 4 query heads
+  -- sharing 2 key/value heads, untied head; the MLP at 8/3 d_model (Llama's ratio) keeps its
+  -- parameter count near the others'. size: keys over M.size.
+  llama = { style = "llama", pe = { "rope", {} }, size = { n_head = 4, n_kv_head = 2 },
+            ffn_ratio = 8 / 3 },
 }
 M.size = { d_model = 64, n_layer = 4, n_head = 2 }  -- vocab_size: the corpus's
 
@@ -53,6 +58,8 @@ function M.new_model(pe, corpus)
   local t = { style = spec.style, context_length = M.Lt, seed = 1, pe = ctx.pe(spec.pe[1], spec.pe[2]),
               vocab_size = corpus.train:vocab_size() }
   for k, v in pairs(M.size) do t[k] = v end
+  for k, v in pairs(spec.size or {}) do t[k] = v end
+  if spec.ffn_ratio then t.ffn_hidden = math.floor(spec.ffn_ratio * t.d_model / 8 + 0.5) * 8 end
   return ctx.model(t)
 end
 

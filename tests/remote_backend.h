@@ -101,6 +101,14 @@ public:
     void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override {
         cpu_->swiglu_backward(dev(dinp), dev(inp), dev(dout), N, F);
     }
+    void kv_repeat_forward(float* qkv, const float* grouped, int N, int H, int Hkv,
+                           int D) override {
+        cpu_->kv_repeat_forward(dev(qkv), dev(grouped), N, H, Hkv, D);
+    }
+    void kv_repeat_backward(float* dgrouped, const float* dqkv, int N, int H, int Hkv,
+                            int D) override {
+        cpu_->kv_repeat_backward(dev(dgrouped), dev(dqkv), N, H, Hkv, D);
+    }
     void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
                          float eps) override {
         cpu_->rmsnorm_forward(dev(out), dev(rstd), dev(inp), dev(w), N, C, eps);

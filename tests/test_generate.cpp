@@ -22,6 +22,8 @@ struct PeCase {
     std::string label, name;
     std::map<std::string, OptionValue> opts;
     int context = 12;
+    bool llama = false;  // the Llama block: RMSNorm, SwiGLU, 4 heads sharing 1 key/value head,
+                         // a sliding window of 5
 };
 
 void PrintTo(const PeCase& c, std::ostream* os) { *os << c.label; }
@@ -30,6 +32,12 @@ ModelConfig config_for(const PeCase& pc) {
     ModelConfig c = test::tiny_config();
     c.vocab_size = 29;
     c.context_length = pc.context;
+    if (pc.llama) {
+        const ModelConfig l = ModelConfig::from_style("llama");
+        c.norm = l.norm, c.activation = l.activation, c.tied_embeddings = false;
+        c.attention_bias = c.attention_out_bias = c.mlp_bias = c.norm_bias = false;
+        c.n_head = 4, c.n_kv_head = 1, c.sliding_window = 5;
+    }
     return c;
 }
 
@@ -120,7 +128,8 @@ INSTANTIATE_TEST_SUITE_P(
         PeCase{"kerple_log", "kerple_log", {}},
         PeCase{"kerple_power", "kerple_power", {}},
         PeCase{"t5_bias", "t5_bias", {}},
-        PeCase{"fire_generic_bias", "fire", {{"hidden", 8.0}}}),
+        PeCase{"fire_generic_bias", "fire", {{"hidden", 8.0}}},
+        PeCase{"llama_mqa_sliding_window_rope", "rope", {}, 12, true}),
     [](const auto& info) { return info.param.label; });
 
 // Dynamic NTK beyond the trained length: Recompute redoes a row whenever its length changes the

@@ -48,7 +48,10 @@ struct ModelCase {
 void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.label; }
 
 ModelConfig config_for(const ModelCase& mc) {
-    ModelConfig c = ModelConfig::from_style(mc.style);
+    // llama_mqa: the Llama block with one key/value head and a sliding window (Mistral-like)
+    const bool mqa = mc.style == "llama_mqa";
+    ModelConfig c = ModelConfig::from_style(mqa ? "llama" : mc.style);
+    if (mqa) c.n_kv_head = 1, c.sliding_window = 7;
     c.vocab_size = 53;
     c.d_model = 128;
     c.n_head = 2;  // head dim 64
@@ -197,7 +200,9 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"alibi_bloom", "alibi", "bloom", {}},
         ModelCase{"kerple_log", "kerple_log", "gpt2", {}},
         ModelCase{"kerple_power", "kerple_power", "gpt2", {}},
-        ModelCase{"t5_bias", "t5_bias", "gpt2", {}}),
+        ModelCase{"t5_bias", "t5_bias", "gpt2", {}},
+        ModelCase{"rope_llama", "rope", "llama", {}},
+        ModelCase{"rope_llama_mqa_window", "rope", "llama_mqa", {}}),
     [](const auto& info) { return info.param.label; });
 
 // ---------------------------------------------------------------- bf16 mixed precision

@@ -9,72 +9,10 @@
 #include <filesystem>
 #include <functional>
 
-#include "io/hf_model.h"
-#include "io/safetensors.h"
-#include "model_fixtures.h"
+#include "hf_test_support.h"
 
-namespace fs = std::filesystem;
-using json = nlohmann::json;
 using namespace ctx;
-
-namespace {
-
-std::string error_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
-
-#define EXPECT_HAS(text, substr) \
-    EXPECT_NE(std::string(text).find(substr), std::string::npos) << "message: " << (text)
-
-json gpt2_json() {
-    return {{"model_type", "gpt2"}, {"vocab_size", 11}, {"n_positions", 8}, {"n_embd", 8},
-            {"n_layer", 2}, {"n_head", 2}, {"n_inner", 12}};
-}
-json neox_json() {
-    return {{"model_type", "gpt_neox"}, {"vocab_size", 11}, {"max_position_embeddings", 16},
-            {"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
-            {"intermediate_size", 20}, {"rotary_pct", 0.5}, {"use_parallel_residual", true}};
-}
-json bloom_json() {
-    return {{"model_type", "bloom"}, {"vocab_size", 11}, {"hidden_size", 12}, {"n_layer", 2},
-            {"n_head", 3}, {"seq_length", 8}};
-}
-
-// A model built from a spec with the real plugins, parameters from `seed`.
-std::unique_ptr<Model> model_of(const HfSpec& s, uint64_t seed = 3) {
-    std::map<std::string, test::OptionValue> opts;
-    for (const auto& [k, v] : s.pe_options.items()) {
-        if (v.is_string()) opts[k] = v.get<std::string>();
-        else opts[k] = v.get<double>();
-    }
-    return std::make_unique<Model>(s.config, test::cpu(),
-                                   test::make_pe(s.pe_plugin.substr(3), s.config, opts), seed);
-}
-
-std::string temp_file(const std::string& name) {
-    const fs::path d = fs::path(CTX_TEST_BINARY_DIR) / "test_tmp" / "hf_mapping";
-    fs::create_directories(d);
-    return (d / name).string();
-}
-
-void write_hf(const std::string& path, const std::vector<HfTensor>& tensors) {
-    std::vector<StWriteTensor> w;
-    for (const HfTensor& t : tensors) w.push_back({t.name, t.shape, t.data.data()});
-    write_safetensors(path, w, {{"format", "pt"}});
-}
-
-const HfTensor& by_name(const std::vector<HfTensor>& v, const std::string& name) {
-    for (const HfTensor& t : v)
-        if (t.name == name) return t;
-    throw Error("no tensor " + name);
-}
-
-}  // namespace
+using namespace ctx::test::hf;
 
 TEST(HfConfig, Gpt2) {
     const HfSpec s = hf_spec_from_config(gpt2_json(), "config.json");
@@ -177,9 +115,9 @@ TEST(HfConfig, NeoxTransformersRopeTypesRoundTrip) {
 TEST(HfConfig, ClearErrors) {
     auto err = [](json j) { return error_of([&] { hf_spec_from_config(j, "dir/config.json"); }); };
     json j = gpt2_json();
-    j["model_type"] = "llama";
-    EXPECT_HAS(err(j), "dir/config.json: model_type \"llama\" is not supported (supported: gpt2, "
-                       "gpt_neox, bloom)");
+    j["model_type"] = "mamba";
+    EXPECT_HAS(err(j), "dir/config.json: model_type \"mamba\" is not supported (supported: gpt2, "
+                       "gpt_neox, bloom, llama, mistral, qwen2)");
     EXPECT_HAS(err(json{{"n_embd", 8}}), "no \"model_type\"");
     j = gpt2_json();
     j["n_embd"] = "eight";

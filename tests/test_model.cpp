@@ -42,7 +42,18 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
     } else if (style == "bloom") {
         c.embedding_layernorm = true;
     } else if (style == "nobias") {
-        c.attention_bias = c.mlp_bias = c.norm_bias = false;
+        c.attention_bias = c.attention_out_bias = c.mlp_bias = c.norm_bias = false;
+    } else if (style.rfind("llama", 0) == 0 || style == "qwen2" || style == "mistral") {
+        // The Llama family: RMSNorm, SwiGLU, untied head, no biases; then per variant
+        const ModelConfig l = ModelConfig::from_style("llama");
+        c.norm = l.norm;
+        c.activation = l.activation;
+        c.tied_embeddings = l.tied_embeddings;
+        c.attention_bias = c.attention_out_bias = c.mlp_bias = c.norm_bias = false;
+        if (style == "llama_gqa" || style == "qwen2") c.n_head = 4, c.n_kv_head = 2;
+        if (style == "llama_mqa") c.n_kv_head = 1;
+        if (style == "qwen2") c.attention_bias = true;  // q, k, v biases only
+        if (style == "mistral") c.n_head = 4, c.n_kv_head = 1, c.sliding_window = 3;
     }
     Model m(c, cpu(), make_pe(gc.pe, c, gc.pe_options), 3);
     check_model_gradients(m, tiny_batch(c.vocab_size), gc.label);
@@ -59,7 +70,12 @@ INSTANTIATE_TEST_SUITE_P(
         GradCase{"alibi_bias", "alibi", {}, "gpt2"},
         GradCase{"neox_parallel_untied_erf_rope", "rope", {{"rotary_pct", 0.25}}, "neox"},
         GradCase{"bloom_embedding_layernorm_alibi", "alibi", {}, "bloom"},
-        GradCase{"no_biases_learned", "learned", {{"init_std", 0.3}}, "nobias"}),
+        GradCase{"no_biases_learned", "learned", {{"init_std", 0.3}}, "nobias"},
+        GradCase{"llama_rmsnorm_swiglu_rope", "rope", {}, "llama"},
+        GradCase{"llama_grouped_query_rope", "rope", {}, "llama_gqa"},
+        GradCase{"llama_multi_query_alibi", "alibi", {}, "llama_mqa"},
+        GradCase{"qwen2_qkv_bias_rope", "rope", {}, "qwen2"},
+        GradCase{"mistral_sliding_window_rope", "rope", {}, "mistral"}),
     [](const auto& info) { return std::string(info.param.label); });
 
 TEST(Model, MaskedTokensDoNotContributeToTheLoss) {
@@ -155,6 +171,75 @@ TEST(Model, ParameterCountMatchesTheArchitecture) {
     const size_t C = 16, V = 13, F = 24, L = 2, P = 12;
     const size_t per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C;
     EXPECT_EQ(m.num_params(), V * C + L * per_layer + 2 * C + P * C);
+}
+
+TEST(Model, LlamaParameterCountMatchesTheArchitecture) {
+    ModelConfig c = ModelConfig::from_style("llama");  // untied, no biases, RMSNorm, SwiGLU
+    c.vocab_size = 13, c.d_model = 16, c.n_head = 4, c.n_kv_head = 2, c.n_layer = 2;
+    c.ffn_hidden = 24;
+    Model m(c, cpu(), make_pe("rope", c), 3);
+    const size_t C = 16, V = 13, F = 24, L = 2, D = 4, Hkv = 2;
+    // norms, q, k, v (2 key/value heads), o, gate + up, down
+    const size_t per_layer = 2 * C + C * C + 2 * Hkv * D * C + C * C + 2 * F * C + C * F;
+    EXPECT_EQ(m.num_params(), V * C + L * per_layer + C + V * C);
+}
+
+// Grouped-query attention is multi-head attention whose key/value heads are shared: a model with
+// n_kv_head = 2 of 4 heads computes what the 4-head model computes when that model's k and v
+// rows repeat the shared heads (query head h reads key/value head h / 2).
+TEST(Model, GroupedQueryEqualsMultiHeadWithRepeatedKeyValueWeights) {
+    ModelConfig g = ModelConfig::from_style("llama");
+    g.vocab_size = 13, g.d_model = 16, g.n_head = 4, g.n_kv_head = 2, g.n_layer = 2;
+    g.ffn_hidden = 24, g.context_length = 12, g.init_std = 0.3f;
+    ModelConfig full = g;
+    full.n_kv_head = 0;
+    Model mg(g, cpu(), make_pe("rope", g), 5);
+    Model mf(full, cpu(), make_pe("rope", full), 6);
+    const int C = 16, D = 4, H = 4, G = 2;
+    for (const ParamView& v : mf.layout().views()) {
+        const ParamView& src = mg.layout().view(v.name);
+        float* dst = mf.params().at(v);
+        const float* from = mg.params().at(src);
+        if (!v.name.ends_with("attn.qkv.weight")) {
+            ASSERT_EQ(v.numel, src.numel) << v.name;
+            std::copy(from, from + v.numel, dst);
+            continue;
+        }
+        // grouped rows [q (4 heads) | k (2) | v (2)] -> full rows [q | k (4) | v (4)]
+        for (int part = 0; part < 3; ++part)
+            for (int h = 0; h < H; ++h) {
+                const int src_head = part == 0 ? h : H + (part - 1) * (H / G) + h / G;
+                std::copy(from + size_t(src_head) * D * C, from + size_t(src_head + 1) * D * C,
+                          dst + (size_t(part) * H + h) * D * C);
+            }
+    }
+    BatchBuffers buf = tiny_batch(g.vocab_size);
+    const LossSums lg = mg.forward(buf.batch()), lf = mf.forward(buf.batch());
+    EXPECT_NEAR(lg.loss_sum, lf.loss_sum, 1e-5 * std::fabs(lf.loss_sum));
+    const std::vector<float> a = mg.logits(buf.batch()), b = mf.logits(buf.batch());
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-5) << i;
+}
+
+// Mistral's sliding window is the model's own attention window: the same as the windowed
+// control of a model without one, and the tighter of the two when both are set.
+TEST(Model, SlidingWindowEqualsTheWindowedControl) {
+    ModelConfig c = tiny_config();
+    ModelConfig w = c;
+    w.sliding_window = 3;
+    Model mw(w, cpu(), make_pe("rope", w), 3);
+    Model mc(c, cpu(), make_pe("rope", c), 3);
+    BatchBuffers buf = tiny_batch(c.vocab_size);
+    const double full = mc.forward(buf.batch()).loss_sum;
+    mc.set_attention_window(3);
+    const double control = mc.forward(buf.batch()).loss_sum;
+    EXPECT_NE(full, control);  // the window matters for these rows of six
+    EXPECT_EQ(mw.forward(buf.batch()).loss_sum, control);
+    mw.set_attention_window(5);  // looser: the model's 3 still holds
+    EXPECT_EQ(mw.forward(buf.batch()).loss_sum, control);
+    mw.set_attention_window(2);  // tighter: 2
+    mc.set_attention_window(2);
+    EXPECT_EQ(mw.forward(buf.batch()).loss_sum, mc.forward(buf.batch()).loss_sum);
 }
 
 }  // namespace

@@ -413,6 +413,53 @@ TEST(OpsCpuActivation, SwiGluForwardAndGradients) {
     }
 }
 
+// ================================================================ grouped-query key/value heads
+
+// kv_repeat_forward against HF's repeat_kv (query head h reads key/value head h / G), and its
+// backward as the sum over each group's query heads (the adjoint: <fwd(x), y> = <x, bwd(y)>).
+TEST(OpsCpuKvRepeat, RepeatsHeadsAndSumsGradientsBack) {
+    ref::Rng rng(43);
+    for (auto [N, H, Hkv, D] : {std::tuple{1, 2, 1, 1}, std::tuple{5, 8, 2, 3},
+                                std::tuple{7, 6, 6, 4}, std::tuple{3, 12, 4, 16}}) {
+        const int G = H / Hkv, Q = (H + 2 * Hkv) * D, F = 3 * H * D;
+        const Vec x = rng.normals(size_t(N) * Q);
+        const auto x_f = ref::to_float(x);
+        std::vector<float> out(size_t(N) * F, -1.0f);
+        cpu().kv_repeat_forward(out.data(), x_f.data(), N, H, Hkv, D);
+        Vec want(out.size());
+        for (int n = 0; n < N; n++)
+            for (int h = 0; h < H; h++)
+                for (int d = 0; d < D; d++) {
+                    const double* row = x.data() + size_t(n) * Q;
+                    double* w = want.data() + size_t(n) * F;
+                    w[h * D + d] = row[h * D + d];                                    // q
+                    w[H * D + h * D + d] = row[H * D + (h / G) * D + d];              // k
+                    w[2 * H * D + h * D + d] = row[(H + Hkv) * D + (h / G) * D + d];  // v
+                }
+        EXPECT_EQ(ref::to_double(out), want) << N << " " << H << "/" << Hkv;  // exact copies
+
+        const Vec y = rng.normals(out.size()), d0 = rng.normals(x.size());
+        const auto y_f = ref::to_float(y);
+        auto dx = ref::to_float(d0);
+        cpu().kv_repeat_backward(dx.data(), y_f.data(), N, H, Hkv, D);
+        Vec g(x.size(), 0.0);  // the transpose of the copy above, entry by entry
+        for (int n = 0; n < N; n++)
+            for (int h = 0; h < H; h++)
+                for (int d = 0; d < D; d++) {
+                    double* gr = g.data() + size_t(n) * Q;
+                    const double* yr = y.data() + size_t(n) * F;
+                    gr[h * D + d] += yr[h * D + d];
+                    gr[H * D + (h / G) * D + d] += yr[H * D + h * D + d];
+                    gr[(H + Hkv) * D + (h / G) * D + d] += yr[2 * H * D + h * D + d];
+                }
+        EXPECT_LT(ref::max_rel_error(added(dx, d0), g), kFwdTol);
+        double lhs = 0, rhs = 0;  // adjoint identity in double
+        for (size_t i = 0; i < want.size(); i++) lhs += want[i] * y[i];
+        for (size_t i = 0; i < g.size(); i++) rhs += x[i] * g[i];
+        EXPECT_NEAR(lhs, rhs, 1e-9 * (1 + std::fabs(lhs)));
+    }
+}
+
 // ================================================================ cross-entropy
 
 struct CrossEntropyCase {

@@ -333,6 +333,24 @@ TEST(OpsGpuSwiGlu, ForwardBackwardMatchCpu) {
     }
 }
 
+TEST(OpsGpuKvRepeat, ForwardBackwardMatchCpu) {
+    REQUIRE_GPU();
+    for (auto [N, H, Hkv, D] : {std::tuple{3, 4, 1, 8}, std::tuple{129, 12, 4, 64},
+                                std::tuple{17, 8, 8, 16}}) {
+        ref::Rng rng(N + H + Hkv);
+        const size_t Q = size_t(H + 2 * Hkv) * D, F = size_t(3) * H * D;
+        const FVec x = randn(rng, N * Q), dout = randn(rng, N * F);
+        FVec out(N * F), dx = randn(rng, x.size());
+        Dev gx(x), gout(out.size()), gdout(dout), gdx(dx);
+        cpu().kv_repeat_forward(out.data(), x.data(), N, H, Hkv, D);
+        gpu().kv_repeat_forward(gout.get(), gx.get(), N, H, Hkv, D);
+        EXPECT_EQ(gout.host(), out);  // copies: exact
+        cpu().kv_repeat_backward(dx.data(), dout.data(), N, H, Hkv, D);
+        gpu().kv_repeat_backward(gdx.get(), gdout.get(), N, H, Hkv, D);
+        EXPECT_CLOSE(gdx.host(), dx, kFwdTol);
+    }
+}
+
 // ================================================================ cross-entropy
 
 struct CeCase {

@@ -21,7 +21,10 @@ namespace ctx {
 
 enum class DeviceKind { CPU, CUDA };
 
-enum class Activation { GeluTanh, GeluErf };
+// The MLP's nonlinearity. GeluTanh and GeluErf are elementwise (activation_forward); SwiGLU is
+// gated: fc yields [gate | up] rows and swiglu_forward combines them (Llama-family blocks), so
+// activation_forward refuses it.
+enum class Activation { GeluTanh, GeluErf, SwiGLU };
 
 enum class RotaryLayout { Half = 0, Interleaved = 1 };
 
@@ -202,6 +205,17 @@ public:
     // dinp (N, 2F) += [dout * up * silu'(gate) | dout * silu(gate)]
     virtual void swiglu_backward(float* dinp, const float* inp, const float* dout, int N,
                                  int F) = 0;
+
+    // ---- grouped-query attention (Llama 2/3, Mistral, Qwen2): the projection makes rows
+    // grouped (N, (H + 2 Hkv) D) = [q (H heads) | k (Hkv heads) | v (Hkv heads)] with G = H / Hkv
+    // query heads per key/value head. kv_repeat_forward writes qkv (N, 3 H D) = [q | k | v] with
+    // query head h reading key/value head h / G, the layout every attention op takes.
+    virtual void kv_repeat_forward(float* qkv, const float* grouped, int N, int H, int Hkv,
+                                   int D) = 0;
+    // dgrouped (N, (H + 2 Hkv) D) += dqkv mapped back: q as it is, each key/value head the sum
+    // over the G query heads that read it.
+    virtual void kv_repeat_backward(float* dgrouped, const float* dqkv, int N, int H, int Hkv,
+                                    int D) = 0;
 
     // ---- rotary position embedding, in place on the q and k thirds of qkv (B, T, 3C)
     // laid out [q(C) | k(C) | v(C)] per token, each C = H heads x D. positions (B, T).

@@ -113,6 +113,16 @@ void ProfilingBackend::swiglu_forward(float* out, const float* inp, int N, int F
     CTX_TIMED("swiglu_forward", fmt::format("N={} F={}", N, F), 0,
               inner_.swiglu_forward(out, inp, N, F));
 }
+void ProfilingBackend::kv_repeat_forward(float* qkv, const float* grouped, int N, int H, int Hkv,
+                                         int D) {
+    CTX_TIMED("kv_repeat_forward", fmt::format("N={} H={} Hkv={} D={}", N, H, Hkv, D), 0,
+              inner_.kv_repeat_forward(qkv, grouped, N, H, Hkv, D));
+}
+void ProfilingBackend::kv_repeat_backward(float* dgrouped, const float* dqkv, int N, int H,
+                                          int Hkv, int D) {
+    CTX_TIMED("kv_repeat_backward", fmt::format("N={} H={} Hkv={} D={}", N, H, Hkv, D), 0,
+              inner_.kv_repeat_backward(dgrouped, dqkv, N, H, Hkv, D));
+}
 void ProfilingBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N,
                                        int F) {
     CTX_TIMED("swiglu_backward", fmt::format("N={} F={}", N, F), 0,

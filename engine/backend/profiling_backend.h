@@ -74,6 +74,10 @@ public:
                              Activation act) override;
     void swiglu_forward(float* out, const float* inp, int N, int F) override;
     void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override;
+    void kv_repeat_forward(float* qkv, const float* grouped, int N, int H, int Hkv,
+                           int D) override;
+    void kv_repeat_backward(float* dgrouped, const float* dqkv, int N, int H, int Hkv,
+                            int D) override;
     void rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,
                         const RotarySpec& spec) override;
     void rotary_backward(float* dqkv, const float* positions, int B, int T, int C, int H,

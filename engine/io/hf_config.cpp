@@ -1,4 +1,4 @@
-// config.json <-> HfSpec for GPT-2, GPT-NeoX and BLOOM. Missing keys take transformers' class
+// config.json <-> HfSpec for GPT-2, GPT-NeoX, BLOOM and the Llama family (Llama, Mistral, Qwen2). Missing keys take transformers' class
 // defaults (what from_pretrained would use); settings ctxengine cannot reproduce are refused.
 #include <algorithm>
 #include <cmath>
@@ -106,11 +106,12 @@ HfSpec gpt2_spec(const Cfg& c) {
     return s;
 }
 
-// RoPE settings of a NeoX config: rotary_pct / rotary_emb_base / rope_scaling (legacy "type" or
-// "rope_type"), or transformers 5's "rope_parameters".
-void neox_rope(const Cfg& c, HfSpec& s) {
+// RoPE settings of a NeoX or Llama-family config: rotary_pct / rotary_emb_base / rope_theta /
+// rope_scaling (legacy "type" or "rope_type"), or transformers 5's "rope_parameters".
+// default_pct: the class's rotary fraction (NeoX 0.25; the Llama family rotates whole heads).
+void read_rope(const Cfg& c, HfSpec& s, double default_pct) {
     const int head_dim = s.config.head_dim();
-    double pct = c.number("rotary_pct", c.number("partial_rotary_factor", 0.25));
+    double pct = c.number("rotary_pct", c.number("partial_rotary_factor", default_pct));
     double base = c.number("rotary_emb_base", c.number("rope_theta", 10000.0));
     if (c.has("rotary_emb_base") && c.has("rope_theta"))
         CTX_CHECK(c.number("rotary_emb_base", 0) == c.number("rope_theta", 0),
@@ -218,11 +219,59 @@ HfSpec neox_spec(const Cfg& c) {
     m.init_std = static_cast<float>(c.number("initializer_range", 0.02));
     m.parallel_residual = c.boolean("use_parallel_residual", true);
     m.tied_embeddings = c.boolean("tie_word_embeddings", false);
-    m.attention_bias = c.boolean("attention_bias", true);
+    m.attention_bias = m.attention_out_bias = c.boolean("attention_bias", true);
     CTX_CHECK(m.d_model % m.n_head == 0, "{}: hidden_size {} is not divisible by "
               "num_attention_heads {}", c.origin(), m.d_model, m.n_head);
     s.pe_plugin = "pe/rope";
-    neox_rope(c, s);
+    read_rope(c, s, 0.25);
+    read_token_ids(c, s);
+    return s;
+}
+
+// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM: one block style (RMSNorm, SwiGLU,
+// grouped-query attention, RoPE on whole heads). Defaults are each class's in transformers 4.49.
+HfSpec llama_family_spec(const Cfg& c, const std::string& type) {
+    HfSpec s;
+    s.model_type = type;
+    s.style = "llama";
+    const bool mistral = type == "mistral", qwen2 = type == "qwen2";
+    ModelConfig& m = s.config = ModelConfig::from_style("llama");
+    m.vocab_size = c.positive("vocab_size", qwen2 ? 151936 : 32000);
+    m.d_model = c.positive("hidden_size", 4096);
+    m.n_layer = c.positive("num_hidden_layers", 32);
+    m.n_head = c.positive("num_attention_heads", 32);
+    m.n_kv_head = c.positive("num_key_value_heads", mistral ? 8 : m.n_head);
+    m.ffn_hidden = c.positive("intermediate_size", qwen2 ? 22016 : mistral ? 14336 : 11008);
+    m.context_length = c.positive("max_position_embeddings", mistral ? 131072 : qwen2 ? 32768
+                                                                                  : 2048);
+    m.norm_eps = static_cast<float>(c.number("rms_norm_eps", 1e-6));
+    m.init_std = static_cast<float>(c.number("initializer_range", 0.02));
+    m.tied_embeddings = c.boolean("tie_word_embeddings", false);
+    const std::string act = c.string("hidden_act", "silu");
+    CTX_CHECK(act == "silu" || act == "swish", "{}: \"hidden_act\" = \"{}\" is not supported "
+              "(the Llama family's gated MLP is SwiGLU: silu)", c.origin(), act);
+    CTX_CHECK(m.d_model % m.n_head == 0, "{}: hidden_size {} is not divisible by "
+              "num_attention_heads {}", c.origin(), m.d_model, m.n_head);
+    CTX_CHECK(m.n_head % m.kv_heads() == 0, "{}: num_attention_heads {} is not a multiple of "
+              "num_key_value_heads {}", c.origin(), m.n_head, m.kv_heads());
+    if (c.has("head_dim"))
+        CTX_CHECK(c.integer("head_dim", 0) == m.head_dim(), "{}: \"head_dim\" = {} differs "
+                  "from hidden_size / num_attention_heads = {} (not supported)", c.origin(),
+                  c.integer("head_dim", 0), m.head_dim());
+    if (qwen2) {  // q, k, v biases always; no output or MLP bias
+        m.attention_bias = true;
+        c.require("use_sliding_window", false, false,
+                  "Qwen2's per-layer windows (max_window_layers) are not implemented");
+    } else {
+        m.attention_bias = m.attention_out_bias = c.boolean("attention_bias", false);
+        m.mlp_bias = c.boolean("mlp_bias", false);
+    }
+    if (mistral) m.sliding_window = c.has("sliding_window") ? c.positive("sliding_window", 0) : 0;
+    // pretraining_tp > 1 only changes how transformers slices its matmuls (same function).
+    CTX_CHECK(c.integer("pretraining_tp", 1) >= 1, "{}: \"pretraining_tp\" must be >= 1",
+              c.origin());
+    s.pe_plugin = "pe/rope";
+    read_rope(c, s, 1.0);
     read_token_ids(c, s);
     return s;
 }
@@ -259,6 +308,9 @@ std::string type_from_architectures(const Cfg& c) {
         if (n.rfind("GPT2", 0) == 0) return "gpt2";
         if (n.rfind("GPTNeoX", 0) == 0) return "gpt_neox";
         if (n.rfind("Bloom", 0) == 0) return "bloom";
+        if (n.rfind("Llama", 0) == 0) return "llama";
+        if (n.rfind("Mistral", 0) == 0) return "mistral";
+        if (n.rfind("Qwen2", 0) == 0) return "qwen2";
     }
     return "";
 }
@@ -308,6 +360,7 @@ HfSpec hf_spec_from_config(const json& config, const std::string& origin) {
     if (type == "gpt2") s = gpt2_spec(c);
     else if (type == "gpt_neox") s = neox_spec(c);
     else if (type == "bloom") s = bloom_spec(c);
+    else if (type == "llama" || type == "mistral" || type == "qwen2") s = llama_family_spec(c, type);
     else fail("{}: model_type \"{}\" is not supported (supported: {})", origin, type, kHfModelTypes);
     try {
         s.config.validate();
@@ -328,15 +381,60 @@ HfSpec hf_spec_for_model(const ModelConfig& m, const std::string& style,
     auto need = [&](bool ok, const std::string& what) {
         if (!ok) problems.push_back(what);
     };
+    // The Llama family's block (RMSNorm, SwiGLU, grouped-query attention, sliding window) has no
+    // place in GPT-2, GPT-NeoX or BLOOM, and theirs (layernorm, GELU) none in the Llama family.
+    const bool llama_block = m.norm == NormKind::RMSNorm || m.gated_mlp() || m.grouped_kv() ||
+                             m.sliding_window > 0;
+    auto need_classic_block = [&] {
+        need(m.norm == NormKind::LayerNorm, "norm = rmsnorm (" + s.model_type + " uses layernorm)");
+        need(!m.gated_mlp(), "activation = swiglu (" + s.model_type + "'s MLP is GELU)");
+        need(!m.grouped_kv(), "n_kv_head < n_head (" + s.model_type + " has one key/value head "
+             "per query head)");
+        need(m.sliding_window == 0, "sliding_window > 0 (" + s.model_type + " attends every token)");
+        need(m.attention_out_bias == m.attention_bias,
+             "attention_out_bias != attention_bias (" + s.model_type + " has both or neither)");
+        need(m.norm_bias, "norm_bias = false (the layernorms of " + s.model_type + " have biases)");
+    };
     if (pe_plugin == "pe/learned") {
         s.model_type = "gpt2";
         need(!m.parallel_residual, "parallel_residual = true (GPT-2 is sequential)");
         need(!m.embedding_layernorm, "embedding_layernorm = true (GPT-2 has none)");
         need(m.attention_bias && m.mlp_bias, "attention_bias / mlp_bias = false (GPT-2 has biases)");
+    } else if (pe_plugin == "pe/rope" && llama_block) {
+        // Mistral has the window, Qwen2 the q/k/v-only biases; the rest is Llama.
+        s.model_type = m.sliding_window > 0                            ? "mistral"
+                       : m.attention_bias && !m.attention_out_bias ? "qwen2"
+                                                                       : "llama";
+        need(m.norm == NormKind::RMSNorm, "norm = layernorm (the Llama family uses RMSNorm)");
+        need(m.gated_mlp(), std::string("activation = ") + activation_name(m.activation) +
+                                " (the Llama family's MLP is SwiGLU)");
+        need(!m.parallel_residual, "parallel_residual = true (the Llama family is sequential)");
+        need(!m.embedding_layernorm, "embedding_layernorm = true (the Llama family has none)");
+        if (s.model_type == "mistral")
+            need(!m.attention_bias && !m.attention_out_bias && !m.mlp_bias,
+                 "biases with sliding_window (Mistral has no biases; Qwen2's window is not "
+                 "exported)");
+        if (s.model_type == "qwen2")
+            need(!m.mlp_bias, "mlp_bias = true with q/k/v-only biases (Qwen2's MLP has none)");
     } else if (pe_plugin == "pe/rope") {
         s.model_type = "gpt_neox";
         need(!m.embedding_layernorm, "embedding_layernorm = true (GPT-NeoX has none)");
         need(m.mlp_bias, "mlp_bias = false (GPT-NeoX's MLP has biases)");
+    } else if (pe_plugin == "pe/alibi") {
+        s.model_type = "bloom";
+        need(m.embedding_layernorm, "embedding_layernorm = false (BLOOM normalises embeddings)");
+        need(!m.parallel_residual, "parallel_residual = true (BLOOM is sequential)");
+        need(m.attention_bias && m.mlp_bias, "attention_bias / mlp_bias = false (BLOOM has biases)");
+        need(m.activation == Activation::GeluTanh, "activation = gelu_erf (BLOOM uses tanh GELU)");
+        need(m.ffn() == 4 * m.d_model, "ffn_hidden != 4 * d_model (BLOOM's MLP is 4x)");
+    } else {
+        fail("export: {} has no transformers equivalent (pe/learned -> GPT-2, pe/rope -> "
+             "GPT-NeoX or the Llama family, pe/alibi -> BLOOM)",
+             pe_plugin.empty() ? "a model without PE" : pe_plugin);
+    }
+    if (s.model_type == "gpt2" || s.model_type == "gpt_neox" || s.model_type == "bloom")
+        need_classic_block();
+    if (pe_plugin == "pe/rope") {
         const json& o = pe_options;
         const std::string layout = o.value("layout", std::string("half"));
         need(layout == "half", "pe/rope layout = \"" + layout + "\" (GPT-NeoX rotates halves)");
@@ -351,6 +449,8 @@ HfSpec hf_spec_for_model(const ModelConfig& m, const std::string& style,
         const double pct = o.value("rotary_pct", 1.0);
         int dims = static_cast<int>(std::floor(pct * dh));
         dims -= dims % 2;
+        if (s.model_type != "gpt_neox")
+            need(dims == dh, "pe/rope rotary_pct < 1 (the Llama family rotates whole heads)");
         // transformers takes int(head_dim * rotary_pct) dims: give it a fraction that lands
         // exactly on ours.
         double hf_pct = static_cast<double>(dims) / dh;
@@ -374,24 +474,13 @@ HfSpec hf_spec_for_model(const ModelConfig& m, const std::string& style,
             out["factor"] = st.factor;
             out["original_length"] = st.original_length;
         } else if (st.scaling != "none") {
-            problems.push_back("pe/rope scaling = " + st.scaling + " (transformers' GPT-NeoX "
+            problems.push_back("pe/rope scaling = " + st.scaling + " (transformers' RoPE "
                                "reproduces none, linear, ntk (as rope_theta), dynamic_ntk, "
                                "hf_yarn, llama3 and longrope; pe/rope's yarn is the paper's "
                                "form, which transformers does not compute)");
         }
         out["base"] = base;
-    } else if (pe_plugin == "pe/alibi") {
-        s.model_type = "bloom";
-        need(m.embedding_layernorm, "embedding_layernorm = false (BLOOM normalises embeddings)");
-        need(!m.parallel_residual, "parallel_residual = true (BLOOM is sequential)");
-        need(m.attention_bias && m.mlp_bias, "attention_bias / mlp_bias = false (BLOOM has biases)");
-        need(m.activation == Activation::GeluTanh, "activation = gelu_erf (BLOOM uses tanh GELU)");
-        need(m.ffn() == 4 * m.d_model, "ffn_hidden != 4 * d_model (BLOOM's MLP is 4x)");
-    } else {
-        fail("export: {} has no transformers equivalent (pe/learned -> GPT-2, pe/rope -> "
-             "GPT-NeoX, pe/alibi -> BLOOM)", pe_plugin.empty() ? "a model without PE" : pe_plugin);
     }
-    need(m.norm_bias, "norm_bias = false (the layernorms of " + s.model_type + " have biases)");
     if (!problems.empty()) {
         std::string list;
         for (const auto& p : problems) list += "\n  " + p;
@@ -435,6 +524,34 @@ static json hf_rope_scaling(const json& o, const std::string& scaling) {
     return r;
 }
 
+// max_position_embeddings, rope_theta and rope_scaling from pe/rope's options (GPT-NeoX and the
+// Llama family read them alike).
+static void write_rope(json& j, const json& o, const ModelConfig& m) {
+    const std::string scaling = o.value("scaling", std::string("none"));
+    const double base = o.value("base", 10000.0);
+    // transformers' dynamic NTK (and 4.49's YaRN) take max_position_embeddings as the original
+    // length L.
+    const int64_t max_pos = scaling == "dynamic_ntk" || scaling == "hf_yarn"
+                                ? o.value("original_length", int64_t{m.context_length})
+                                : m.context_length;
+    j["max_position_embeddings"] = max_pos;
+    j["rope_theta"] = base;
+    j["rope_scaling"] = nullptr;
+    if (scaling == "linear") {
+        j["rope_scaling"] = {{"rope_type", "linear"}, {"type", "linear"},
+                             {"factor", o.value("factor", 1.0)}};
+    } else if (scaling == "dynamic_ntk") {
+        j["rope_scaling"] = {{"rope_type", "dynamic"}, {"type", "dynamic"},
+                             {"factor", o.value("factor", 1.0)},
+                             {"original_max_position_embeddings", max_pos}};
+    } else if (scaling == "hf_yarn" || scaling == "llama3" || scaling == "longrope") {
+        j["rope_scaling"] = hf_rope_scaling(o, scaling);
+        // transformers 4.49 reads longrope's L0 from the top level
+        if (scaling == "longrope")
+            j["original_max_position_embeddings"] = o.value("original_length", int64_t{0});
+    }
+}
+
 json hf_config_json(const HfSpec& s) {
     const ModelConfig& m = s.config;
     json j;
@@ -449,36 +566,37 @@ json hf_config_json(const HfSpec& s) {
              {"tie_word_embeddings", m.tied_embeddings}};
     } else if (s.model_type == "gpt_neox") {
         const json& o = s.pe_options;
-        const std::string scaling = o.value("scaling", std::string("none"));
         const double base = o.value("base", 10000.0);
-        // transformers' dynamic NTK (and 4.49's YaRN) take max_position_embeddings as the
-        // original length L.
-        const int64_t max_pos = scaling == "dynamic_ntk" || scaling == "hf_yarn"
-                                    ? o.value("original_length", int64_t{m.context_length})
-                                    : m.context_length;
         j = {{"architectures", {"GPTNeoXForCausalLM"}}, {"model_type", "gpt_neox"},
-             {"vocab_size", m.vocab_size}, {"max_position_embeddings", max_pos},
+             {"vocab_size", m.vocab_size},
              {"hidden_size", m.d_model}, {"num_hidden_layers", m.n_layer},
              {"num_attention_heads", m.n_head}, {"intermediate_size", m.ffn()},
              {"hidden_act", gelu}, {"layer_norm_eps", decimal(m.norm_eps)},
              {"initializer_range", decimal(m.init_std)},
              {"use_parallel_residual", m.parallel_residual},
              {"tie_word_embeddings", m.tied_embeddings}, {"attention_bias", m.attention_bias},
-             {"rotary_pct", o.value("rotary_pct", 1.0)}, {"rotary_emb_base", base},
-             {"rope_theta", base}, {"rope_scaling", nullptr}};
-        if (scaling == "linear") {
-            j["rope_scaling"] = {{"rope_type", "linear"}, {"type", "linear"},
-                                 {"factor", o.value("factor", 1.0)}};
-        } else if (scaling == "dynamic_ntk") {
-            j["rope_scaling"] = {{"rope_type", "dynamic"}, {"type", "dynamic"},
-                                 {"factor", o.value("factor", 1.0)},
-                                 {"original_max_position_embeddings", max_pos}};
-        } else if (scaling == "hf_yarn" || scaling == "llama3" || scaling == "longrope") {
-            j["rope_scaling"] = hf_rope_scaling(o, scaling);
-            // transformers 4.49 reads longrope's L0 from the top level
-            if (scaling == "longrope")
-                j["original_max_position_embeddings"] = o.value("original_length", int64_t{0});
+             {"rotary_pct", o.value("rotary_pct", 1.0)}, {"rotary_emb_base", base}};
+        write_rope(j, o, m);
+    } else if (s.model_type == "llama" || s.model_type == "mistral" || s.model_type == "qwen2") {
+        const char* arch = s.model_type == "llama"     ? "LlamaForCausalLM"
+                           : s.model_type == "mistral" ? "MistralForCausalLM"
+                                                       : "Qwen2ForCausalLM";
+        j = {{"architectures", {arch}}, {"model_type", s.model_type},
+             {"vocab_size", m.vocab_size}, {"hidden_size", m.d_model},
+             {"num_hidden_layers", m.n_layer}, {"num_attention_heads", m.n_head},
+             {"num_key_value_heads", m.kv_heads()}, {"head_dim", m.head_dim()},
+             {"intermediate_size", m.ffn()}, {"hidden_act", "silu"},
+             {"rms_norm_eps", decimal(m.norm_eps)}, {"initializer_range", decimal(m.init_std)},
+             {"tie_word_embeddings", m.tied_embeddings}};
+        if (s.model_type == "llama") {
+            j["attention_bias"] = m.attention_bias;
+            j["mlp_bias"] = m.mlp_bias;
+        } else if (s.model_type == "mistral") {
+            j["sliding_window"] = m.sliding_window;
+        } else {
+            j["use_sliding_window"] = false;
         }
+        write_rope(j, s.pe_options, m);
     } else if (s.model_type == "bloom") {
         j = {{"architectures", {"BloomForCausalLM"}}, {"model_type", "bloom"},
              {"vocab_size", m.vocab_size}, {"hidden_size", m.d_model}, {"n_layer", m.n_layer},

@@ -34,6 +34,9 @@ struct Rule {
     std::vector<int64_t> hf_shape;
     Xform xform = Xform::Copy;
     bool head = false;  // lives outside the base model (lm_head / embed_out): never prefixed
+    // A slice of ours: the HF tensor is rows [row0, row0 + hf_shape[0]) of a view of our_rows
+    // rows (Llama's q/k/v_proj -> attn.qkv, gate/up_proj -> mlp.fc). 0: the whole view.
+    int64_t row0 = 0, our_rows = 0;
 };
 
 struct Mapping {
@@ -111,6 +114,44 @@ Mapping mapping_for(const HfSpec& s) {
             linear(h + "mlp.dense_4h_to_h", o + "mlp.proj", C, F, true, Xform::Copy);
         }
         ln("ln_f", "lnf");
+    } else if (s.model_type == "llama" || s.model_type == "mistral" || s.model_type == "qwen2") {
+        // Separate q/k/v and gate/up projections: slices of our fused views.
+        mp.prefix = "model.";
+        mp.head_name = "lm_head.weight";
+        const int64_t D = m.head_dim(), QD = int64_t{m.n_head} * D, KD = int64_t{m.kv_heads()} * D;
+        const int64_t Q = m.qkv_rows();
+        auto part = [&](std::string hf, std::string ours, int64_t rows, int64_t cols, int64_t row0,
+                        int64_t total) {
+            std::vector<int64_t> shape{rows};
+            if (cols > 0) shape.push_back(cols);
+            mp.rules.push_back({std::move(hf), std::move(ours), shape, Xform::Copy, false, row0,
+                                total});
+        };
+        add("embed_tokens.weight", "wte", {V, C});
+        for (int l = 0; l < m.n_layer; ++l) {
+            const std::string h = fmt::format("layers.{}.", l), o = fmt::format("layers.{}.", l);
+            add(h + "input_layernorm.weight", o + "ln1.weight", {C});
+            const std::pair<const char*, int64_t> qkv[] = {{"q_proj", 0}, {"k_proj", QD},
+                                                           {"v_proj", QD + KD}};
+            for (const auto& [name, row0] : qkv) {
+                const int64_t rows = row0 == 0 ? QD : KD;
+                part(h + "self_attn." + name + ".weight", o + "attn.qkv.weight", rows, C, row0, Q);
+                if (m.attention_bias)
+                    part(h + "self_attn." + name + ".bias", o + "attn.qkv.bias", rows, 0, row0, Q);
+            }
+            linear(h + "self_attn.o_proj", o + "attn.proj", C, C, m.attention_out_bias,
+                   Xform::Copy);
+            add(h + "post_attention_layernorm.weight", o + "ln2.weight", {C});
+            part(h + "mlp.gate_proj.weight", o + "mlp.fc.weight", F, C, 0, 2 * F);
+            part(h + "mlp.up_proj.weight", o + "mlp.fc.weight", F, C, F, 2 * F);
+            if (m.mlp_bias) {
+                part(h + "mlp.gate_proj.bias", o + "mlp.fc.bias", F, 0, 0, 2 * F);
+                part(h + "mlp.up_proj.bias", o + "mlp.fc.bias", F, 0, F, 2 * F);
+            }
+            linear(h + "mlp.down_proj", o + "mlp.proj", C, F, m.mlp_bias, Xform::Copy);
+        }
+        add("norm.weight", "lnf.weight", {C});
+        mp.ignored_suffixes = {"rotary_emb.inv_freq"};
     } else {
         fail("unknown model type \"{}\" (supported: {})", s.model_type, kHfModelTypes);
     }
@@ -156,8 +197,13 @@ std::vector<float> convert(const Rule& r, const std::vector<float>& in, const Mo
 
 std::vector<int64_t> our_shape(const Rule& r) {
     if (r.xform == Xform::Transpose) return {r.hf_shape[1], r.hf_shape[0]};
-    return r.hf_shape;
+    std::vector<int64_t> s = r.hf_shape;
+    if (r.our_rows > 0) s[0] = r.our_rows;
+    return s;
 }
+
+// Floats per row of a rule's tensor (1 for vectors).
+int64_t row_floats(const Rule& r) { return r.hf_shape.size() > 1 ? r.hf_shape[1] : 1; }
 
 std::string shape_str(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
@@ -196,7 +242,15 @@ HostTensors hf_tensors_to_ours(const HfSpec& spec, const SafetensorsSet& set) {
                                               shape_str(r.hf_shape)));
             continue;
         }
-        out[r.ours] = HostTensor{our_shape(r), convert(r, set.read_f32(name), spec.config, false)};
+        std::vector<float> data = convert(r, set.read_f32(name), spec.config, false);
+        if (r.our_rows > 0) {  // a slice: the view is assembled from its parts
+            HostTensor& t = out[r.ours];
+            if (t.data.empty()) t = HostTensor{our_shape(r), std::vector<float>(
+                                                   size_t(r.our_rows * row_floats(r)))};
+            std::copy(data.begin(), data.end(), t.data.begin() + r.row0 * row_floats(r));
+        } else {
+            out[r.ours] = HostTensor{our_shape(r), std::move(data)};
+        }
     }
     // A tied head may still be stored (older savers): accept it only if it is the embedding.
     if (spec.config.tied_embeddings && set.has(mp.head_name)) {
@@ -246,8 +300,13 @@ std::vector<HfTensor> ours_to_hf_tensors(const HfSpec& spec, const HostTensors& 
         CTX_CHECK(it->second.shape == our_shape(r), "export: parameter '{}' is {} but {} needs {}",
                   r.ours, shape_str(it->second.shape), r.hf, shape_str(our_shape(r)));
         used.insert(r.ours);
+        std::vector<float> data = it->second.data;
+        if (r.our_rows > 0) {  // this rule's rows of the view
+            const auto first = data.begin() + r.row0 * row_floats(r);
+            data = std::vector<float>(first, first + r.hf_shape[0] * row_floats(r));
+        }
         out.push_back({r.head ? r.hf : mp.prefix + r.hf, r.hf_shape,
-                       convert(r, it->second.data, spec.config, true)});
+                       convert(r, data, spec.config, true)});
     }
     for (const auto& [name, t] : ours)
         CTX_CHECK(used.count(name), "export: parameter '{}' has no place in a {} checkpoint", name,

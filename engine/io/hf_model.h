@@ -1,5 +1,6 @@
 // HF transformers checkpoints <-> ctxengine models (DESIGN.md decision 9): GPT-2, GPT-NeoX /
-// Pythia and BLOOM as config.json + safetensors (+ tokenizer files). docs/HF.md has the mapping.
+// Pythia, BLOOM, Llama, Mistral and Qwen2 as config.json + safetensors (+ tokenizer files).
+// docs/HF.md has the mapping.
 //
 //   read:  config.json -> HfSpec (ModelConfig, style, PE plugin and options)
 //          safetensors -> our parameter views by name (Conv1D weights transposed, fused per-head
@@ -24,8 +25,8 @@ class SafetensorsSet;
 
 // A config.json in ctxengine terms.
 struct HfSpec {
-    std::string model_type;  // "gpt2" | "gpt_neox" | "bloom"
-    std::string style;       // ctxengine style: gpt2 | neox | bloom
+    std::string model_type;  // "gpt2" | "gpt_neox" | "bloom" | "llama" | "mistral" | "qwen2"
+    std::string style;       // ctxengine style: gpt2 | neox | bloom | llama
     ModelConfig config;      // context_length = n_positions / max_position_embeddings / seq_length
     std::string pe_plugin;   // "pe/learned" | "pe/rope" | "pe/alibi"
     nlohmann::json pe_options = nlohmann::json::object();  // as ctx.pe(name, options) takes them
@@ -33,7 +34,7 @@ struct HfSpec {
 };
 
 // The model types read and written.
-inline constexpr const char* kHfModelTypes = "gpt2, gpt_neox, bloom";
+inline constexpr const char* kHfModelTypes = "gpt2, gpt_neox, bloom, llama, mistral, qwen2";
 
 // config.json -> spec. `origin` (the file) starts every message; errors name the key and what
 // was expected. Unknown model types and settings ctxengine cannot reproduce are refused.

@@ -41,7 +41,7 @@ ModelHandle& check_model(lua_State* L, int index) {
 // ---- ctx.model
 // The ModelConfig keys (model_config_fields) and these.
 const std::vector<OptSpec> kModelExtraSchema = {
-    {"style", OptType::String, false, "gpt2 | neox | bloom: defaults for the other keys"},
+    {"style", OptType::String, false, "gpt2 | neox | bloom | llama: defaults for the other keys"},
     {"pe", OptType::Any, false, "positional encoding: a name or ctx.pe(name, options)"},
     {"seed", OptType::Integer, false, "initialisation seed"},
 };
@@ -68,8 +68,9 @@ void read_model_config(const lua::Options& o, ModelConfig& c) {
                 else if constexpr (std::is_same_v<M, bool ModelConfig::*>)
                     c.*member = o.boolean(f.name, c.*member);
                 else
-                    c.*member = activation_from_name(
-                        o.choice(f.name, activation_name(c.*member), {"gelu_tanh", "gelu_erf"}));
+                    config_enum_parse(o.choice(f.name, config_enum_name(c.*member),
+                                               config_enum_choices(c.*member)),
+                                      c.*member);
             },
             f.member);
     }
@@ -82,9 +83,13 @@ int l_model(lua_State* L) {
         schema.push_back({f.name, opt_type_of(f.member), false, f.help});
     for (const OptSpec& s : device_option_specs()) schema.push_back(s);
     const auto o = lua::Options::parse(L, 1, schema, "ctx.model", where);
-    const std::string style = o.choice("style", "gpt2", {"gpt2", "neox", "bloom"});
+    const std::string style = o.choice("style", "gpt2", {"gpt2", "neox", "bloom", "llama"});
     ModelConfig c = ModelConfig::from_style(style);
     read_model_config(o, c);
+    // attention_bias alone switches every attention bias, as HF's Llama config does; Qwen2's
+    // q/k/v-only biases need attention_out_bias = false as well.
+    if (o.has("attention_bias") && !o.has("attention_out_bias"))
+        c.attention_out_bias = c.attention_bias;
     try {
         c.validate();
     } catch (const Error& e) {
@@ -190,7 +195,7 @@ int m_config(lua_State* L) {
                 } else if constexpr (std::is_same_v<M, bool ModelConfig::*>) {
                     setb(f.name, c.*member);
                 } else {
-                    sets(f.name, activation_name(c.*member));
+                    sets(f.name, config_enum_name(c.*member));
                 }
             },
             f.member);

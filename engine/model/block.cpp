@@ -9,28 +9,53 @@ void AttentionStep::backward(int, float*, const float*, const float*, const floa
     fail("internal: this attention step runs forward only (no backward pass)");
 }
 
+void norm_forward(Backend& be, const ModelConfig& c, float* out, float* mean, float* rstd,
+                  const float* inp, const float* w, const float* b, int N) {
+    if (c.norm == NormKind::RMSNorm)
+        be.rmsnorm_forward(out, rstd, inp, w, N, c.d_model, c.norm_eps);
+    else
+        be.layernorm_forward(out, mean, rstd, inp, w, b, N, c.d_model, c.norm_eps);
+}
+
+void norm_backward(Backend& be, const ModelConfig& c, float* dinp, float* dw, float* db,
+                   const float* dout, const float* inp, const float* w, const float* mean,
+                   const float* rstd, int N) {
+    if (c.norm == NormKind::RMSNorm)
+        be.rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, c.d_model);
+    else
+        be.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, c.d_model);
+}
+
 void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_out,
                                const BlockActs& a, float* tmp, int N, int layer,
                                AttentionStep& attention) const {
     Backend& be = backend_;
     const ModelConfig& c = config_;
-    const int C = c.d_model, F = c.ffn();
+    const int C = c.d_model, F = c.ffn(), Q = c.qkv_rows();
     const size_t NC = static_cast<size_t>(N) * C;
 
-    // attention branch: ln1 -> qkv (column-parallel) -> attention -> proj (row-parallel)
-    be.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C, c.norm_eps);
-    be.matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
+    // attention branch: ln1 -> qkv (column-parallel) [-> kv heads repeated] -> attention ->
+    // proj (row-parallel)
+    norm_forward(be, c, a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
+    if (c.grouped_kv()) {
+        be.matmul_forward(a.qkv_grouped, a.ln1, w.qkv_w, w.qkv_b, N, C, Q);
+        be.kv_repeat_forward(a.qkv, a.qkv_grouped, N, c.n_head, c.kv_heads(), c.head_dim());
+    } else {
+        be.matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, Q);
+    }
     attention.forward(layer, a.qkv, a.atty, a.att);
     be.matmul_forward(tmp, a.atty, w.attn_proj_w, w.attn_proj_b, N, C, C);
     be.add(a.res2, x, tmp, NC);  // sequential: x + attn; parallel: also x + attn
 
     // MLP branch: ln2 of (x + attn) sequentially, of x in parallel; fc (column-parallel) ->
-    // activation -> fc_proj (row-parallel)
+    // activation (or SwiGLU of [gate | up]) -> fc_proj (row-parallel)
     const float* mlp_in = c.parallel_residual ? x : a.res2;
-    be.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, mlp_in, w.ln2_w, w.ln2_b, N, C,
-                         c.norm_eps);
-    be.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, F);
-    be.activation_forward(a.fch_act, a.fch, static_cast<size_t>(N) * F, c.activation);
+    norm_forward(be, c, a.ln2, a.ln2_mean, a.ln2_rstd, mlp_in, w.ln2_w, w.ln2_b, N);
+    be.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, c.fc_rows());
+    if (c.gated_mlp())
+        be.swiglu_forward(a.fch_act, a.fch, N, F);
+    else
+        be.activation_forward(a.fch_act, a.fch, static_cast<size_t>(N) * F, c.activation);
     be.matmul_forward(tmp, a.fch_act, w.fc_proj_w, w.fc_proj_b, N, F, C);
     be.add(x_out, a.res2, tmp, NC);
 }
@@ -40,7 +65,7 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
                                 int layer, AttentionStep& attention) const {
     Backend& be = backend_;
     const ModelConfig& c = config_;
-    const int C = c.d_model, F = c.ffn();
+    const int C = c.d_model, F = c.ffn(), F2 = c.fc_rows(), Q = c.qkv_rows();
     const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
     const float* mlp_in = c.parallel_residual ? x : a.res2;
 
@@ -48,15 +73,18 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     be.zero(d.dfch_act, NF);
     be.matmul_backward(d.dfch_act, g.fc_proj_w, g.fc_proj_b, dx, a.fch_act, w.fc_proj_w, N, F,
                        C);
-    be.zero(d.dfch, NF);
-    be.activation_backward(d.dfch, a.fch, d.dfch_act, NF, c.activation);
+    be.zero(d.dfch, static_cast<size_t>(N) * F2);
+    if (c.gated_mlp())
+        be.swiglu_backward(d.dfch, a.fch, d.dfch_act, N, F);
+    else
+        be.activation_backward(d.dfch, a.fch, d.dfch_act, NF, c.activation);
     float* dln2 = c.parallel_residual ? d.dln2 : d.dln;
     be.zero(dln2, NC);
-    be.matmul_backward(dln2, g.fc_w, g.fc_b, d.dfch, a.ln2, w.fc_w, N, C, F);
+    be.matmul_backward(dln2, g.fc_w, g.fc_b, d.dfch, a.ln2, w.fc_w, N, C, F2);
     if (!c.parallel_residual) {
-        // dx becomes d/d(res2): the residual path plus the MLP layernorm's input gradient.
-        be.layernorm_backward(dx, g.ln2_w, g.ln2_b, dln2, mlp_in, w.ln2_w, a.ln2_mean,
-                              a.ln2_rstd, N, C);
+        // dx becomes d/d(res2): the residual path plus the MLP norm's input gradient.
+        norm_backward(be, c, dx, g.ln2_w, g.ln2_b, dln2, mlp_in, w.ln2_w, a.ln2_mean,
+                      a.ln2_rstd, N);
     }
     // attention branch: res2 = x + proj(attention(qkv(ln1(x))))
     be.zero(d.datty, NC);
@@ -64,14 +92,20 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
                        C);
     be.zero(d.dqkv, NC * 3);
     attention.backward(layer, d.dqkv, d.datty, a.qkv, a.att, a.atty);
-    be.zero(d.dln, NC);
-    be.matmul_backward(d.dln, g.qkv_w, g.qkv_b, d.dqkv, a.ln1, w.qkv_w, N, C, 3 * C);
-    if (c.parallel_residual) {
-        // Both branches read x: their layernorm gradients join the residual in dx.
-        be.layernorm_backward(dx, g.ln2_w, g.ln2_b, dln2, mlp_in, w.ln2_w, a.ln2_mean,
-                              a.ln2_rstd, N, C);
+    const float* dproj = d.dqkv;  // d(loss)/d(the projection's output)
+    if (c.grouped_kv()) {  // each key/value head collects the gradients of its query heads
+        be.zero(d.dqkv_grouped, static_cast<size_t>(N) * Q);
+        be.kv_repeat_backward(d.dqkv_grouped, d.dqkv, N, c.n_head, c.kv_heads(), c.head_dim());
+        dproj = d.dqkv_grouped;
     }
-    be.layernorm_backward(dx, g.ln1_w, g.ln1_b, d.dln, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C);
+    be.zero(d.dln, NC);
+    be.matmul_backward(d.dln, g.qkv_w, g.qkv_b, dproj, a.ln1, w.qkv_w, N, C, Q);
+    if (c.parallel_residual) {
+        // Both branches read x: their norm gradients join the residual in dx.
+        norm_backward(be, c, dx, g.ln2_w, g.ln2_b, dln2, mlp_in, w.ln2_w, a.ln2_mean,
+                      a.ln2_rstd, N);
+    }
+    norm_backward(be, c, dx, g.ln1_w, g.ln1_b, d.dln, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N);
 }
 
 }  // namespace ctx

@@ -4,16 +4,18 @@
 // model/attention_step.h: full or windowed causal attention over whole rows, or new tokens over
 // a key/value cache).
 //
-// Pre-LN, in the GPT-2 / NeoX / BLOOM styles of ModelConfig:
+// Pre-norm, in the GPT-2 / NeoX / BLOOM / Llama styles of ModelConfig:
 //   sequential: r = x + proj(attn(ln1(x)));  x_out = r + mlp(ln2(r))
 //   parallel:   r = x + proj(attn(ln1(x)));  x_out = r + mlp(ln2(x))     (GPT-NeoX)
-//   mlp(h) = fc_proj(act(fc(h)))
+//   mlp(h) = fc_proj(act(fc(h)))  or, gated (SwiGLU), fc_proj(silu(gate(h)) * up(h))
+//   ln = layernorm, or RMSNorm (Llama family)
+// Grouped-query attention projects H query heads and Hkv key/value heads; the key/value heads
+// are repeated to H (Backend::kv_repeat_forward) before the attention step, which therefore
+// sees the (N, 3C) rows of every other style.
 //
 // Room for what comes next, without it yet: a tensor-parallel layout splits qkv and fc by
 // columns (heads and hidden units per rank) and proj and fc_proj by rows, with an all-reduce of
-// their outputs where the comments below say "row-parallel"; a block style (Llama: RMSNorm,
-// SwiGLU, grouped-query attention) changes the norm, the MLP and the qkv shapes of this file and
-// of BlockWeights, not its callers.
+// their outputs where the comments below say "row-parallel".
 #pragma once
 
 #include "backend/backend.h"
@@ -22,13 +24,14 @@
 namespace ctx {
 
 // Views of one block's parameters, or of their gradients (same layout). Shapes per ModelConfig:
-// C = d_model, F = ffn(). Biases and norm biases are null when the config has none.
+// C = d_model, F = ffn(), Q = qkv_rows() (3C without grouped-query attention), F2 = fc_rows()
+// (2F when gated: rows [gate | up]). Biases and norm biases are null when the config has none.
 struct BlockWeights {
     float *ln1_w, *ln1_b;              // (C)
-    float *qkv_w, *qkv_b;              // (3C, C), (3C)   rows [q | k | v]
+    float *qkv_w, *qkv_b;              // (Q, C), (Q)   rows [q | k | v]
     float *attn_proj_w, *attn_proj_b;  // (C, C), (C)
     float *ln2_w, *ln2_b;              // (C)
-    float *fc_w, *fc_b;                // (F, C), (F)
+    float *fc_w, *fc_b;                // (F2, C), (F2)
     float *fc_proj_w, *fc_proj_b;      // (C, F), (C)
 };
 
@@ -36,15 +39,17 @@ struct BlockWeights {
 // generation points every layer at the same buffers (ln1 and ln2 may then be one buffer).
 struct BlockActs {
     float* ln1;                  // (N, C)
-    float *ln1_mean, *ln1_rstd;  // (N)
+    float *ln1_mean, *ln1_rstd;  // (N)   (mean unused by RMSNorm)
     float* qkv;                  // (N, 3C)  q, k as the attention step left them (rotated)
     float* atty;                 // (N, C)   attention output before the projection
     float* att;                  // what the attention step saves for backward (or nullptr)
     float* res2;                 // (N, C)   x + attn
     float* ln2;                  // (N, C)
     float *ln2_mean, *ln2_rstd;  // (N)
-    float* fch;                  // (N, F)
+    float* fch;                  // (N, F2)
     float* fch_act;              // (N, F)
+    float* qkv_grouped;          // (N, Q) grouped-query only (else null): the projection before
+                                 // kv_repeat, scratch that every layer reuses
 };
 
 // Activation gradients of one backward pass through a block, reused by every layer.
@@ -53,9 +58,19 @@ struct BlockGradBuffers {
     float* dln2;      // (N, C)  parallel residual: the MLP branch's layernorm gradient
     float* datty;     // (N, C)
     float* dqkv;      // (N, 3C)
-    float* dfch;      // (N, F)
+    float* dfch;      // (N, F2)
     float* dfch_act;  // (N, F)
+    float* dqkv_grouped;  // (N, Q) grouped-query only (else null); may be BlockActs::qkv_grouped
 };
+
+// The style's normalisation over rows of C: layernorm (mean and rstd saved, bias optional) or
+// RMSNorm (rstd saved; mean and b unused). The final norm and both block norms run these.
+void norm_forward(Backend& be, const ModelConfig& c, float* out, float* mean, float* rstd,
+                  const float* inp, const float* w, const float* b, int N);
+// dinp (N, C) +=, dw +=, db += (db null for RMSNorm)
+void norm_backward(Backend& be, const ModelConfig& c, float* dinp, float* dw, float* db,
+                   const float* dout, const float* inp, const float* w, const float* mean,
+                   const float* rstd, int N);
 
 // How a block's attention sees the other tokens: q, k, v in, the attention output out.
 class AttentionStep {

@@ -37,8 +37,9 @@ json model_config_to_json(const ModelConfig& c) {
     for (const ModelConfigField& f : model_config_fields()) {
         std::visit(
             [&](auto member) {
-                if constexpr (std::is_same_v<decltype(member), Activation ModelConfig::*>)
-                    j[f.name] = activation_name(c.*member);
+                using T = std::remove_cvref_t<decltype(c.*member)>;
+                if constexpr (std::is_enum_v<T>)
+                    j[f.name] = config_enum_name(c.*member);
                 else
                     j[f.name] = c.*member;
             },
@@ -50,19 +51,23 @@ json model_config_to_json(const ModelConfig& c) {
 ModelConfig model_config_from_json(const json& j) {
     ModelConfig c;
     std::set<std::string> seen;
-    std::string act = activation_name(c.activation);
     for (const ModelConfigField& f : model_config_fields()) {
         std::visit(
             [&](auto member) {
-                if constexpr (std::is_same_v<decltype(member), Activation ModelConfig::*>)
-                    read(j, f.name, act, seen);
-                else
+                using T = std::remove_cvref_t<decltype(c.*member)>;
+                if constexpr (std::is_enum_v<T>) {
+                    std::string name = config_enum_name(c.*member);
+                    read(j, f.name, name, seen);
+                    config_enum_parse(name, c.*member);
+                } else {
                     read(j, f.name, c.*member, seen);
+                }
             },
             f.member);
     }
     refuse_unknown(j, seen, "model config");
-    c.activation = activation_from_name(act);
+    // Checkpoints from before attention_out_bias had one switch for all attention biases.
+    if (!j.contains("attention_out_bias")) c.attention_out_bias = c.attention_bias;
     c.validate();
     return c;
 }

@@ -21,12 +21,14 @@ struct Model::Acts {
     float* ln1;          // (L, B, T, C)
     float *ln1_mean, *ln1_rstd;  // (L, B, T)
     float* qkv;          // (L, B, T, 3C)  q, k after rotary
+    float* qkv_grouped;  // (B, T, Q)      grouped-query only: the projection before kv_repeat,
+                         //                and its gradient in the backward pass
     float* atty;         // (L, B, T, C)
     float* att;          // (L, B, H, T, T) probabilities, or (L, B, H, T) lse in flash mode
     float* res2;         // (L, B, T, C)   x + attn (sequential residual only)
     float* ln2;          // (L, B, T, C)
     float *ln2_mean, *ln2_rstd;  // (L, B, T)
-    float* fch;          // (L, B, T, F)
+    float* fch;          // (L, B, T, F2)   F2 = 2F when gated ([gate | up])
     float* fch_act;      // (L, B, T, F)
     float* resid;        // (L+1, B, T, C) residual stream entering each block (and the final)
     float* lnf;          // (B, T, C)
@@ -40,7 +42,7 @@ struct Model::Acts {
     float* dln2;         // (B, T, C)  parallel residual: the MLP branch's layernorm gradient
     float* datty;        // (B, T, C)
     float* dqkv;         // (B, T, 3C)
-    float* dfch;         // (B, T, F)
+    float* dfch;         // (B, T, F2)
     float* dfch_act;     // (B, T, F)
     float* demb;         // (B, T, C)
     float* attn_scratch;
@@ -90,7 +92,9 @@ void Model::replace_pe(std::unique_ptr<PePlugin> pe) {
 
 void Model::build_layout() {
     const int64_t C = config_.d_model, V = config_.vocab_size, F = config_.ffn();
-    const bool ab = config_.attention_bias, mb = config_.mlp_bias, nb = config_.norm_bias;
+    const int64_t Q = config_.qkv_rows(), F2 = config_.fc_rows();
+    const bool ab = config_.attention_bias, ob = config_.attention_out_bias;
+    const bool mb = config_.mlp_bias, nb = config_.norm_bias;
     layout_ = ArenaLayout();
     layout_.add("wte", {V, C}, true);
     if (config_.embedding_layernorm) {
@@ -101,14 +105,14 @@ void Model::build_layout() {
         const std::string p = fmt::format("layers.{}.", l);
         layout_.add(p + "ln1.weight", {C}, false);
         if (nb) layout_.add(p + "ln1.bias", {C}, false);
-        layout_.add(p + "attn.qkv.weight", {3 * C, C}, true);
-        if (ab) layout_.add(p + "attn.qkv.bias", {3 * C}, false);
+        layout_.add(p + "attn.qkv.weight", {Q, C}, true);
+        if (ab) layout_.add(p + "attn.qkv.bias", {Q}, false);
         layout_.add(p + "attn.proj.weight", {C, C}, true);
-        if (ab) layout_.add(p + "attn.proj.bias", {C}, false);
+        if (ob) layout_.add(p + "attn.proj.bias", {C}, false);
         layout_.add(p + "ln2.weight", {C}, false);
         if (nb) layout_.add(p + "ln2.bias", {C}, false);
-        layout_.add(p + "mlp.fc.weight", {F, C}, true);
-        if (mb) layout_.add(p + "mlp.fc.bias", {F}, false);
+        layout_.add(p + "mlp.fc.weight", {F2, C}, true);
+        if (mb) layout_.add(p + "mlp.fc.bias", {F2}, false);
         layout_.add(p + "mlp.proj.weight", {C, F}, true);
         if (mb) layout_.add(p + "mlp.proj.bias", {C}, false);
     }
@@ -212,6 +216,7 @@ void Model::reserve(int B, int T) {
     B = std::max(B, reserved_B_);
     T = std::max(T, reserved_T_);
     const size_t C = config_.d_model, V = config_.vocab_size, F = config_.ffn();
+    const size_t F2 = config_.fc_rows(), Q = config_.grouped_kv() ? config_.qkv_rows() : 0;
     const size_t L = config_.n_layer, H = config_.n_head;
     const size_t N = static_cast<size_t>(B) * T;
     const size_t scratch =
@@ -224,31 +229,33 @@ void Model::reserve(int B, int T) {
     // Sizes in the order of the struct; each rounded to 16 floats.
     const std::vector<size_t> sizes = {
         N * C, N * C, N, N,                                   // encoded, emb_ln, mean, rstd
-        L * N * C, L * N, L * N, L * N * 3 * C, L * N * C,    // ln1, mean, rstd, qkv, atty
-        L * saved, L * N * C,                                 // att (or lse), res2
-        L * N * C, L * N, L * N, L * N * F, L * N * F,        // ln2, mean, rstd, fch, fch_act
+        L * N * C, L * N, L * N, L * N * 3 * C, N * Q,        // ln1, mean, rstd, qkv, grouped
+        L * N * C, L * saved, L * N * C,                      // atty, att (or lse), res2
+        L * N * C, L * N, L * N, L * N * F2, L * N * F,       // ln2, mean, rstd, fch, fch_act
         (L + 1) * N * C, N * C, N, N, N * V, N, N * C,        // resid, lnf, m, r, logits, losses, tmp
-        N * C, N * C, N * C, N * C, N * 3 * C, N * F, N * F, N * C, scratch,  // grads, scratch
+        N * C, N * C, N * C, N * C, N * 3 * C, N * F2, N * F, N * C, scratch,  // grads, scratch
         table, table};                                        // bias_table, dbias_table
     size_t total = 0;
     for (size_t s : sizes) total += (s + 15) / 16 * 16;
     acts->buffer = Arena(*backend_, total);
     float** slots[] = {&acts->encoded, &acts->emb_ln, &acts->emb_ln_mean, &acts->emb_ln_rstd,
-                       &acts->ln1, &acts->ln1_mean, &acts->ln1_rstd, &acts->qkv, &acts->atty,
+                       &acts->ln1, &acts->ln1_mean, &acts->ln1_rstd, &acts->qkv,
+                       &acts->qkv_grouped, &acts->atty,
                        &acts->att, &acts->res2, &acts->ln2, &acts->ln2_mean, &acts->ln2_rstd,
                        &acts->fch, &acts->fch_act, &acts->resid, &acts->lnf, &acts->lnf_mean,
                        &acts->lnf_rstd, &acts->logits, &acts->losses, &acts->tmp, &acts->dx,
                        &acts->dln, &acts->dln2, &acts->datty, &acts->dqkv, &acts->dfch,
                        &acts->dfch_act, &acts->demb, &acts->attn_scratch, &acts->bias_table,
                        &acts->dbias_table};
-    static_assert(sizeof(slots) / sizeof(slots[0]) == 34);
-    CTX_CHECK(sizes.size() == 34, "internal: activation slot count mismatch");
+    static_assert(sizeof(slots) / sizeof(slots[0]) == 35);
+    CTX_CHECK(sizes.size() == 35, "internal: activation slot count mismatch");
     size_t off = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
         *slots[i] = acts->buffer.data() + off;
         off += (sizes[i] + 15) / 16 * 16;
     }
     if (!bias_generic_) acts->bias_table = acts->dbias_table = nullptr;
+    if (Q == 0) acts->qkv_grouped = nullptr;
     bias_pairs_.reserve(bias_generic_ ? N * (static_cast<size_t>(T) + 1) / 2 : 0);
     bias_stage_.resize(bias_generic_ && backend_->kind() != DeviceKind::CPU ? table : 0);
     losses_host_.assign(N, 0.0f);
@@ -368,9 +375,8 @@ void Model::embed(float* x, float* encoded, float* mean, float* rstd, const int3
 
 void Model::head(float* logits, float* ln, float* mean, float* rstd, const float* x, int N) {
     const int C = config_.d_model, V = config_.vocab_size;
-    backend_->layernorm_forward(ln, mean, rstd, x, view_or_null(layout_, params_, "lnf.weight"),
-                                view_or_null(layout_, params_, "lnf.bias"), N, C,
-                                config_.norm_eps);
+    norm_forward(*backend_, config_, ln, mean, rstd, x, view_or_null(layout_, params_, "lnf.weight"),
+                 view_or_null(layout_, params_, "lnf.bias"), N);
     const float* w = config_.tied_embeddings ? params_.at(layout_.view("wte"))
                                              : view_or_null(layout_, params_, "lm_head.weight");
     backend_->matmul_forward(logits, ln, w, nullptr, N, C, V);  // (vocab-parallel later)
@@ -379,12 +385,13 @@ void Model::head(float* logits, float* ln, float* mean, float* rstd, const float
 BlockActs Model::layer_acts(int l, int B, int T) const {
     const Acts& a = *acts_;
     const size_t N = static_cast<size_t>(B) * T, C = config_.d_model, F = config_.ffn();
-    const size_t NC = N * C, NF = N * F, L = static_cast<size_t>(l);
+    const size_t NC = N * C, NF = N * F, NF2 = N * config_.fc_rows(), L = static_cast<size_t>(l);
     const size_t saved = attention_saved_floats(attention_mode_, B, T, config_.n_head);
     return BlockActs{a.ln1 + L * NC,      a.ln1_mean + L * N, a.ln1_rstd + L * N,
                      a.qkv + L * NC * 3,  a.atty + L * NC,    a.att + L * saved,
                      a.res2 + L * NC,     a.ln2 + L * NC,     a.ln2_mean + L * N,
-                     a.ln2_rstd + L * N,  a.fch + L * NF,     a.fch_act + L * NF};
+                     a.ln2_rstd + L * N,  a.fch + L * NF2,    a.fch_act + L * NF,
+                     a.qkv_grouped};
 }
 
 void Model::forward_impl(const Batch& b) {
@@ -400,7 +407,7 @@ void Model::forward_impl(const Batch& b) {
     const RotarySpec rot = rotary_spec(T);
     AttentionOptions attn;
     attn.bias = bias_spec(T);
-    attn.window = attention_window_;
+    attn.window = config_.window_with(attention_window_);
     attn.mode = attention_mode_;
     attention_.begin(B, T, a.batch.positions, rot, attn, a.attn_scratch);
     if (bias_generic_) {  // one table for every layer
@@ -475,12 +482,11 @@ void Model::backward_impl(const Batch& b) {
     be.matmul_backward(a.dln, dhead, nullptr, a.logits, a.lnf, head, N, C, V);
     be.zero(a.dx, NC);
     const float* xL = a.resid + config_.n_layer * NC;
-    be.layernorm_backward(a.dx, view_or_null(layout_, grads_, "lnf.weight"),
-                          view_or_null(layout_, grads_, "lnf.bias"), a.dln, xL,
-                          view_or_null(layout_, params_, "lnf.weight"), a.lnf_mean, a.lnf_rstd,
-                          N, C);
+    norm_backward(be, config_, a.dx, view_or_null(layout_, grads_, "lnf.weight"),
+                  view_or_null(layout_, grads_, "lnf.bias"), a.dln, xL,
+                  view_or_null(layout_, params_, "lnf.weight"), a.lnf_mean, a.lnf_rstd, N);
 
-    const BlockGradBuffers d{a.dln, a.dln2, a.datty, a.dqkv, a.dfch, a.dfch_act};
+    const BlockGradBuffers d{a.dln, a.dln2, a.datty, a.dqkv, a.dfch, a.dfch_act, a.qkv_grouped};
     if (bias_generic_) be.zero(a.dbias_table, static_cast<size_t>(B) * H * T * T);
     for (int l = config_.n_layer - 1; l >= 0; --l) {
         block_.backward(layer(l, params_), layer(l, grads_), a.resid + l * NC, layer_acts(l, B, T),

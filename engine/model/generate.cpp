@@ -13,6 +13,7 @@ struct KvGenerator::Buffers {
     // step activations for up to N = max(S, rows) new tokens
     Arena acts;
     float *encoded, *x, *x_next, *ln, *mean, *rstd, *qkv, *atty, *tmp, *res2, *fch, *fch_act;
+    float* qkv_grouped;  // (N, Q) grouped-query only, else null
     float *last, *lnf, *logits, *attn_scratch;
     std::vector<int32_t> tokens;         // (N) host
     std::vector<float> logits_host;      // (rows, V)
@@ -35,6 +36,7 @@ KvGenerator::KvGenerator(Model& model, int rows, int max_len, int window, Dynami
     const ModelConfig& c = m_.config();
     Backend& be = m_.backend();
     const size_t C = c.d_model, F = c.ffn(), V = c.vocab_size, S = max_len, R = rows;
+    const size_t F2 = c.fc_rows(), Q = c.grouped_kv() ? c.qkv_rows() : 0;
     const size_t N = std::max(S, R);
     buf_ = std::make_unique<Buffers>(be, c, rows, max_len);
     Buffers& b = *buf_;
@@ -50,20 +52,21 @@ KvGenerator::KvGenerator(Model& model, int rows, int max_len, int window, Dynami
     }
     b.kpos_host.assign(R * S, 0.0f);
     const std::vector<size_t> sizes = {N * C, N * C, N * C, N * C, N, N, N * 3 * C, N * C,
-                                       N * C, N * C, N * F, N * F, R * C, R * C, R * V,
-                                       be.attention_cached_scratch_floats(max_len)};
+                                       N * C, N * C, N * F2, N * F, R * C, R * C, R * V,
+                                       be.attention_cached_scratch_floats(max_len), N * Q};
     size_t total = 0;
     for (size_t s : sizes) total += (s + 15) / 16 * 16;
     b.acts = Arena(be, total);
     float** slots[] = {&b.encoded, &b.x, &b.x_next, &b.ln, &b.mean, &b.rstd, &b.qkv, &b.atty,
                        &b.tmp, &b.res2, &b.fch, &b.fch_act, &b.last, &b.lnf, &b.logits,
-                       &b.attn_scratch};
-    static_assert(sizeof(slots) / sizeof(slots[0]) == 16);
+                       &b.attn_scratch, &b.qkv_grouped};
+    static_assert(sizeof(slots) / sizeof(slots[0]) == 17);
     size_t off = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
         *slots[i] = b.acts.data() + off;
         off += (sizes[i] + 15) / 16 * 16;
     }
+    if (Q == 0) b.qkv_grouped = nullptr;
     b.tokens.assign(N, 0);
     b.logits_host.assign(R * V, 0.0f);
     b.rot_sig.assign(R, {});
@@ -161,7 +164,7 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
         if (rotary) specs.emplace_back(m.rotary_spec(len));
     }
     AttentionOptions attn;
-    attn.window = window_;
+    attn.window = cfg.window_with(window_);
     if (m.bias_is_generic()) {
         // f_h(kpos[c] - kpos[j], kpos[c]) for every new query c and cached key j <= c.
         const size_t tsize = static_cast<size_t>(nb) * H * Tq * S;
@@ -179,7 +182,7 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
 
     // ---- the blocks: the model's, over the cache (ln1 and ln2 share the step's buffers)
     const BlockActs acts{b.ln,  b.mean, b.rstd, b.qkv, b.atty,    nullptr,
-                         b.res2, b.ln,  b.mean, b.rstd, b.fch,     b.fch_act};
+                         b.res2, b.ln,  b.mean, b.rstd, b.fch,     b.fch_act, b.qkv_grouped};
     for (int l = 0; l < cfg.n_layer; ++l) {
         m.block().forward(m.layer_weights(l), b.x, b.x_next, acts, b.tmp, N, l, b.attention);
         std::swap(b.x, b.x_next);

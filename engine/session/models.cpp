@@ -24,7 +24,7 @@ std::string pe_plugin_name(const PluginRegistry& registry, const std::string& na
 }
 
 std::string default_pe(const std::string& style) {
-    if (style == "neox") return "rope";
+    if (style == "neox" || style == "llama") return "rope";
     if (style == "bloom") return "alibi";
     return "learned";
 }

@@ -11,6 +11,28 @@ assert(c.pe == "pe/rope" and c.parallel_residual and not c.tied_embeddings)
 assert(c.activation == "gelu_erf")
 local bloom = ctx.model{ style = "bloom", vocab_size = 32, d_model = 32, n_head = 4, n_layer = 1 }
 assert(bloom:config().pe == "pe/alibi" and bloom:config().embedding_layernorm)
+-- The Llama family: RMSNorm, SwiGLU, grouped-query attention, no biases, rope on whole heads;
+-- attention_bias alone switches the output bias too (HF Llama), Qwen2 sets them apart.
+local llama = ctx.model{ style = "llama", vocab_size = 32, d_model = 32, n_head = 4, n_kv_head = 2,
+                         n_layer = 1, ffn_hidden = 40 }
+c = llama:config()
+assert(c.pe == "pe/rope" and c.norm == "rmsnorm" and c.activation == "swiglu" and c.n_kv_head == 2)
+assert(not c.tied_embeddings and not c.attention_bias and not c.attention_out_bias and not c.mlp_bias)
+-- wte + lm_head + 1 layer (2 norms, q 32x32, k and v 16x32 each, o 32x32, gate + up 80x32,
+-- down 32x40) + final norm
+assert(llama:num_params() == 2 * 32 * 32 + (2 * 32 + 32 * 32 + 2 * 16 * 32 + 32 * 32 + 80 * 32 + 32 * 40) + 32,
+       "llama parameters: " .. llama:num_params())
+local biased = ctx.model{ style = "llama", vocab_size = 32, d_model = 32, n_head = 4, n_layer = 1,
+                          attention_bias = true }
+assert(biased:config().attention_out_bias)
+local qwen = ctx.model{ style = "llama", vocab_size = 32, d_model = 32, n_head = 4, n_layer = 1,
+                        attention_bias = true, attention_out_bias = false, sliding_window = 16 }
+assert(not qwen:config().attention_out_bias and qwen:config().sliding_window == 16)
+local ok, err = pcall(ctx.model, { style = "llama", vocab_size = 32, d_model = 32, n_head = 4,
+                                   n_kv_head = 3, n_layer = 1 })
+assert(not ok and tostring(err):find("n_kv_head %(3%) must divide n_head %(4%)"), tostring(err))
+ok, err = pcall(ctx.model, { style = "llama", vocab_size = 32, norm = "batchnorm" })
+assert(not ok and tostring(err):find("layernorm"), tostring(err))
 
 local m = ctx.model{ vocab_size = 32, d_model = 16, n_head = 2, n_layer = 1, context_length = 8 }
 local before = m:num_params()

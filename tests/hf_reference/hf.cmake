@@ -9,7 +9,7 @@ target_compile_definitions(hf_check PRIVATE CTX_HF_PLUGIN_DIR="${CMAKE_BINARY_DI
 add_dependencies(hf_check ctxengine)  # the cases run `ctxengine convert`; it builds the plugins
 
 foreach(case gpt2 neox_parallel neox_sequential_linear neox_dynamic neox_yarn neox_llama3
-             neox_longrope bloom)
+             neox_longrope bloom llama mistral qwen2)
   add_test(NAME hf_reference.${case}
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run_case.sh ${case} $<TARGET_FILE:hf_check>
       ${CMAKE_BINARY_DIR}/ctxengine ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR})
@@ -43,8 +43,8 @@ ctx_hf_cli_test(convert_usage 2 "usage: ctxengine convert HF_DIR OUT.h5"
   -- ${CMAKE_BINARY_DIR}/ctxengine convert)
 ctx_hf_cli_test(convert_missing_dir 1 "nosuch_model: not a directory"
   -- ${CMAKE_BINARY_DIR}/ctxengine convert ${CTX_HF_FIXTURES}/nosuch_model ${CMAKE_BINARY_DIR}/cli_tmp/x.h5)
-ctx_hf_cli_test(convert_unknown_arch 1 "model_type \"llama\" is not supported \\(supported: gpt2, gpt_neox, bloom\\)"
-  -- ${CMAKE_BINARY_DIR}/ctxengine convert ${CTX_HF_FIXTURES}/llama ${CMAKE_BINARY_DIR}/cli_tmp/x.h5)
+ctx_hf_cli_test(convert_unknown_arch 1 "model_type \"mamba\" is not supported \\(supported: gpt2, gpt_neox, bloom, llama, mistral, qwen2\\)"
+  -- ${CMAKE_BINARY_DIR}/ctxengine convert ${CTX_HF_FIXTURES}/mamba ${CMAKE_BINARY_DIR}/cli_tmp/x.h5)
 ctx_hf_cli_test(convert_missing_tensor 1 "missing \\(1\\): transformer\\.h\\.1\\.ln_2\\.bias$"
   -- ${CMAKE_BINARY_DIR}/ctxengine convert ${CTX_HF_FIXTURES}/gpt2_renamed ${CMAKE_BINARY_DIR}/cli_tmp/x.h5)
 ctx_hf_cli_test(convert_unexpected_tensor 1 "unexpected \\(1\\): transformer\\.h\\.1\\.ln_2\\.beta$"

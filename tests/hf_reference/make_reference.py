@@ -5,7 +5,7 @@ of every parameter. hf_check (C++) then loads the same directory in ctxengine an
 
 Usage: make_reference.py CASE OUT_DIR
   CASE: gpt2 | neox_parallel | neox_sequential_linear | neox_dynamic | neox_yarn | neox_llama3 |
-        neox_longrope | bloom
+        neox_longrope | bloom | llama | mistral | qwen2
 Writes OUT_DIR/hf/ (config.json, model.safetensors, tokenizer files), OUT_DIR/corpus/*.txt (the
 text the tokenizer was trained on, for the recipe test) and OUT_DIR/reference.safetensors:
   tokens (B, T) and tokens_long (B, 2 * context) as F32, logits (B, T, V), loss (scalar),
@@ -23,7 +23,9 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (BloomConfig, BloomForCausalLM, GPT2Config, GPT2LMHeadModel,
-                          GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast)
+                          GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM,
+                          MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast,
+                          Qwen2Config, Qwen2ForCausalLM)
 
 CONTEXT = 32  # n_positions / max_position_embeddings / seq_length of every tiny model
 B, T = 2, 24  # the reference batch (within the context)
@@ -95,6 +97,26 @@ def build(case, vocab, eos):
         # 6 heads: ALiBi's slopes for a head count that is not a power of two
         cfg = BloomConfig(hidden_size=48, n_layer=2, n_head=6, seq_length=CONTEXT, **common)
         return BloomForCausalLM(cfg)
+    # The Llama family: RMSNorm, SwiGLU, RoPE on whole heads (8 pairs), grouped-query attention
+    llama_like = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=112, max_position_embeddings=CONTEXT, **common)
+    if case == "llama":
+        # 2 key/value heads of 4, untied head, a larger rope_theta and llama3 scaling
+        cfg = LlamaConfig(num_key_value_heads=2, rope_theta=50000.0, tie_word_embeddings=False,
+                          rope_scaling={"rope_type": "llama3", "factor": 4.0,
+                                        "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                        "original_max_position_embeddings": CONTEXT},
+                          **llama_like)
+        return LlamaForCausalLM(cfg)
+    if case == "mistral":
+        # multi-query (1 key/value head) and a sliding window shorter than the rows
+        cfg = MistralConfig(num_key_value_heads=1, sliding_window=8, tie_word_embeddings=False,
+                            **llama_like)
+        return MistralForCausalLM(cfg)
+    if case == "qwen2":
+        # q/k/v biases without an output bias, and a tied head
+        cfg = Qwen2Config(num_key_value_heads=2, tie_word_embeddings=True, **llama_like)
+        return Qwen2ForCausalLM(cfg)
     raise SystemExit(f"unknown case {case}")
 
 

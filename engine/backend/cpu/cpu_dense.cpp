@@ -259,6 +259,7 @@ void CpuBackend::matmul_backward(float* dinp, float* dW, float* dbias, const flo
 // ---------------------------------------------------------------- activation
 
 void CpuBackend::activation_forward(float* out, const float* inp, size_t n, Activation act) {
+    CTX_CHECK(act != Activation::SwiGLU, "internal: SwiGLU is gated; use swiglu_forward");
     if (act == Activation::GeluTanh) {
         // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 #pragma omp parallel for simd schedule(static)
@@ -303,8 +304,46 @@ void CpuBackend::swiglu_backward(float* dinp, const float* inp, const float* dou
     }
 }
 
+// ---------------------------------------------------------------- grouped-query key/value heads
+
+void CpuBackend::kv_repeat_forward(float* qkv, const float* grouped, int N, int H, int Hkv,
+                                   int D) {
+    const int G = H / Hkv;
+    const size_t HD = size_t(H) * D, KD = size_t(Hkv) * D;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* src = grouped + n * (HD + 2 * KD);  // [q (H D) | k (Hkv D) | v (Hkv D)]
+        float* dst = qkv + n * 3 * HD;                   // [q (H D) | k (H D) | v (H D)]
+        std::copy(src, src + HD, dst);
+        for (int part = 1; part <= 2; part++)            // k, then v
+            for (int h = 0; h < H; h++) {
+                const float* from = src + HD + (part - 1) * KD + size_t(h / G) * D;
+                std::copy(from, from + D, dst + part * HD + size_t(h) * D);
+            }
+    }
+}
+
+void CpuBackend::kv_repeat_backward(float* dgrouped, const float* dqkv, int N, int H, int Hkv,
+                                    int D) {
+    const int G = H / Hkv;
+    const size_t HD = size_t(H) * D, KD = size_t(Hkv) * D;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* dst = dgrouped + n * (HD + 2 * KD);
+        const float* src = dqkv + n * 3 * HD;
+        for (size_t i = 0; i < HD; i++) dst[i] += src[i];
+        for (int part = 1; part <= 2; part++)
+            for (int h = 0; h < H; h++) {
+                float* to = dst + HD + (part - 1) * KD + size_t(h / G) * D;
+                const float* from = src + part * HD + size_t(h) * D;
+                for (int d = 0; d < D; d++) to[d] += from[d];
+            }
+    }
+}
+
 void CpuBackend::activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                                      Activation act) {
+    CTX_CHECK(act != Activation::SwiGLU, "internal: SwiGLU is gated; use swiglu_backward");
     if (act == Activation::GeluTanh) {
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) {

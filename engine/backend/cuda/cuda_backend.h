@@ -132,6 +132,10 @@ public:
                              Activation act) override;
     void swiglu_forward(float* out, const float* inp, int N, int F) override;
     void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override;
+    void kv_repeat_forward(float* qkv, const float* grouped, int N, int H, int Hkv,
+                           int D) override;
+    void kv_repeat_backward(float* dgrouped, const float* dqkv, int N, int H, int Hkv,
+                            int D) override;
     void crossentropy_forward(float* losses, const float* logits, const int32_t* targets,
                               const float* mask, int N, int V) override;
     void crossentropy_forward_backward(float* logits_to_dlogits, float* losses,

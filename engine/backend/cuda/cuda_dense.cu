@@ -253,6 +253,46 @@ __global__ void swiglu_backward_kernel(float* dinp, const float* inp, const floa
     }
 }
 
+// Grouped-query heads: one thread per element of the full (N, 3HD) rows. Forward copies from the
+// grouped row; backward (one thread per grouped element) sums the G query heads' gradients, so
+// no two threads write one element.
+__global__ void kv_repeat_forward_kernel(float* qkv, const float* grouped, int N, int H, int Hkv,
+                                         int D) {
+    const size_t HD = size_t(H) * D, KD = size_t(Hkv) * D, total = size_t(N) * 3 * HD;
+    const int G = H / Hkv;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+         i += size_t(gridDim.x) * blockDim.x) {
+        const size_t n = i / (3 * HD), c = i % (3 * HD);
+        const float* src = grouped + n * (HD + 2 * KD);
+        if (c < HD) {
+            qkv[i] = src[c];
+        } else {
+            const size_t part = c / HD - 1, h = (c % HD) / D, d = c % D;  // part 0: k, 1: v
+            qkv[i] = src[HD + part * KD + (h / G) * D + d];
+        }
+    }
+}
+
+__global__ void kv_repeat_backward_kernel(float* dgrouped, const float* dqkv, int N, int H,
+                                          int Hkv, int D) {
+    const size_t HD = size_t(H) * D, KD = size_t(Hkv) * D, row = HD + 2 * KD;
+    const size_t total = size_t(N) * row;
+    const int G = H / Hkv;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+         i += size_t(gridDim.x) * blockDim.x) {
+        const size_t n = i / row, c = i % row;
+        const float* src = dqkv + n * 3 * HD;
+        if (c < HD) {
+            dgrouped[i] += src[c];
+        } else {
+            const size_t part = (c - HD) / KD, kvh = ((c - HD) % KD) / D, d = c % D;
+            float sum = 0.0f;
+            for (int g = 0; g < G; g++) sum += src[(part + 1) * HD + (kvh * G + g) * D + d];
+            dgrouped[i] += sum;
+        }
+    }
+}
+
 __global__ void activation_backward_kernel(float* dinp, const float* inp, const float* dout,
                                            size_t n, int act) {
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -464,6 +504,23 @@ cudaError_t launch_swiglu(float* out, float* dinp, const float* inp, const float
         swiglu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, N, F);
     else
         swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, N, F);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_kv_repeat(float* qkv, float* dgrouped, const float* grouped,
+                             const float* dqkv, int N, int H, int Hkv, int D, cudaStream_t s) {
+    const size_t HD = size_t(H) * D, KD = size_t(Hkv) * D;
+    if (dqkv == nullptr) {
+        const size_t n = size_t(N) * 3 * HD;
+        if (n == 0) return cudaSuccess;
+        kv_repeat_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(qkv, grouped, N, H,
+                                                                             Hkv, D);
+    } else {
+        const size_t n = size_t(N) * (HD + 2 * KD);
+        if (n == 0) return cudaSuccess;
+        kv_repeat_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dgrouped, dqkv, N, H,
+                                                                              Hkv, D);
+    }
     return cudaGetLastError();
 }
 

@@ -217,6 +217,7 @@ void CudaBackend::matmul_backward(float* dinp, float* dW, float* dbias, const fl
 // ---------------------------------------------------------------- activation
 
 void CudaBackend::activation_forward(float* out, const float* inp, size_t n, Activation act) {
+    CTX_CHECK(act != Activation::SwiGLU, "internal: SwiGLU is gated; use swiglu_forward");
     activate();
     done(launch_activation_forward(out, inp, n, int(act), stream_), "activation_forward");
 }
@@ -231,8 +232,23 @@ void CudaBackend::swiglu_backward(float* dinp, const float* inp, const float* do
     done(launch_swiglu(nullptr, dinp, inp, dout, N, F, stream_), "swiglu_backward");
 }
 
+void CudaBackend::kv_repeat_forward(float* qkv, const float* grouped, int N, int H, int Hkv,
+                                    int D) {
+    activate();
+    done(launch_kv_repeat(qkv, nullptr, grouped, nullptr, N, H, Hkv, D, stream_),
+         "kv_repeat_forward");
+}
+
+void CudaBackend::kv_repeat_backward(float* dgrouped, const float* dqkv, int N, int H, int Hkv,
+                                     int D) {
+    activate();
+    done(launch_kv_repeat(nullptr, dgrouped, nullptr, dqkv, N, H, Hkv, D, stream_),
+         "kv_repeat_backward");
+}
+
 void CudaBackend::activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                                       Activation act) {
+    CTX_CHECK(act != Activation::SwiGLU, "internal: SwiGLU is gated; use swiglu_backward");
     activate();
     done(launch_activation_backward(dinp, inp, dout, n, int(act), stream_),
          "activation_backward");

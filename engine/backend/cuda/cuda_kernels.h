@@ -88,6 +88,11 @@ cudaError_t launch_activation_backward(float* dinp, const float* inp, const floa
 cudaError_t launch_swiglu(float* out, float* dinp, const float* inp, const float* dout, int N,
                           int F, cudaStream_t s);
 
+// Grouped-query key/value heads (Backend::kv_repeat_*): dqkv == nullptr: qkv (N, 3HD) = grouped
+// (N, (H + 2Hkv) D) with key/value heads repeated (writes); else dgrouped += dqkv summed back.
+cudaError_t launch_kv_repeat(float* qkv, float* dgrouped, const float* grouped,
+                             const float* dqkv, int N, int H, int Hkv, int D, cudaStream_t s);
+
 // ---------------------------------------------------------------- loss, optimizer
 // mask may be null (all ones). dlogits != null: fused backward in place (logits == dlogits).
 cudaError_t launch_crossentropy(float* losses, float* dlogits, const float* logits,

@@ -1,0 +1,96 @@
+// ModelConfig: the Llama-family fields (n_kv_head, norm, swiglu, sliding_window,
+// attention_out_bias), their validation, the JSON form checkpoints keep (enum fields by name,
+// older checkpoints without attention_out_bias) and how windows combine.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/config_json.h"
+
+namespace ctx {
+namespace {
+
+std::string error_of(const ModelConfig& c) {
+    try {
+        c.validate();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(ModelConfig, LlamaStyleAndDerivedShapes) {
+    ModelConfig c = ModelConfig::from_style("llama");
+    EXPECT_EQ(c.norm, NormKind::RMSNorm);
+    EXPECT_EQ(c.activation, Activation::SwiGLU);
+    EXPECT_FALSE(c.tied_embeddings || c.attention_bias || c.attention_out_bias || c.mlp_bias ||
+                 c.norm_bias);
+    c.d_model = 64, c.n_head = 8, c.n_kv_head = 2, c.ffn_hidden = 100;
+    EXPECT_EQ(c.head_dim(), 8);
+    EXPECT_EQ(c.kv_heads(), 2);
+    EXPECT_TRUE(c.grouped_kv());
+    EXPECT_EQ(c.qkv_rows(), (8 + 2 * 2) * 8);
+    EXPECT_EQ(c.fc_rows(), 200);  // [gate | up]
+    c.n_kv_head = 0;              // 0: one per query head
+    EXPECT_EQ(c.qkv_rows(), 3 * 64);
+    EXPECT_FALSE(c.grouped_kv());
+    EXPECT_EQ(ModelConfig::from_style("gpt2").fc_rows(), 4 * 128);
+}
+
+TEST(ModelConfig, ValidationNamesTheField) {
+    ModelConfig c = ModelConfig::from_style("llama");
+    c.n_kv_head = 3;  // of 4 heads
+    EXPECT_NE(error_of(c).find("n_kv_head (3) must divide n_head (4)"), std::string::npos);
+    c = ModelConfig::from_style("llama");
+    c.norm_bias = true;
+    EXPECT_NE(error_of(c).find("norm = rmsnorm has no bias"), std::string::npos);
+    c = ModelConfig::from_style("gpt2");
+    c.sliding_window = -1;
+    EXPECT_NE(error_of(c).find("sliding_window must be >= 0"), std::string::npos);
+    EXPECT_EQ(error_of(ModelConfig::from_style("llama")), "");
+}
+
+TEST(ModelConfig, JsonKeepsEveryFieldAndReadsOlderCheckpoints) {
+    ModelConfig c = ModelConfig::from_style("llama");
+    c.n_kv_head = 2, c.sliding_window = 9, c.attention_bias = true;  // Qwen2-like + window
+    const nlohmann::json j = model_config_to_json(c);
+    EXPECT_EQ(j["norm"], "rmsnorm");
+    EXPECT_EQ(j["activation"], "swiglu");
+    const ModelConfig back = model_config_from_json(j);
+    EXPECT_EQ(model_config_to_json(back), j);
+    EXPECT_EQ(back.n_kv_head, 2);
+    EXPECT_TRUE(back.attention_bias);
+    EXPECT_FALSE(back.attention_out_bias);
+
+    // Written before attention_out_bias existed: one switch for every attention bias.
+    nlohmann::json old = model_config_to_json(ModelConfig::from_style("gpt2"));
+    old.erase("attention_out_bias");
+    old.erase("norm");
+    old["attention_bias"] = false;
+    EXPECT_FALSE(model_config_from_json(old).attention_out_bias);
+    EXPECT_EQ(model_config_from_json(old).norm, NormKind::LayerNorm);
+    old["attention_bias"] = true;
+    EXPECT_TRUE(model_config_from_json(old).attention_out_bias);
+
+    old["norm"] = "batchnorm";
+    try {
+        model_config_from_json(old);
+        ADD_FAILURE() << "accepted norm = batchnorm";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("unknown norm 'batchnorm' (expected layernorm or "
+                                             "rmsnorm)"), std::string::npos) << e.what();
+    }
+}
+
+TEST(ModelConfig, WindowsCombineToTheTighter) {
+    ModelConfig c;
+    EXPECT_EQ(c.window_with(0), 0);
+    EXPECT_EQ(c.window_with(5), 5);
+    c.sliding_window = 8;
+    EXPECT_EQ(c.window_with(0), 8);
+    EXPECT_EQ(c.window_with(5), 5);
+    EXPECT_EQ(c.window_with(12), 8);
+}
+
+}  // namespace
+}  // namespace ctx
