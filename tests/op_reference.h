@@ -266,10 +266,31 @@ inline Vec alibi_slopes(int n) {
     return s;
 }
 
+// Packed rows: `docs` documents of random lengths (at least 1 token) per row of T; for each
+// token the index of its document's first token (AttentionOptions::doc_start).
+inline std::vector<int32_t> doc_starts(Rng& rng, int B, int T, int docs) {
+    std::vector<int32_t> out(size_t(B) * T);
+    for (int b = 0; b < B; b++) {
+        std::vector<int> cuts;  // first tokens of documents 2 .. docs
+        while (int(cuts.size()) < std::min(docs, T) - 1) {
+            const int c = rng.integer(1, T - 1);
+            if (std::find(cuts.begin(), cuts.end(), c) == cuts.end()) cuts.push_back(c);
+        }
+        for (int i = 0; i < T; i++) {
+            int start = 0;
+            for (int c : cuts) if (c <= i) start = std::max(start, c);
+            out[size_t(b) * T + i] = start;
+        }
+    }
+    return out;
+}
+
 // Causal attention over qkv (B, T, 3C): out (B, T, C); att (B, H, T, T) probabilities if given.
-// window > 0 masks keys j with i - j >= window.
+// window > 0 masks keys j with i - j >= window; doc_start (B, T) if given masks keys before the
+// query's document (packed rows).
 inline Vec attention_forward(const Vec& qkv, const std::vector<float>& positions, int B, int T,
-                             int C, int H, const Bias& bias, int window, Vec* att = nullptr) {
+                             int C, int H, const Bias& bias, int window, Vec* att = nullptr,
+                             const std::vector<int32_t>* doc_start = nullptr) {
     const int D = C / H;
     Vec out(size_t(B) * T * C, 0.0);
     if (att) att->assign(size_t(B) * H * T * T, 0.0);
@@ -277,7 +298,8 @@ inline Vec attention_forward(const Vec& qkv, const std::vector<float>& positions
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < T; i++) {
-                const int lo = window > 0 ? std::max(0, i - window + 1) : 0;
+                int lo = window > 0 ? std::max(0, i - window + 1) : 0;
+                if (doc_start) lo = std::max(lo, int((*doc_start)[size_t(b) * T + i]));
                 const double* q = &qkv[(size_t(b) * T + i) * 3 * C + size_t(h) * D];
                 double mx = -INFINITY;
                 for (int j = lo; j <= i; j++) {

@@ -65,6 +65,7 @@ inline std::unique_ptr<SamplerPlugin> make_sampler(
 struct Row {
     std::vector<int32_t> tokens, targets;
     std::vector<float> positions, mask;
+    std::vector<int64_t> source;  // the window index of each token (ABI 1.4), -1 if not given
 };
 
 // window 0..window_len tokens (window_len + 1 values); the row stream seeds rng the same way.
@@ -75,8 +76,9 @@ inline Row sample_row(RowSampler& s, const std::vector<int32_t>& window, int64_t
     r.targets.assign(static_cast<size_t>(row_len), -1);
     r.positions.assign(static_cast<size_t>(row_len), -1.0f);
     r.mask.assign(static_cast<size_t>(row_len), -1.0f);
+    r.source.assign(static_cast<size_t>(row_len), -1);
     ctx_sample_row row{r.tokens.data(), r.positions.data(), r.targets.data(), r.mask.data(),
-                       row_len};
+                       row_len, r.source.data()};
     auto st = Rng(seed).state().words;
     s.sample(window.data(), static_cast<int64_t>(window.size()) - 1, st.data(), row);
     return r;

@@ -52,7 +52,8 @@ Row run(RowSampler& s, const std::vector<int32_t>& window, uint64_t words[4]) {
     r.targets.assign(kLt, -1);
     r.positions.assign(kLt, -1);
     r.mask.assign(kLt, -1);
-    ctx_sample_row row{r.tokens.data(), r.positions.data(), r.targets.data(), r.mask.data(), kLt};
+    ctx_sample_row row{r.tokens.data(), r.positions.data(), r.targets.data(), r.mask.data(), kLt,
+                       nullptr};
     s.sample(window.data(), static_cast<int64_t>(window.size()) - 1, words, row);
     return r;
 }

@@ -196,6 +196,7 @@ struct AttnCase {
     int num_buckets = 32, max_distance = 128;
     bool learn_params = true;  // da/db non-null
     int fd_samples = 0;        // 0: check every qkv coordinate; else this many random ones
+    int docs = 0;              // packed rows: documents per row (doc_start); 0: one
 };
 
 void PrintTo(const AttnCase& c, std::ostream* os) { *os << c.name; }
@@ -257,13 +258,17 @@ TEST_P(OpsCpuAttention, ForwardAndGradients) {
     BiasSetup bs = make_bias(rng, ac);
     const Vec qkv = rng.normals(size_t(B) * T * 3 * C);
     const auto qkv_f = ref::to_float(qkv);
+    const std::vector<int32_t> docs = ref::doc_starts(rng, B, T, ac.docs);
+    const std::vector<int32_t>* doc_start = ac.docs > 0 ? &docs : nullptr;
+    if (doc_start) bs.opt.doc_start = docs.data();
 
     // ---- forward: out and the saved probabilities (zeros above the diagonal / outside the window)
     std::vector<float> out(size_t(B) * T * C), att(size_t(B) * H * T * T, 7.0f);
     cpu().attention_forward(out.data(), att.data(), qkv_f.data(), positions.data(), B, T, C, H,
                             bs.opt);
     Vec want_att;
-    const Vec want = ref::attention_forward(qkv, positions, B, T, C, H, bs.ref, ac.window, &want_att);
+    const Vec want = ref::attention_forward(qkv, positions, B, T, C, H, bs.ref, ac.window, &want_att,
+                                            doc_start);
     EXPECT_LT(ref::max_rel_error(out, want), kFwdTol);
     EXPECT_LT(ref::max_rel_error(att, want_att), kFwdTol);
     for (size_t i = 0; i < att.size(); i++)
@@ -281,7 +286,9 @@ TEST_P(OpsCpuAttention, ForwardAndGradients) {
                              positions.data(), B, T, C, H, bs.opt);
 
     auto loss = [&](const Vec& x, const ref::Bias& bias) {
-        return ref::dot(ref::attention_forward(x, positions, B, T, C, H, bias, ac.window), R);
+        return ref::dot(
+            ref::attention_forward(x, positions, B, T, C, H, bias, ac.window, nullptr, doc_start),
+            R);
     };
     std::vector<size_t> which;
     if (ac.fd_samples > 0)
@@ -331,7 +338,14 @@ INSTANTIATE_TEST_SUITE_P(
         // T beyond one query block (64 rows): sampled finite differences.
         AttnCase{"linear_T150", 1, 150, 8, 2, BiasKind::Linear, 0, kGaps, 32, 128, true, 80},
         AttnCase{"t5_T130_window40", 2, 130, 6, 3, BiasKind::T5, 40, kWide, 32, 128, true, 60},
-        AttnCase{"kerple_log_T100_window70", 1, 100, 8, 2, BiasKind::KerpleLog, 70, kGaps, 32, 128, true, 60}),
+        AttnCase{"kerple_log_T100_window70", 1, 100, 8, 2, BiasKind::KerpleLog, 70, kGaps, 32, 128, true, 60},
+        // Packed rows: attention never crosses a document boundary (with windows, every bias
+        // family, and across query blocks).
+        AttnCase{"none_packed", 2, 11, 12, 3, BiasKind::None, 0, kContiguous, 32, 128, true, 0, 3},
+        AttnCase{"linear_packed_window", 2, 12, 10, 5, BiasKind::Linear, 4, kGaps, 32, 128, true, 0, 4},
+        AttnCase{"t5_packed", 1, 10, 12, 3, BiasKind::T5, 0, kWide, 10, 20, true, 0, 2},
+        AttnCase{"kerple_power_packed", 2, 9, 12, 3, BiasKind::KerplePower, 0, kGaps, 32, 128, true, 0, 3},
+        AttnCase{"kerple_log_T150_packed_window", 2, 150, 8, 2, BiasKind::KerpleLog, 50, kGaps, 32, 128, true, 60, 5}),
     [](const auto& info) { return info.param.name; });
 
 // ALiBi (METHODS.md 1.4) through the Linear family equals an explicit softmax of

@@ -73,11 +73,10 @@ struct FlashCase {
     bool learn = true;  // da / db (dtable for Table) non-null
     int num_buckets = 32, max_distance = 128;
     bool fd = false;    // also check gradients against central differences of the double reference
+    int docs = 0;       // packed rows: documents per row (doc_start); 0: one
 };
 
 void PrintTo(const FlashCase& c, std::ostream* os) { *os << c.name; }
-
-inline int key_lo(int i, int window) { return window > 0 ? std::max(0, i - window + 1) : 0; }
 
 // One case's inputs: the float data the ops read and its exact double copies.
 struct Inputs {
@@ -86,12 +85,20 @@ struct Inputs {
     ref::Bias fam;  // the in-kernel family for ref::bias_value (a, b in double)
     std::vector<float> pos, qkv, dout, a, b, table;
     Vec qkv_d, dout_d, table_d;
+    std::vector<int32_t> doc_start;  // (B, T) packed rows, or empty
 };
 
+// First key query i of row b attends: the window's start, its document's first token.
+inline int key_lo(const Inputs& in, int b, int i) {
+    const int lo = in.window > 0 ? std::max(0, i - in.window + 1) : 0;
+    return in.doc_start.empty() ? lo : std::max(lo, int(in.doc_start[size_t(b) * in.T + i]));
+}
+
 Inputs make_inputs(ref::Rng& rng, const FlashCase& fc) {
-    Inputs in{fc.B, fc.T, fc.C, fc.H, fc.window, fc.kind, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    Inputs in{fc.B, fc.T, fc.C, fc.H, fc.window, fc.kind, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
     const int B = fc.B, T = fc.T, H = fc.H;
     in.pos = make_positions(rng, B, T, fc.pos);
+    if (fc.docs > 0) in.doc_start = ref::doc_starts(rng, B, T, fc.docs);
     in.fam.kind = fc.kind == BiasKind::Table ? ref::kNone : int(fc.kind);
     in.fam.num_buckets = fc.num_buckets;
     in.fam.max_distance = fc.max_distance;
@@ -111,7 +118,7 @@ Inputs make_inputs(ref::Rng& rng, const FlashCase& fc) {
             in.table_d.assign(size_t(B) * H * T * T, std::numeric_limits<double>::quiet_NaN());
             for (int bh = 0; bh < B * H; bh++)
                 for (int i = 0; i < T; i++)
-                    for (int j = key_lo(i, fc.window); j <= i; j++)
+                    for (int j = key_lo(in, bh / H, i); j <= i; j++)
                         in.table_d[(size_t(bh) * T + i) * T + j] = double(float(rng.normal(0.7)));
             in.table = ref::to_float(in.table_d);
             break;
@@ -137,7 +144,7 @@ Vec naive_attention(const Inputs& in, const Vec& qkv, const ref::Bias& fam, cons
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < T; i++) {
-                const int lo = key_lo(i, in.window);
+                const int lo = key_lo(in, b, i);
                 double mx = -INFINITY;
                 for (int j = lo; j <= i; j++) {
                     double s = 0.0;
@@ -193,6 +200,7 @@ Result run(ctx::Backend& be, const Inputs& in, const Grads& pre, AttentionMode m
     ctx::AttentionOptions opt;
     opt.mode = mode;
     opt.window = in.window;
+    opt.doc_start = in.doc_start.empty() ? nullptr : in.doc_start.data();
     opt.bias.kind = in.kind;
     opt.bias.num_buckets = nb;
     opt.bias.max_distance = md;
@@ -335,6 +343,12 @@ INSTANTIATE_TEST_SUITE_P(
         FlashCase{"t5_fixed_unsorted", 1, 9, 10, 5, BiasKind::T5, 0, kUnsorted, false, 7, 11},
         FlashCase{"table", 2, 9, 12, 3, BiasKind::Table, 0, kGaps, true, 32, 128, true},
         FlashCase{"table_window", 1, 11, 8, 2, BiasKind::Table, 4, kGaps, true, 32, 128, true},
+        // packed rows: documents mask like windows, with every family
+        FlashCase{"none_packed", 2, 13, 12, 3, BiasKind::None, 0, kContiguous, true, 32, 128, true, 4},
+        FlashCase{"linear_packed_window", 2, 12, 12, 3, BiasKind::Linear, 5, kGaps, true, 32, 128, true, 3},
+        FlashCase{"t5_packed", 1, 11, 10, 5, BiasKind::T5, 0, kWide, true, 10, 20, true, 3},
+        FlashCase{"table_packed", 2, 10, 8, 2, BiasKind::Table, 0, kGaps, true, 32, 128, true, 3},
+        FlashCase{"kerple_log_T150_packed", 1, 150, 8, 2, BiasKind::KerpleLog, 0, kGaps, true, 32, 128, true, 6},
         FlashCase{"table_T70_window6", 1, 70, 8, 2, BiasKind::Table, 6, kGaps},
         FlashCase{"table_fixed_T67", 1, 67, 8, 2, BiasKind::Table, 0, kWide, false},
         // windows below, at and beyond T, past one query block (64 rows)

@@ -48,22 +48,37 @@ struct FlashCase {
     int num_buckets = 32, max_distance = 128;
     bool learn = true;    // da/db (or dtable) non-null
     bool host_a = false;  // a in host memory (fixed ALiBi slopes come from the plugin)
+    int docs = 0;         // packed rows: documents per row (doc_start); 0: one
 };
 void PrintTo(const FlashCase& c, std::ostream* os) { *os << c.name; }
+
+// The case's packed-row layout (AttentionOptions::doc_start), or empty.
+std::vector<int32_t> case_docs(const FlashCase& fc) {
+    if (fc.docs == 0) return {};
+    ref::Rng rng(fc.T * 31 + fc.docs);
+    return ref::doc_starts(rng, fc.B, fc.T, fc.docs);
+}
 
 // Device buffers of one case's inputs and gradients (gradients pre-filled from BiasData).
 struct DevCase {
     Dev pos, qkv, a, b, da, db, table, dtable;
-    DevCase(const FVec& positions, const FVec& q, const BiasData& bd, ctx::Backend& be)
+    std::vector<int32_t> docs_host;
+    DevInts docs;
+    DevCase(const FVec& positions, const FVec& q, const BiasData& bd, const FlashCase& fc,
+            ctx::Backend& be)
         : pos(positions, be), qkv(q, be), a(bd.a, be), b(bd.b, be), da(bd.da, be),
-          db(bd.db, be), table(bd.table, be), dtable(bd.dtable, be) {}
+          db(bd.db, be), table(bd.table, be), dtable(bd.dtable, be), docs_host(case_docs(fc)),
+          docs(docs_host) {}
 };
 
 // The case's options in `mode`: host pointers into bd (CPU) or the device buffers of dc.
-ctx::AttentionOptions options(const FlashCase& fc, BiasData& bd, DevCase* dc, AttentionMode mode) {
+// host_docs: case_docs(fc) for the CPU side (dc null).
+ctx::AttentionOptions options(const FlashCase& fc, BiasData& bd, DevCase* dc, AttentionMode mode,
+                              const std::vector<int32_t>* host_docs = nullptr) {
     ctx::AttentionOptions o;
     o.mode = mode;
     o.window = fc.window;
+    if (fc.docs > 0) o.doc_start = dc ? dc->docs.get() : host_docs->data();
     o.bias.kind = fc.kind;
     o.bias.num_buckets = fc.num_buckets;
     o.bias.max_distance = fc.max_distance;
@@ -94,10 +109,12 @@ FVec reference_lse(const FlashCase& fc, const FVec& qkv, const FVec& positions,
     bias.num_buckets = fc.num_buckets;
     bias.max_distance = fc.max_distance;
     FVec lse(size_t(B) * H * T);
+    const std::vector<int32_t> docs = case_docs(fc);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int i = 0; i < T; i++) {
-                const int lo = fc.window > 0 ? std::max(0, i - fc.window + 1) : 0;
+                int lo = fc.window > 0 ? std::max(0, i - fc.window + 1) : 0;
+                if (!docs.empty()) lo = std::max(lo, int(docs[size_t(b) * T + i]));
                 std::vector<double> s;
                 for (int j = lo; j <= i; j++) {
                     double dot = 0.0;
@@ -131,7 +148,7 @@ GpuRun run_gpu(const FlashCase& fc, AttentionMode mode, const FVec& positions, c
     const int B = fc.B, T = fc.T, C = fc.C, H = fc.H;
     FlashCase c = fc;
     c.learn = learn;
-    DevCase dc(positions, qkv, bd, be);
+    DevCase dc(positions, qkv, bd, fc, be);
     const ctx::AttentionOptions o = options(c, bd, &dc, mode);
     ref::Rng noise(7);
     Dev out(size_t(B) * T * C, be), saved(ctx::attention_saved_floats(mode, B, T, H), be),
@@ -159,7 +176,9 @@ TEST_P(OpsGpuFlash, ForwardBackwardMatchCpuAndMaterialised) {
 
     // CPU reference (materialised)
     BiasData cb = bd;
-    const ctx::AttentionOptions copt = options(fc, cb, nullptr, AttentionMode::Materialised);
+    const std::vector<int32_t> docs = case_docs(fc);
+    const ctx::AttentionOptions copt =
+        options(fc, cb, nullptr, AttentionMode::Materialised, &docs);
     FVec out(size_t(B) * T * C), att(size_t(B) * H * T * T), dqkv = dqkv0;
     cpu().attention_forward(out.data(), att.data(), qkv.data(), positions.data(), B, T, C, H,
                             copt);
@@ -232,7 +251,9 @@ TEST_P(OpsGpuFlash, Bf16TensorCoresMatchCpuOnRoundedOperands) {
     const FVec dqkv0 = randn(rng, qkv.size());
 
     BiasData cb = bd;
-    const ctx::AttentionOptions copt = options(fc, cb, nullptr, AttentionMode::Materialised);
+    const std::vector<int32_t> docs = case_docs(fc);
+    const ctx::AttentionOptions copt =
+        options(fc, cb, nullptr, AttentionMode::Materialised, &docs);
     FVec out(size_t(B) * T * C), att(size_t(B) * H * T * T), dqkv = dqkv0;
     cpu().attention_forward(out.data(), att.data(), qkv.data(), positions.data(), B, T, C, H,
                             copt);
@@ -319,6 +340,15 @@ INSTANTIATE_TEST_SUITE_P(
         FlashCase{"t5_fixed", 1, 20, 128, 2, ctx::BiasKind::T5, 0, kGaps, 32, 128, false},
         FlashCase{"table_d64", 2, 45, 128, 2, ctx::BiasKind::Table, 0, kGaps},
         FlashCase{"table_window_d80", 2, 75, 160, 2, ctx::BiasKind::Table, 8, kContiguous},
+        // packed rows: documents mask across tiles, with a window and with biases
+        FlashCase{"none_packed_d64", 2, 90, 128, 2, ctx::BiasKind::None, 0, kContiguous, 32, 128,
+                  true, false, 5},
+        FlashCase{"linear_packed_window", 1, 70, 128, 2, ctx::BiasKind::Linear, 20, kGaps, 32, 128,
+                  true, false, 4},
+        FlashCase{"t5_packed_d128", 1, 67, 256, 2, ctx::BiasKind::T5, 0, kWide, 32, 128, true,
+                  false, 3},
+        FlashCase{"table_packed_d80", 1, 45, 160, 2, ctx::BiasKind::Table, 0, kGaps, 32, 128, true,
+                  false, 3},
         FlashCase{"table_T1_d6", 3, 1, 18, 3, ctx::BiasKind::Table, 0, kContiguous},
         FlashCase{"table_fixed_d128", 1, 9, 256, 2, ctx::BiasKind::Table, 0, kContiguous, 32, 128,
                   false}),

@@ -85,6 +85,12 @@ struct AttentionOptions {
     // Keys further back than `window` tokens (by index, j < i - window + 1) are masked; 0 = full
     // causal attention. Used for the "windowed" evaluation control.
     int window = 0;
+    // Packed rows (several documents in one row): doc_start (B, T) holds, for each query, the
+    // index in its row of its document's first token; keys before it are masked as the window
+    // masks (both apply). Documents are contiguous, so doc_start is non-decreasing along a row
+    // with doc_start[i] <= i. Device memory of the backend (staged with the batch); null: one
+    // document per row. Not used by attention over a KV cache.
+    const int32_t* doc_start = nullptr;
     AttentionMode mode = AttentionMode::Materialised;
 };
 
@@ -110,6 +116,7 @@ struct BatchInputs {
     const int32_t* targets = nullptr;
     const float* positions = nullptr;
     const float* mask = nullptr;
+    const int32_t* doc_start = nullptr;  // packed rows (AttentionOptions::doc_start), or null
     int N = 0;
 };
 

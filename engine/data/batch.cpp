@@ -12,10 +12,12 @@ void BatchBuffers::resize(int b, int t) {
     targets.assign(n, 0);
     positions.assign(n, 0.0f);
     mask.assign(n, 0.0f);
+    doc_start.clear();
 }
 
 Batch BatchBuffers::batch() const {
-    return Batch{B, T, tokens.data(), positions.data(), targets.data(), mask.data()};
+    return Batch{B, T, tokens.data(), positions.data(), targets.data(), mask.data(),
+                 doc_start.empty() ? nullptr : doc_start.data()};
 }
 
 }  // namespace ctx

@@ -1,5 +1,7 @@
 #include "data/row_stream.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -55,6 +57,11 @@ RowStream::RowStream(const DocStore& docs, std::vector<Window> windows, RowSampl
                   "row stream: window (doc {}, start {}) does not fit {} + 1 tokens in the "
                   "document", w.doc, w.start, cfg_.window_len);
     window_buf_.resize(static_cast<size_t>(cfg_.window_len + 1));
+    if (cfg_.pack != PackPositions::None) {
+        packed_ = dynamic_cast<const PackedDocs*>(&docs_);
+        CTX_CHECK(packed_ != nullptr, "row stream: packed rows need packed documents");
+        source_buf_.resize(static_cast<size_t>(cfg_.row_len));
+    }
 }
 
 void RowStream::set_cursor(const StreamCursor& c) {
@@ -94,11 +101,50 @@ void RowStream::next(BatchBuffers& out) {
         auto st = Rng(row_rng_seed(cfg_.seed, cursor_.epoch, row)).state().words;
         const size_t off = static_cast<size_t>(b) * T;
         ctx_sample_row r{out.tokens.data() + off, out.positions.data() + off,
-                         out.targets.data() + off, out.mask.data() + off, cfg_.row_len};
+                         out.targets.data() + off, out.mask.data() + off, cfg_.row_len,
+                         packed_ ? source_buf_.data() : nullptr};
+        if (packed_) std::fill(source_buf_.begin(), source_buf_.end(), int64_t{-1});
         sampler_.sample(window_buf_.data(), cfg_.window_len, st.data(), r);
+        if (packed_) apply_packing(out, b, w);
     }
     cursor_.index += global_;
     normalize();
+}
+
+void RowStream::apply_packing(BatchBuffers& out, int b, const Window& w) {
+    const int T = static_cast<int>(cfg_.row_len);
+    if (out.doc_start.size() != out.tokens.size()) out.doc_start.assign(out.tokens.size(), 0);
+    const size_t off = static_cast<size_t>(b) * T;
+    int32_t* ds = out.doc_start.data() + off;
+    float* pos = out.positions.data() + off;
+    float* mask = out.mask.data() + off;
+    std::vector<PackedDocs::Span> doc(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) {
+        const int64_t s = source_buf_[static_cast<size_t>(t)];
+        CTX_CHECK(s >= 0 && s < cfg_.window_len, "packed rows: the sampler gave no window index "
+                  "for token {} (ctx_sample_row.source, plugin ABI 1.4; Lua samplers and older "
+                  "plugins do not report it)", t);
+        doc[static_cast<size_t>(t)] = packed_->document_at(w.start + s);
+        const PackedDocs::Span& d = doc[static_cast<size_t>(t)];
+        const bool first = t == 0 || d.begin != doc[static_cast<size_t>(t) - 1].begin;
+        CTX_CHECK(first || source_buf_[static_cast<size_t>(t) - 1] < s, "packed rows: the sampler "
+                  "reorders tokens (window index {} after {}); documents must stay contiguous",
+                  s, source_buf_[static_cast<size_t>(t) - 1]);
+        CTX_CHECK(!first || t == 0 || d.begin > doc[static_cast<size_t>(t) - 1].begin,
+                  "packed rows: the sampler returns to an earlier document at token {}", t);
+        ds[t] = first ? t : ds[t - 1];
+        // restart: count from the document's first token in the window
+        if (cfg_.pack == PackPositions::Restart)
+            pos[t] = static_cast<float>(w.start + s - std::max(d.begin, w.start));
+    }
+    // No loss where the target may come from another document: the last token of a document,
+    // and a token followed in the row by another document (a sampler's segment boundary).
+    for (int t = 0; t < T; ++t) {
+        const PackedDocs::Span& d = doc[static_cast<size_t>(t)];
+        const bool doc_ends = w.start + source_buf_[static_cast<size_t>(t)] + 1 >= d.end;
+        const bool next_differs = t + 1 < T && ds[t + 1] == t + 1;
+        if (doc_ends || next_differs) mask[t] = 0.0f;
+    }
 }
 
 EvalIterator::EvalIterator(const DocStore& docs, std::vector<Window> windows, int64_t window_len,

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "data/packed_docs.h"
 #include "data/shard.h"
 #include "data/token_source.h"
 #include "data/windows.h"
@@ -35,6 +36,9 @@ struct RowStreamConfig {
     int batch_size = 0;      // rows per rank per batch (B)
     int rank = 0, world = 1;
     uint64_t seed = 0;
+    // Packed rows: the documents must be a PackedDocs; each row gets doc_start, positions per
+    // PackPositions, and no loss on a target that may come from the next document.
+    PackPositions pack = PackPositions::None;
 };
 
 // The seeds behind the stream, exposed so tests and tools can reproduce a row.
@@ -66,6 +70,8 @@ public:
 private:
     void normalize();                // wraps the cursor when a full batch no longer fits
     const std::vector<int64_t>& order();  // the cached permutation of cursor_.epoch
+    // Packed rows: documents of row b's tokens from the sampler's sources (window w).
+    void apply_packing(BatchBuffers& out, int b, const Window& w);
 
     const DocStore& docs_;
     std::vector<Window> windows_;
@@ -76,6 +82,8 @@ private:
     int64_t order_epoch_ = -1;
     std::vector<int64_t> order_;
     std::vector<int32_t> window_buf_;
+    const PackedDocs* packed_ = nullptr;  // docs_ when cfg_.pack != None
+    std::vector<int64_t> source_buf_;     // (row_len) the sampler's token sources
 };
 
 // All windows of a split in their given order, whole (positions 0 .. Le-1, every target the

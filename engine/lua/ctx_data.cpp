@@ -364,9 +364,22 @@ int l_rows(lua_State* L) {
           "stages of growing Le instead of window: {{steps = N, window = Le}, ..., {window = Le}}"},
          {"row_len", OptType::Integer, false, "tokens per row (default: window)"},
          {"batch_size", OptType::Integer, true, "rows per rank per step"},
-         {"seed", OptType::Integer, false, "order and sampling seed"}},
+         {"seed", OptType::Integer, false, "order and sampling seed"},
+         {"pack", OptType::String, false,
+          "restart | continue: documents end to end, several per window, attention masked "
+          "between them; positions restart per document or continue (default: one document "
+          "per window)"}},
         "ctx.data.rows", where);
     DocumentsRef docs = check_documents(L, o, "docs");
+    PackPositions pack = PackPositions::None;
+    if (o.has("pack")) {
+        pack = o.choice("pack", "restart", {"restart", "continue"}) == "restart"
+                   ? PackPositions::Restart
+                   : PackPositions::Continue;
+        std::vector<int64_t> ids(static_cast<size_t>(docs->n_docs()));
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>(i);
+        docs = std::make_shared<PackedDocs>(docs, ids);
+    }
     const SamplerSpec* spec = nullptr;
     if (const lua::LuaRef* ref = o.ref("sampler")) {
         ref->push();
@@ -393,6 +406,7 @@ int l_rows(lua_State* L) {
     c.seed = static_cast<uint64_t>(o.integer("seed", 1));
     c.rank = engine.comm->rank();
     c.world = engine.comm->size();
+    c.pack = pack;
     if (c.window_len <= 0) o.fail_key("window", fmt::format("must be positive, got {}", c.window_len));
     if (c.row_len <= 0 || c.row_len > c.window_len)
         o.fail_key("row_len", fmt::format("must be in [1, window = {}], got {}", c.window_len, c.row_len));

@@ -295,13 +295,22 @@ void Model::check_batch(const Batch& b) const {
     for (int r = 0; r < b.B; ++r) {
         const size_t off = static_cast<size_t>(r) * b.T;
         check_row(b.tokens + off, b.targets + off, b.positions + off, b.T, r, 0);
+        if (!b.doc_start) continue;
+        // packed rows: documents contiguous, each token's start at or before it
+        const int32_t* ds = b.doc_start + off;
+        for (int t = 0; t < b.T; ++t)
+            CTX_CHECK(ds[t] >= 0 && ds[t] <= t && (t == 0 || ds[t] >= ds[t - 1]) &&
+                          (ds[t] == t || ds[t] == ds[t - 1]),
+                      "doc_start {} at row {} col {}: documents must be contiguous runs (the "
+                      "first token of a document starts at itself, the others at their "
+                      "document's first token)", ds[t], r, t);
     }
 }
 
 // After check_batch: one upload per pass, read where it lies by every op of the pass.
 void Model::stage_batch(const Batch& b) {
     acts_->batch = backend_->stage_batch(
-        BatchInputs{b.tokens, b.targets, b.positions, b.loss_mask, b.B * b.T});
+        BatchInputs{b.tokens, b.targets, b.positions, b.loss_mask, b.doc_start, b.B * b.T});
 }
 
 BiasSpec Model::bias_spec(int T) {
@@ -408,6 +417,7 @@ void Model::forward_impl(const Batch& b) {
     AttentionOptions attn;
     attn.bias = bias_spec(T);
     attn.window = config_.window_with(attention_window_);
+    attn.doc_start = a.batch.doc_start;
     attn.mode = attention_mode_;
     attention_.begin(B, T, a.batch.positions, rot, attn, a.attn_scratch);
     if (bias_generic_) {  // one table for every layer

@@ -148,7 +148,7 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
     }
     // checked above: one upload of the step's tokens and positions
     const BatchInputs staged =
-        be.stage_batch(BatchInputs{b.tokens.data(), nullptr, pos_new.data(), nullptr, N});
+        be.stage_batch(BatchInputs{b.tokens.data(), nullptr, pos_new.data(), nullptr, nullptr, N});
 
     // ---- embedding + input PE, as every pass of the model
     m.embed(b.x, b.encoded, b.mean, b.rstd, staged.tokens, staged.positions, pos_new.data(), N);

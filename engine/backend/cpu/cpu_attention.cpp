@@ -181,7 +181,7 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
                                     ? opt.bias.table + size_t(bh) * T * T  // (T, T)
                                     : nullptr;
         for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
-            const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_start(i0, opt.window);
+            const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_lo(opt, b, T, i0);
             const int M = i1 - i0, Nk = i1 - j0;
             float* s_blk = att_bh + size_t(i0) * T + j0;  // (M, Nk), ld T
             // logits = q k^T / sqrt(D)
@@ -189,7 +189,7 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
                         q + size_t(i0) * C3, C3, k + size_t(j0) * C3, C3, 0.0f, s_blk, T);
             for (int i = i0; i < i1; i++) {
                 float* row = att_bh + size_t(i) * T;  // (T)
-                const int lo = key_start(i, opt.window);
+                const int lo = key_lo(opt, b, T, i);
                 for (int j = 0; j < lo; j++) row[j] = 0.0f;
                 for (int j = i + 1; j < T; j++) row[j] = 0.0f;
                 add_bias_row(row, 0, table_bh ? table_bh + size_t(i) * T : nullptr, pos, i, lo,
@@ -251,7 +251,7 @@ void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* do
             if (bias_grads) std::fill(g, g + n_bias_grads, 0.0);
 
             for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
-                const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_start(i0, opt.window);
+                const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_lo(opt, b, T, i0);
                 const int M = i1 - i0, Nk = i1 - j0;
                 const float* p_blk = att_bh + size_t(i0) * T + j0;  // (M, Nk), ld T
                 // dP (M, Nk) = dout[i0:i1] v[j0:i1]^T
@@ -270,10 +270,10 @@ void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* do
 #pragma omp simd
                     for (int j = 0; j < Nk; j++) ds[j] = p[j] * (ds[j] - dot);
                     if (bias_grads)
-                        bias_grad_row(g, ds, j0, pos, i, key_start(i, opt.window), h, bs, be);
+                        bias_grad_row(g, ds, j0, pos, i, key_lo(opt, b, T, i), h, bs, be);
                     if (dtable_bh != nullptr) {  // d logit / d table = 1 on the entries read
                         float* drow = dtable_bh + size_t(i) * T;
-                        const int lo = key_start(i, opt.window);
+                        const int lo = key_lo(opt, b, T, i);
 #pragma omp simd
                         for (int j = lo; j <= i; j++) drow[j] += ds[j - j0];
                     }
@@ -308,6 +308,8 @@ void CpuBackend::attention_cached_forward(float* out, float* scratch, const floa
                                           const int32_t* lens, int B, int Tq, int S, int C, int H,
                                           const AttentionOptions& opt) {
     check_attention(S, C, H, opt);
+    CTX_CHECK(opt.doc_start == nullptr, "attention over a KV cache: packed rows (doc_start) "
+              "are a training layout, not supported here");
     CTX_CHECK(Tq >= 1 && Tq <= S, "cached attention: need 1 <= Tq ({}) <= S ({})", Tq, S);
     for (int b = 0; b < B; b++)
         CTX_CHECK(lens[b] >= Tq && lens[b] <= S, "cached attention: row {} holds {} entries; "

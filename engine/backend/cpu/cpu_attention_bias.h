@@ -162,6 +162,14 @@ inline void bias_grad_row(double* g, const float* ds_row, int j0, const float* p
 // First key row i may attend to.
 inline int key_start(int i, int window) { return window > 0 ? std::max(0, i - window + 1) : 0; }
 
+// First key query i of row b attends: the window's start, or its document's first token when
+// rows are packed (opt.doc_start). Non-decreasing in i, so a query block's first row has the
+// block's lowest key.
+inline int key_lo(const AttentionOptions& opt, int b, int T, int i) {
+    const int lo = key_start(i, opt.window);
+    return opt.doc_start ? std::max(lo, int(opt.doc_start[size_t(b) * T + i])) : lo;
+}
+
 // Per-thread dP/dS buffer: one query block against all keys it may need.
 inline size_t attn_buffer_floats(int T) {
     return (size_t(std::min(T, kAttnBlock)) * size_t(T) + 15) / 16 * 16;

@@ -72,7 +72,7 @@ void CpuBackend::flash_forward(float* out, float* lse, const float* qkv, const f
                                         ? opt.bias.table + size_t(bh) * T * T  // (T, T)
                                         : nullptr;
             for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
-                const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_start(i0, opt.window);
+                const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_lo(opt, b, T, i0);
                 const int M = i1 - i0, Nk = i1 - j0;
                 float inv[kAttnBlock];  // (M) 1 / rowsum
                 // logits (M, Nk) = q[i0:i1] k[j0:i1]^T / sqrt(D); row r holds keys j0 .. i1-1
@@ -80,7 +80,7 @@ void CpuBackend::flash_forward(float* out, float* lse, const float* qkv, const f
                             q + size_t(i0) * C3, C3, k + size_t(j0) * C3, C3, 0.0f, e_buf, Nk);
                 for (int i = i0; i < i1; i++) {
                     float* row = e_buf + size_t(i - i0) * Nk;  // (Nk)
-                    const int lo = key_start(i, opt.window);
+                    const int lo = key_lo(opt, b, T, i);
                     add_bias_row(row, j0, table_bh ? table_bh + size_t(i) * T : nullptr, pos, i,
                                  lo, h, opt.bias, be);
                     float* r = row + (lo - j0);  // (n) keys lo .. i
@@ -152,14 +152,14 @@ void CpuBackend::flash_backward(float* dqkv, float* scratch, const float* dout, 
             if (bg.params) std::fill(g, g + bg.n, 0.0);
 
             for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
-                const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_start(i0, opt.window);
+                const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_lo(opt, b, T, i0);
                 const int M = i1 - i0, Nk = i1 - j0;
                 // P (M, Nk) = exp(q[i0:i1] k[j0:i1]^T / sqrt(D) + bias - lse), 0 where masked
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Nk, D, scale,
                             q + size_t(i0) * C3, C3, k + size_t(j0) * C3, C3, 0.0f, p_buf, Nk);
                 for (int i = i0; i < i1; i++) {
                     float* row = p_buf + size_t(i - i0) * Nk;  // (Nk) keys j0 .. i1-1
-                    const int lo = key_start(i, opt.window);
+                    const int lo = key_lo(opt, b, T, i);
                     add_bias_row(row, j0, table_bh ? table_bh + size_t(i) * T : nullptr, pos, i,
                                  lo, h, bs, be);
                     const float l = lse_bh[i];
@@ -191,7 +191,7 @@ void CpuBackend::flash_backward(float* dqkv, float* scratch, const float* dout, 
                     const float dr = drow[i - i0];
 #pragma omp simd
                     for (int j = 0; j < Nk; j++) ds[j] = p[j] * (ds[j] - dr);
-                    const int lo = key_start(i, opt.window);
+                    const int lo = key_lo(opt, b, T, i);
                     if (bg.params) bias_grad_row(g, ds, j0, pos, i, lo, h, bs, be);
                     if (dtable_bh != nullptr) {  // d logit / d table = 1 on the entries read
                         float* dtr = dtable_bh + size_t(i) * T;

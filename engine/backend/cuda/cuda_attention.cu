@@ -72,7 +72,7 @@ __global__ void rotary_kernel(float* qkv, const float* positions, int BT, int C,
 
 // One warp per row (b, h, i) of att (B, H, T, T), which holds q.k / sqrt(D) on entry.
 __global__ void attention_softmax_kernel(float* att, const float* positions, int B, int H, int T,
-                                         int window, BiasArgs bs) {
+                                         KeyMask mask, BiasArgs bs) {
     const int lane = threadIdx.x & 31;
     const size_t row = size_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
     if (row >= size_t(B) * H * T) return;
@@ -82,7 +82,7 @@ __global__ void attention_softmax_kernel(float* att, const float* positions, int
     float* r = att + row * T;
     const float* pos = positions + size_t(b) * T;
     const float pi = pos[i];
-    const int lo = key_start(i, window);
+    const int lo = key_lo(mask, b, T, i);
     const float* trow = bs.kind == kTable ? bs.table + row * T : nullptr;
     float mx = -INFINITY;
     for (int j = lane; j < T; j += 32) {
@@ -112,11 +112,11 @@ __global__ void attention_softmax_kernel(float* att, const float* positions, int
 
 // One warp per row (h, i) of one batch row: dS = P (dP - sum_j P dP), 0 outside the mask.
 __global__ void attention_dlogits_kernel(float* ds, const float* att, float* dtable, int H, int T,
-                                         int window) {
+                                         KeyMask mask_b) {
     const int lane = threadIdx.x & 31;
     const size_t row = size_t(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
     if (row >= size_t(H) * T) return;
-    const int i = int(row % T), lo = key_start(i, window);
+    const int i = int(row % T), lo = key_lo(mask_b, 0, T, i);
     const float* p = att + row * T;
     float* d = ds + row * T;
     float dot = 0.0f;
@@ -135,7 +135,7 @@ __global__ void attention_dlogits_kernel(float* ds, const float* att, float* dta
 // in shared memory; within a warp the 32 lanes' contributions are added one lane at a time by
 // the lane that owns the bucket (bucket % 32), so every bucket is summed in a fixed order.
 __global__ void bias_grad_partials_kernel(float* partials, const float* ds, const float* pos,
-                                          int b, int H, int T, int window, BiasArgs bs,
+                                          int b, int H, int T, KeyMask mask_b, BiasArgs bs,
                                           int chunks) {
     extern __shared__ double hist[];  // T5: (kWarpsPerBlock, nb)
     __shared__ double red[32];
@@ -151,7 +151,7 @@ __global__ void bias_grad_partials_kernel(float* partials, const float* ds, cons
     double ga = 0.0, gb = 0.0;
     const int i_end = min(T, (chunk + 1) * kBiasGradRows);
     for (int i = chunk * kBiasGradRows + warp; i < i_end; i += kWarpsPerBlock) {
-        const int lo = key_start(i, window);
+        const int lo = key_lo(mask_b, 0, T, i);
         const float* dsr = ds + (size_t(h) * T + i) * T;
         const float pi = pos[i];
         for (int j0 = lo; j0 <= i; j0 += 32) {  // uniform over the warp
@@ -307,34 +307,34 @@ cudaError_t launch_rotary(float* qkv, const float* positions, int BT, int C, int
 }
 
 cudaError_t launch_attention_softmax(float* att, const float* positions, int B, int H, int T,
-                                     int window, const BiasArgs& bias, cudaStream_t s) {
+                                     KeyMask mask, const BiasArgs& bias, cudaStream_t s) {
     const size_t rows = size_t(B) * H * T;
     if (rows == 0) return cudaSuccess;
     const size_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
     attention_softmax_kernel<<<unsigned(blocks), 32 * kWarpsPerBlock, 0, s>>>(att, positions, B,
-                                                                               H, T, window, bias);
+                                                                               H, T, mask, bias);
     return cudaGetLastError();
 }
 
 cudaError_t launch_attention_dlogits(float* ds, const float* att_b, float* dtable_b, int H, int T,
-                                     int window, cudaStream_t s) {
+                                     KeyMask mask_b, cudaStream_t s) {
     const size_t rows = size_t(H) * T;
     if (rows == 0) return cudaSuccess;
     const size_t blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
     attention_dlogits_kernel<<<unsigned(blocks), 32 * kWarpsPerBlock, 0, s>>>(ds, att_b, dtable_b,
-                                                                               H, T, window);
+                                                                               H, T, mask_b);
     return cudaGetLastError();
 }
 
 cudaError_t launch_attention_bias_grad_partials(float* partials, const float* ds,
                                                 const float* pos_b, int b, int H, int T,
-                                                int window, const BiasArgs& bias,
+                                                KeyMask mask_b, const BiasArgs& bias,
                                                 cudaStream_t s) {
     const int chunks = (T + kBiasGradRows - 1) / kBiasGradRows;
     const size_t shared = bias.kind == kT5 ? size_t(kWarpsPerBlock) * bias.nb * sizeof(double) : 0;
     const dim3 grid(chunks, H);
     bias_grad_partials_kernel<<<grid, 32 * kWarpsPerBlock, shared, s>>>(partials, ds, pos_b, b, H,
-                                                                        T, window, bias, chunks);
+                                                                        T, mask_b, bias, chunks);
     return cudaGetLastError();
 }
 

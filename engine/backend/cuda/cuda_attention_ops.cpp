@@ -195,7 +195,9 @@ void CudaBackend::attention_forward(float* out, float* saved, const float* qkv,
         // logits (T, T) = q k^T / sqrt(D), per head
         gemm_batched(op, false, true, T, T, D, scale, q, C3, D, k, C3, D, 0.0f, att_b, T, TT, H);
     }
-    check(launch_attention_softmax(att, positions, B, H, T, opt.window, ba, stream_), op);
+    check(launch_attention_softmax(att, positions, B, H, T, KeyMask{opt.window, opt.doc_start}, ba,
+                                   stream_),
+          op);
     for (int b = 0; b < B; b++) {
         const float* v = qkv + size_t(b) * T * C3 + 2 * C;
         const float* att_b = att + size_t(b) * H * TT;
@@ -255,15 +257,16 @@ void CudaBackend::attention_backward(float* dqkv, float* scratch, const float* d
         gemm_batched(op, true, false, T, D, T, 1.0f, att_b, T, TT, dout_b, C, D, 1.0f, dv, C3, D,
                      H);
         // dS = P (dP - rowsum(P dP)); dtable += dS
+        const KeyMask mask_b{opt.window, opt.doc_start ? opt.doc_start + size_t(b) * T : nullptr};
         check(launch_attention_dlogits(ds, att_b, dtable ? dtable + size_t(b) * H * TT : nullptr,
-                                       H, T, opt.window, stream_),
+                                       H, T, mask_b, stream_),
               op);
         // dq += dS k / sqrt(D);  dk += dS^T q / sqrt(D)
         gemm_batched(op, false, false, T, D, T, scale, ds, T, TT, k, C3, D, 1.0f, dq, C3, D, H);
         gemm_batched(op, true, false, T, D, T, scale, ds, T, TT, q, C3, D, 1.0f, dk, C3, D, H);
         if (bias_grads)
             check(launch_attention_bias_grad_partials(partials, ds, positions + size_t(b) * T, b,
-                                                      H, T, opt.window, ba, stream_),
+                                                      H, T, mask_b, ba, stream_),
                   op);
     }
     if (bias_grads)
@@ -285,6 +288,8 @@ void CudaBackend::attention_cached_forward(float* out, float* /*scratch*/, const
                                            const AttentionOptions& opt) {
     static constexpr const char* op = "attention_cached_forward";
     check_attention(S, C, H, opt);
+    CTX_CHECK(opt.doc_start == nullptr, "attention over a KV cache: packed rows (doc_start) "
+              "are a training layout, not supported here");
     CTX_CHECK(Tq >= 1 && Tq <= S, "cached attention: need 1 <= Tq ({}) <= S ({})", Tq, S);
     if (B <= 0) return;
     activate();

@@ -160,6 +160,7 @@ BatchInputs CudaBackend::stage_batch(const BatchInputs& host) {
     d.targets = put(host.targets, d_batch_targets_);
     d.positions = put(host.positions, d_batch_positions_);
     d.mask = put(host.mask, d_batch_mask_);
+    d.doc_start = put(host.doc_start, d_batch_doc_start_);
     h_batch_tokens_.assign(host.tokens, host.tokens + (host.tokens ? N : 0));
     h_batch_positions_.assign(host.positions, host.positions + (host.positions ? N : 0));
     staged_ = d;

@@ -228,7 +228,7 @@ private:
     // copy that embedding_backward groups by, so no op copies batch data back
     BatchInputs staged_;
     uint64_t input_readbacks_ = 0;  // host_view copies (see Backend::input_readbacks)
-    DeviceScratch<int32_t> d_batch_tokens_, d_batch_targets_;
+    DeviceScratch<int32_t> d_batch_tokens_, d_batch_targets_, d_batch_doc_start_;
     DeviceScratch<float> d_batch_positions_, d_batch_mask_;
     std::vector<int32_t> h_batch_tokens_;
     std::vector<float> h_batch_positions_;

@@ -14,6 +14,13 @@ __device__ __forceinline__ int key_start(int i, int window) {
     return window > 0 ? max(0, i - window + 1) : 0;
 }
 
+// First key query i of batch row b attends: the window's start, raised to its document's first
+// token in packed rows (non-decreasing in i).
+__device__ __forceinline__ int key_lo(const KeyMask& m, int b, int T, int i) {
+    const int lo = key_start(i, m.window);
+    return m.doc_start ? max(lo, int(m.doc_start[size_t(b) * T + i])) : lo;
+}
+
 // ================================================================ bias evaluation
 
 // T5 bucket of d (METHODS.md 1.6), in double: the device twin of t5_bucket (op_common.h).

@@ -61,6 +61,7 @@ struct FlashArgs {
     const float* qkv;  // (B, T, 3C)
     const float* pos;  // (B, T)
     int T, C, H, D, window;
+    const int32_t* doc_start;  // (B, T) packed rows, or null (KeyMask)
     float scale;       // 1 / sqrt(D)
     BiasArgs bs;
 };
@@ -85,7 +86,7 @@ __device__ __forceinline__ unsigned tile_logits(float (&s)[kCols], const float* 
     if (i >= a.T) return 0;
     const float* pos = a.pos + size_t(b) * a.T;
     const float pi = pos[i];
-    const int lo = key_start(i, a.window);
+    const int lo = key_lo(KeyMask{a.window, a.doc_start}, b, a.T, i);
     const float* trow =
         a.bs.kind == kTable ? a.bs.table + ((size_t(b) * a.H + h) * a.T + i) * a.T : nullptr;
     const float* q = Qs + r * LD;
@@ -430,7 +431,7 @@ __global__ void flash_bwd_dkv_kernel(float* dqkv, const float* dout, const float
 
 // ================================================================ launch helpers
 
-FlashArgs make_args(const float* qkv, const float* positions, int T, int C, int H, int window,
+FlashArgs make_args(const float* qkv, const float* positions, int T, int C, int H, KeyMask mask,
                     const BiasArgs& bias) {
     FlashArgs a;
     a.qkv = qkv;
@@ -439,7 +440,8 @@ FlashArgs make_args(const float* qkv, const float* positions, int T, int C, int 
     a.C = C;
     a.H = H;
     a.D = C / H;
-    a.window = window;
+    a.window = mask.window;
+    a.doc_start = mask.doc_start;
     a.scale = 1.0f / sqrtf(float(a.D));
     a.bs = bias;
     return a;
@@ -488,10 +490,10 @@ size_t flash_backward_smem_bytes(int D) {
 }
 
 cudaError_t launch_flash_forward(float* out, float* lse, const float* qkv, const float* positions,
-                                 int B, int T, int C, int H, int window, const BiasArgs& bias,
+                                 int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
                                  cudaStream_t s) {
     if (B <= 0 || T <= 0) return cudaSuccess;
-    const FlashArgs a = make_args(qkv, positions, T, C, H, window, bias);
+    const FlashArgs a = make_args(qkv, positions, T, C, H, mask, bias);
     if (a.D <= 32) return flash_forward_t<32>(out, lse, a, B, s);
     if (a.D <= 64) return flash_forward_t<64>(out, lse, a, B, s);
     if (a.D <= 80) return flash_forward_t<80>(out, lse, a, B, s);
@@ -511,9 +513,9 @@ cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, 
 cudaError_t launch_flash_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                   const float* dout, const float* qkv, const float* out,
                                   const float* lse, const float* positions, int B, int T, int C,
-                                  int H, int window, const BiasArgs& bias, cudaStream_t s) {
+                                  int H, KeyMask mask, const BiasArgs& bias, cudaStream_t s) {
     if (B <= 0 || T <= 0) return cudaSuccess;
-    const FlashArgs a = make_args(qkv, positions, T, C, H, window, bias);
+    const FlashArgs a = make_args(qkv, positions, T, C, H, mask, bias);
     if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
     if (cudaError_t e = launch_flash_dvec(dvec, dout, out, B, T, C, H, s); e != cudaSuccess)
         return e;

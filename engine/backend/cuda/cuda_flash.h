@@ -35,7 +35,7 @@ size_t flash_backward_smem_bytes(int D);
 
 // out (B, T, C) (writes), lse (B, H, T) (writes): log-sum-exp of every row's logits.
 cudaError_t launch_flash_forward(float* out, float* lse, const float* qkv, const float* positions,
-                                 int B, int T, int C, int H, int window, const BiasArgs& bias,
+                                 int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
                                  cudaStream_t s);
 // dqkv (B, T, 3C) +=; dvec (B, H, T) scratch (rowsum(dout * out)); partials: null (no bias
 // parameter gradients) or (B, H, ceil(T / 32), kMaxT5Buckets) per-query-tile partial sums, to be
@@ -44,7 +44,7 @@ cudaError_t launch_flash_forward(float* out, float* lse, const float* qkv, const
 cudaError_t launch_flash_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                   const float* dout, const float* qkv, const float* out,
                                   const float* lse, const float* positions, int B, int T, int C,
-                                  int H, int window, const BiasArgs& bias, cudaStream_t s);
+                                  int H, KeyMask mask, const BiasArgs& bias, cudaStream_t s);
 
 // dvec (B, H, T) = rowsum(dout * out) per head, fp32 (the D_i of both backward paths).
 cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, int B, int T,
@@ -57,12 +57,12 @@ cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, 
 // computes dvec itself, like launch_flash_backward.
 size_t flash_tc_packed_elems(int B, int T, int C, int H);
 cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
-                                    const float* positions, int B, int T, int C, int H, int window,
+                                    const float* positions, int B, int T, int C, int H, KeyMask mask,
                                     const BiasArgs& bias, cudaStream_t s);
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                      uint16_t* packed, const float* dout, const float* qkv,
                                      const float* out, const float* lse, const float* positions,
-                                     int B, int T, int C, int H, int window, const BiasArgs& bias,
+                                     int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
                                      cudaStream_t s);
 
 // Host side: argument checks, bias parameters staged on the device through the backend's

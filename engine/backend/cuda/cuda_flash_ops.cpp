@@ -50,11 +50,12 @@ void FlashAttention::forward(cudaStream_t stream, float* out, float* lse, const 
     if (packed_ != nullptr) {
         uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H), op);
         check_cuda(launch_flash_tc_forward(out, lse, packed, qkv, positions, B, T, C, H,
-                                           opt.window, ba, stream),
+                                           KeyMask{opt.window, opt.doc_start}, ba, stream),
                    op);
         return;
     }
-    check_cuda(launch_flash_forward(out, lse, qkv, positions, B, T, C, H, opt.window, ba, stream),
+    check_cuda(launch_flash_forward(out, lse, qkv, positions, B, T, C, H,
+                                    KeyMask{opt.window, opt.doc_start}, ba, stream),
                op);
 }
 
@@ -77,11 +78,13 @@ void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, 
     if (packed_ != nullptr) {
         uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H), op);
         check_cuda(launch_flash_tc_backward(dqkv, dvec, parts, dtable, packed, dout, qkv, out, lse,
-                                            positions, B, T, C, H, opt.window, ba, stream),
+                                            positions, B, T, C, H,
+                                            KeyMask{opt.window, opt.doc_start}, ba, stream),
                    op);
     } else {
         check_cuda(launch_flash_backward(dqkv, dvec, parts, dtable, dout, qkv, out, lse, positions,
-                                         B, T, C, H, opt.window, ba, stream),
+                                         B, T, C, H, KeyMask{opt.window, opt.doc_start}, ba,
+                                         stream),
                    op);
     }
     if (bias_grads)

@@ -57,6 +57,7 @@ struct TcArgs {
     // packed bf16 operands: rows (B, H, Tp, kD), transposes (B, H, kD, Tp); null if not packed
     const uint16_t *q, *k, *v, *g, *qt, *kt, *vt, *gt;
     int T, Tp, C, H, D, window;
+    const int32_t* doc_start;  // (B, T) packed rows, or null (KeyMask)
     float scale;       // 1 / sqrt(D)
     BiasArgs bs;
 };
@@ -129,8 +130,9 @@ __device__ __forceinline__ void product_from_c(float (&acc)[DN][4], const float 
     }
 }
 
-__device__ __forceinline__ bool in_mask(int i, int j, int T, int window) {
-    return i < T && j <= i && j >= key_start(i, window);
+// Query i may attend key j of batch row b: causal, its window, its document (packed rows).
+__device__ __forceinline__ bool in_mask(const TcArgs& a, int b, int i, int j) {
+    return i < a.T && j <= i && j >= key_lo(KeyMask{a.window, a.doc_start}, b, a.T, i);
 }
 
 __device__ __forceinline__ const float* table_row(const TcArgs& a, int b, int h, int i) {
@@ -212,7 +214,7 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), j = k0 + c;
-                if (!in_mask(i[r], j, T, a.window)) continue;
+                if (!in_mask(a, b, i[r], j)) continue;
                 const float x = s[n][e] * a.scale + bias_value(a.bs, h, pi[r], posK[c], trow[r], j);
                 s[n][e] = x;
                 valid |= 1u << (4 * n + e);
@@ -392,7 +394,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), j = k0 + c;
-                    const bool in = in_mask(i[r], j, T, a.window);
+                    const bool in = in_mask(a, b, i[r], j);
                     float v = 0.0f;
                     if (in) {
                         const float x =
@@ -524,7 +526,7 @@ __global__ void __launch_bounds__(kThreads)
             for (int e = 0; e < 4; e++) {
                 const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), i = q0 + c;
                 float p = 0.0f, ds = 0.0f;
-                if (j[r] < T && in_mask(i, j[r], T, a.window)) {
+                if (j[r] < T && in_mask(a, b, i, j[r])) {
                     const float x = s[n][e] * a.scale +
                                     bias_value(a.bs, h, posQ[c], pj[r], table_row(a, b, h, i), j[r]);
                     p = expf(x - lseQ[c]);
@@ -612,7 +614,8 @@ cudaError_t pack(uint16_t* rows, uint16_t* trans, const float* src, int ld, int 
     return cudaGetLastError();
 }
 
-TcArgs make_args(const float* positions, int T, int C, int H, int window, const BiasArgs& bias) {
+TcArgs make_args(const float* positions, int T, int C, int H, KeyMask mask,
+                 const BiasArgs& bias) {
     TcArgs a{};
     a.pos = positions;
     a.T = T;
@@ -620,7 +623,8 @@ TcArgs make_args(const float* positions, int T, int C, int H, int window, const 
     a.C = C;
     a.H = H;
     a.D = C / H;
-    a.window = window;
+    a.window = mask.window;
+    a.doc_start = mask.doc_start;
     a.scale = 1.0f / sqrtf(float(a.D));
     a.bs = bias;
     return a;
@@ -672,10 +676,10 @@ size_t flash_tc_packed_elems(int B, int T, int C, int H) {
 }
 
 cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
-                                    const float* positions, int B, int T, int C, int H, int window,
+                                    const float* positions, int B, int T, int C, int H, KeyMask mask,
                                     const BiasArgs& bias, cudaStream_t s) {
     if (B <= 0 || T <= 0) return cudaSuccess;
-    TcArgs a = make_args(positions, T, C, H, window, bias);
+    TcArgs a = make_args(positions, T, C, H, mask, bias);
     if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
     const size_t n = size_t(B) * H * a.Tp * tc_head_dim(a.D);  // one packed operand
     uint16_t *q = packed, *k = q + n, *v = k + n, *vt = v + n;
@@ -695,10 +699,10 @@ cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, co
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                      uint16_t* packed, const float* dout, const float* qkv,
                                      const float* out, const float* lse, const float* positions,
-                                     int B, int T, int C, int H, int window, const BiasArgs& bias,
+                                     int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
                                      cudaStream_t s) {
     if (B <= 0 || T <= 0) return cudaSuccess;
-    TcArgs a = make_args(positions, T, C, H, window, bias);
+    TcArgs a = make_args(positions, T, C, H, mask, bias);
     if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
     if (cudaError_t e = launch_flash_dvec(dvec, dout, out, B, T, C, H, s); e != cudaSuccess)
         return e;

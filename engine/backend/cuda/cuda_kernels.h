@@ -23,6 +23,14 @@ namespace ctx::cuda {
 // Query rows per block of the bias-gradient kernel (one partial-sum slot per chunk of rows).
 inline constexpr int kBiasGradRows = 32;
 
+// Which keys a query may attend besides the causal rule (AttentionOptions): its last `window`
+// (0: all) and, in packed rows, none before its document's first token doc_start (device, per
+// query; null: one document per row). Launchers of one batch row take doc_start of that row.
+struct KeyMask {
+    int window = 0;
+    const int32_t* doc_start = nullptr;
+};
+
 // Bias of attention logit (i, j), device view of a BiasSpec (backend.h). kind is BiasKind's value.
 struct BiasArgs {
     int kind = 0;
@@ -112,16 +120,16 @@ cudaError_t launch_rotary(float* qkv, const float* positions, int BT, int C, int
 // att (B, H, T, T) holds q.k / sqrt(D) on entry; adds the bias, masks, and turns every row into
 // softmax probabilities (0 above the diagonal and outside the window).
 cudaError_t launch_attention_softmax(float* att, const float* positions, int B, int H, int T,
-                                     int window, const BiasArgs& bias, cudaStream_t s);
+                                     KeyMask mask, const BiasArgs& bias, cudaStream_t s);
 // One batch row b: dS (H, T, T) holds dP on entry and dlogits on exit (0 outside the mask);
 // dtable_b (H, T, T) += dS inside the mask when non-null. att_b (H, T, T).
 cudaError_t launch_attention_dlogits(float* ds, const float* att_b, float* dtable_b, int H, int T,
-                                     int window, cudaStream_t s);
+                                     KeyMask mask_b, cudaStream_t s);
 // One batch row b: partials[((b * H + h) * chunks + c) * kMaxT5Buckets + x] = sum over rows of
 // chunk c of d(loss)/d(parameter slot x) of head h, from dS (H, T, T). pos_b (T).
 cudaError_t launch_attention_bias_grad_partials(float* partials, const float* ds,
                                                 const float* pos_b, int b, int H, int T,
-                                                int window, const BiasArgs& bias,
+                                                KeyMask mask_b, const BiasArgs& bias,
                                                 cudaStream_t s);
 // da, db += the partials summed over b and chunks in a fixed order (da/db may be null).
 cudaError_t launch_attention_bias_grad_reduce(float* da, float* db, const float* partials, int B,

@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define CTX_PLUGIN_ABI_MAJOR 1
-#define CTX_PLUGIN_ABI_MINOR 3
+#define CTX_PLUGIN_ABI_MINOR 4
 
 /* Bytes a struct must have for `field` to be present: the offset where `field` ends. Structs
  * only grow at the end, so `x->struct_size >= CTX_OFFSET_END(type, field)` says whether the
@@ -311,6 +311,10 @@ typedef struct ctx_sample_row {
     int32_t* targets;   /* (row_len) */
     float* loss_mask;   /* (row_len) 1 trains the target, 0 does not */
     int64_t row_len;
+    /* ABI 1.4. NULL, or (row_len): the window index each token was copied from (tokens[r] ==
+     * window[source[r]]). The host asks for it when rows are packed (several documents per
+     * window) to find each token's document; it fills the array with -1 before the call. */
+    int64_t* source;
 } ctx_sample_row;
 
 typedef struct ctx_sampler_vtable {

@@ -116,6 +116,7 @@ static ctx_status chunk_sample(void* instance, const int32_t* window, int64_t wi
         for (o = 0; o < s; ++o) {
             const int64_t r = i * s + o, p = u[i] + o;
             row->tokens[r] = window[p];
+            if (row->source) row->source[r] = p;
             row->positions[r] = (float)p;
             row->targets[r] = window[p + 1];
             row->loss_mask[r] = 1.0f;

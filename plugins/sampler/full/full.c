@@ -64,6 +64,7 @@ static ctx_status full_sample(void* instance, const int32_t* window, int64_t win
     for (r = 0; r < L; ++r) {
         const int64_t p = o + r;
         row->tokens[r] = window[p];
+        if (row->source) row->source[r] = p;
         row->positions[r] = (float)p;
         row->targets[r] = window[p + 1]; /* p + 1 <= window_len: the window has one more token */
         row->loss_mask[r] = 1.0f;

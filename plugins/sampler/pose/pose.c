@@ -122,6 +122,7 @@ static ctx_status pose_sample(void* instance, const int32_t* window, int64_t win
             const int64_t pos = r + u[i];
             const int64_t src = p->content == CONTENT_SKIP ? pos : r;
             row->tokens[r] = window[src];
+            if (row->source) row->source[r] = src;
             row->positions[r] = (float)pos;
             row->targets[r] = window[src + 1];
             row->loss_mask[r] = 1.0f;

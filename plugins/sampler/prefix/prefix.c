@@ -101,6 +101,7 @@ static ctx_status prefix_sample(void* instance, const int32_t* window, int64_t w
         for (p = 0; p < i; ++p) {
             if (!mark[p]) continue;
             row->tokens[r] = window[p];
+            if (row->source) row->source[r] = p;
             row->positions[r] = (float)p;
             row->targets[r] = window[p + 1]; /* a valid token, never trained */
             row->loss_mask[r] = 0.0f;
@@ -111,6 +112,7 @@ static ctx_status prefix_sample(void* instance, const int32_t* window, int64_t w
     for (j = 0; j < s; ++j, ++r) {
         p = i + j;
         row->tokens[r] = window[p];
+        if (row->source) row->source[r] = p;
         row->positions[r] = (float)p;
         row->targets[r] = window[p + 1]; /* the true next token; p + 1 < window_len */
         row->loss_mask[r] = 1.0f;

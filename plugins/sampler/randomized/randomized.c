@@ -90,6 +90,7 @@ static ctx_status randomized_sample(void* instance, const int32_t* window, int64
         if (t > 0 && !(f > prev)) f = nextafterf(prev, INFINITY);
         prev = f;
         row->tokens[t] = window[p];
+        if (row->source) row->source[t] = p;
         row->positions[t] = f;
         row->targets[t] = window[p + 1]; /* p + 1 <= window_len: the window has one more token */
         row->loss_mask[t] = 1.0f;
