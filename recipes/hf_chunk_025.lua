@@ -1,4 +1,4 @@
--- Shared by gpt2_chunk_025.lua, pythia_chunk_025.lua and bloom_chunk_025.lua (docs/HF.md):
+-- Shared by gpt2_, pythia_, bloom_ and llama_chunk_025.lua (given an HF directory; docs/HF.md):
 -- a pretrained HF model (config.json, model.safetensors, tokenizer.json) extended to 4x its
 -- context Lt with chunk-0.25 (METHODS.md 2.2), perplexity on held-out documents at Lt, 2Lt and
 -- 4Lt before (OOTB) and after, the extended model written back as an HF directory.

@@ -7,8 +7,21 @@
 --
 --   mpirun -np 2 ctxengine recipes/llama_chunk_025.lua [OUT_DIR] [quick]
 --
--- The same recipe takes a real Llama, Mistral or Qwen2 from an HF directory through
--- ctx.load_hf (docs/HF.md); this one trains its own so that it runs anywhere in minutes.
+-- Given an HF directory first, it extends that pretrained Llama, Mistral or Qwen2 instead
+-- (ctx.load_hf; hf_chunk_025.lua, as pythia_chunk_025.lua does for Pythia; docs/HF.md):
+--
+--   bash scripts/prepare_corpus.sh --tokenizer models/TinyLlama --out data/real/docs-tinyllama
+--   ctxengine recipes/llama_chunk_025.lua models/TinyLlama data/real/docs-tinyllama/shards \
+--       [OUT (runs/llama_hf_chunk_025)] [quick | MAX_STEPS]
+local function is_hf_dir(path)
+  local f = path and io.open(path .. "/config.json", "rb")
+  if f then f:close() end
+  return f ~= nil
+end
+if is_hf_dir(arg[1]) then
+  require("hf_chunk_025")("llama", "runs/llama_hf_chunk_025")
+  return
+end
 local C = require("common")
 local out = arg[1] or "runs/llama_chunk_025"
 if arg[2] == "quick" then C.quick(out) end

@@ -16,9 +16,9 @@ foreach(case gpt2 neox_parallel neox_sequential_linear neox_dynamic neox_yarn ne
   set_tests_properties(hf_reference.${case} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 endforeach()
 
-# The three recipes in quick mode on tiny models saved by transformers, with corpora tokenized by
+# The HF recipes in quick mode on tiny models saved by transformers, with corpora tokenized by
 # each model's tokenizer.json (ctxengine tokenize --tokenizer HF_DIR).
-foreach(family gpt2 pythia bloom)
+foreach(family gpt2 pythia bloom llama)
   add_test(NAME recipe.hf_${family}_chunk_025_quick
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/recipe_quick.sh ${family} ${CMAKE_BINARY_DIR}/ctxengine
       ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR})

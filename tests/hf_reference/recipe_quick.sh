@@ -3,7 +3,8 @@
 # by transformers (make_reference.py), with shards tokenized by that model's tokenizer.json
 # through `ctxengine tokenize --tokenizer HF_DIR`. Checks the table and that transformers loads
 # the extended export with the new context.
-# Usage: recipe_quick.sh FAMILY CTXENGINE REPO_ROOT BUILD_DIR   (FAMILY: gpt2 | pythia | bloom)
+# Usage: recipe_quick.sh FAMILY CTXENGINE REPO_ROOT BUILD_DIR   (FAMILY: gpt2 | pythia | bloom |
+#        llama)
 # Exit 77 (skipped) without torch + transformers.
 set -euo pipefail
 family=$1 exe=$2 root=$3 build=$4
@@ -14,6 +15,7 @@ case $family in
   gpt2) model=gpt2 key=n_positions ;;
   pythia) model=neox_parallel key=max_position_embeddings ;;
   bloom) model=bloom key=seq_length ;;
+  llama) model=llama key=max_position_embeddings ;;
   *) echo "unknown family $family"; exit 2 ;;
 esac
 
