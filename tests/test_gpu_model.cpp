@@ -44,6 +44,7 @@ Backend& gpu() {
 struct ModelCase {
     std::string label, pe, style;
     std::map<std::string, OptionValue> opts;
+    bool packed = false;  // rows of several documents (Batch::doc_start)
 };
 void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.label; }
 
@@ -108,7 +109,14 @@ TEST_P(OpsGpuModel, TrainingStepsMatchCpu) {
     expect_views_close(mc_cpu, to_host(gpu(), mc_gpu.params().data(), P),
                        to_host(test::cpu(), mc_cpu.params().data(), P), 0.0, "initial params");
 
-    const BatchBuffers buf = make_batch(c.vocab_size);
+    BatchBuffers buf = make_batch(c.vocab_size);
+    if (mc.packed) {  // row 0: documents [0, 6), [6, 15), [15, 21); row 1: [0, 11), [11, 21)
+        buf.doc_start.assign(buf.tokens.size(), 0);
+        for (int t = 0; t < 21; ++t) {
+            buf.doc_start[t] = t < 6 ? 0 : t < 15 ? 6 : 15;
+            buf.doc_start[21 + t] = t < 11 ? 0 : 11;
+        }
+    }
     const Batch b = buf.batch();
     double mask_sum = 0;
     for (float x : buf.mask) mask_sum += x;
@@ -202,7 +210,9 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"kerple_power", "kerple_power", "gpt2", {}},
         ModelCase{"t5_bias", "t5_bias", "gpt2", {}},
         ModelCase{"rope_llama", "rope", "llama", {}},
-        ModelCase{"rope_llama_mqa_window", "rope", "llama_mqa", {}}),
+        ModelCase{"rope_llama_mqa_window", "rope", "llama_mqa", {}},
+        ModelCase{"rope_llama_packed", "rope", "llama", {}, true},
+        ModelCase{"alibi_bloom_packed", "alibi", "bloom", {}, true}),
     [](const auto& info) { return info.param.label; });
 
 // ---------------------------------------------------------------- bf16 mixed precision
