@@ -128,6 +128,40 @@ TEST(PackedRows, ChunkRowsKeepGapsAndDocumentsInOrder) {
     }
 }
 
+TEST(PackedRows, RestartKeepsTheSamplersSpacing) {
+    // sampler/randomized draws increasing positions with random gaps: restarting per document
+    // moves each document's first token to its offset and keeps every gap after it
+    auto rnd = make_sampler("randomized", {}, 1000);
+    auto full = make_sampler("full", {}, 1000);
+    PackedDocs* p = nullptr;
+    std::shared_ptr<PackedDocs> keep;
+    for (uint64_t seed = 1; seed <= 10; ++seed) {
+        const BatchBuffers c = first_batch({5, 7, 3, 30}, 24, 12, PackPositions::Continue, *rnd,
+                                           p, keep, seed);
+        const BatchBuffers r = first_batch({5, 7, 3, 30}, 24, 12, PackPositions::Restart, *rnd,
+                                           p, keep, seed);
+        ASSERT_EQ(c.tokens, r.tokens);
+        ASSERT_EQ(c.doc_start, r.doc_start);
+        for (int t = 0; t < 12; ++t) {
+            if (r.doc_start[t] == t) {  // a document's first row token: its index in the document
+                EXPECT_NEAR(r.positions[t], float(r.tokens[t] % 100), 1e-4) << t;
+            } else {
+                EXPECT_NEAR(r.positions[t] - r.positions[t - 1], c.positions[t] - c.positions[t - 1],
+                            1e-4) << "seed " << seed << " token " << t;
+            }
+        }
+    }
+    // a non-packed stream reusing the buffer drops the old layout
+    auto docs = numbered_docs({40});
+    RowStreamConfig cfg;
+    cfg.window_len = 12, cfg.row_len = 12, cfg.batch_size = 1;
+    RowStream plain(*docs, {Window{0, 0}}, *full, cfg);
+    BatchBuffers buf = first_batch({4, 9}, 12, 12, PackPositions::Restart, *full, p, keep);
+    ASSERT_FALSE(buf.doc_start.empty());
+    plain.next(buf);
+    EXPECT_TRUE(buf.doc_start.empty());
+}
+
 TEST(PackedRows, SamplersWithoutSourcesAreRefused) {
     // a sampler that reports no sources (an older plugin, a Lua sampler): a clear error
     struct NoSource final : RowSampler {

@@ -35,6 +35,10 @@ TEST(HfLlama, ConfigOfEachFamily) {
     EXPECT_EQ(s.pe_options["base"].get<double>(), 1e6);
     j["sliding_window"] = nullptr;  // Mistral v0.2+: no window
     EXPECT_EQ(hf_spec_from_config(j, "c").config.sliding_window, 0);
+    j.erase("sliding_window");  // absent: MistralConfig's default
+    EXPECT_EQ(hf_spec_from_config(j, "c").config.sliding_window, 4096);
+    j["attention_bias"] = true;  // Mistral's layers have no biases whatever the config says
+    EXPECT_FALSE(hf_spec_from_config(j, "c").config.attention_bias);
 
     s = hf_spec_from_config(llama_json("qwen2"), "config.json");
     EXPECT_TRUE(s.config.attention_bias);
@@ -47,6 +51,13 @@ TEST(HfLlama, ConfigOfEachFamily) {
     j = llama_json();
     j.erase("num_key_value_heads");  // Llama's default: one key/value head per query head
     EXPECT_FALSE(hf_spec_from_config(j, "c").config.grouped_kv());
+    j = llama_json("qwen2");
+    j["num_key_value_heads"] = nullptr;  // null: one per query head; absent: Qwen2Config's 32
+    EXPECT_EQ(hf_spec_from_config(j, "c").config.kv_heads(), 4);
+    j["num_attention_heads"] = 32, j["hidden_size"] = 64;
+    j.erase("num_key_value_heads");
+    EXPECT_EQ(hf_spec_from_config(j, "c").config.kv_heads(), 32);
+    j = llama_json();
     j["num_key_value_heads"] = 2;  // (Mistral's default is 8)
     j["architectures"] = {"MistralForCausalLM"};
     j.erase("model_type");
@@ -67,6 +78,10 @@ TEST(HfLlama, ClearErrors) {
     j = llama_json("qwen2");
     j["use_sliding_window"] = true;
     EXPECT_HAS(err(j), "\"use_sliding_window\" = true is not supported");
+    j = llama_json();
+    j["partial_rotary_factor"] = 0.5;
+    EXPECT_HAS(err(j), "a rotary fraction below 1 (partial_rotary_factor / rotary_pct) is not "
+                       "part of llama");
 }
 
 TEST(HfLlama, RoundTripThroughSafetensorsIsBitExact) {
@@ -143,6 +158,16 @@ TEST(HfLlama, ExportRefusesWhatNoFamilyExpresses) {
     windowed.sliding_window = 8;
     windowed.mlp_bias = true;
     EXPECT_HAS(refusal(windowed, "pe/rope"), "biases with sliding_window (Mistral has no biases");
+    ModelConfig out_bias_only = c;  // a bias on o_proj alone: no family has it
+    out_bias_only.attention_out_bias = true;
+    EXPECT_HAS(refusal(out_bias_only, "pe/rope"), "attention_out_bias != attention_bias");
+    // Qwen2 exports say "no window" explicitly (transformers 4.49 masks by sliding_window
+    // whenever it is set)
+    ModelConfig qwen = c;
+    qwen.attention_bias = true;
+    const HfSpec qs = hf_spec_for_model(qwen, "llama", "pe/rope", json::object(), {});
+    EXPECT_EQ(qs.model_type, "qwen2");
+    EXPECT_TRUE(hf_config_json(qs)["sliding_window"].is_null());
     const std::string partial = error_of([&] {
         hf_spec_for_model(c, "llama", "pe/rope", json{{"rotary_pct", 0.5}}, {});
     });

@@ -62,6 +62,13 @@ TEST(ModelConfig, JsonKeepsEveryFieldAndReadsOlderCheckpoints) {
     EXPECT_TRUE(back.attention_bias);
     EXPECT_FALSE(back.attention_out_bias);
 
+    // The Llama-era fields are left out where an older reader's defaults say the same, so
+    // checkpoints of the other styles stay readable by older builds.
+    const nlohmann::json gpt2 = model_config_to_json(ModelConfig::from_style("gpt2"));
+    for (const char* k : {"n_kv_head", "norm", "sliding_window", "attention_out_bias"})
+        EXPECT_FALSE(gpt2.contains(k)) << k;
+    EXPECT_EQ(model_config_from_json(gpt2).attention_out_bias, true);
+
     // Written before attention_out_bias existed: one switch for every attention bias.
     nlohmann::json old = model_config_to_json(ModelConfig::from_style("gpt2"));
     old.erase("attention_out_bias");

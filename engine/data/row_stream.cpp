@@ -107,6 +107,7 @@ void RowStream::next(BatchBuffers& out) {
         sampler_.sample(window_buf_.data(), cfg_.window_len, st.data(), r);
         if (packed_) apply_packing(out, b, w);
     }
+    if (!packed_) out.doc_start.clear();  // a buffer a packed stream filled before
     cursor_.index += global_;
     normalize();
 }
@@ -133,9 +134,21 @@ void RowStream::apply_packing(BatchBuffers& out, int b, const Window& w) {
         CTX_CHECK(!first || t == 0 || d.begin > doc[static_cast<size_t>(t) - 1].begin,
                   "packed rows: the sampler returns to an earlier document at token {}", t);
         ds[t] = first ? t : ds[t - 1];
-        // restart: count from the document's first token in the window
-        if (cfg_.pack == PackPositions::Restart)
-            pos[t] = static_cast<float>(w.start + s - std::max(d.begin, w.start));
+    }
+    // restart: shift each document's sampler positions so that its first row token sits at its
+    // offset from the document's first token in the window (the sampler's spacing, e.g.
+    // randomized or PoSE gaps, is kept; samplers at window positions give that offset exactly)
+    if (cfg_.pack == PackPositions::Restart) {
+        float shift = 0.0f;
+        for (int t = 0; t < T; ++t) {
+            const PackedDocs::Span& d = doc[static_cast<size_t>(t)];
+            if (ds[t] == t) {
+                const int64_t offset = w.start + source_buf_[static_cast<size_t>(t)] -
+                                       std::max(d.begin, w.start);
+                shift = pos[t] - static_cast<float>(offset);
+            }
+            pos[t] -= shift;
+        }
     }
     // No loss where the target may come from another document: the last token of a document,
     // and a token followed in the row by another document (a sampler's segment boundary).

@@ -19,6 +19,7 @@ class Cfg {
 public:
     Cfg(const json& j, std::string origin) : j_(j), origin_(std::move(origin)) {}
     bool has(const char* k) const { return j_.contains(k) && !j_[k].is_null(); }
+    bool present(const char* k) const { return j_.contains(k); }  // null included
     const json& at(const char* k) const { return j_[k]; }
     int64_t integer(const char* k, int64_t dflt) const {
         if (!has(k)) return dflt;
@@ -240,7 +241,12 @@ HfSpec llama_family_spec(const Cfg& c, const std::string& type) {
     m.d_model = c.positive("hidden_size", 4096);
     m.n_layer = c.positive("num_hidden_layers", 32);
     m.n_head = c.positive("num_attention_heads", 32);
-    m.n_kv_head = c.positive("num_key_value_heads", mistral ? 8 : m.n_head);
+    // transformers 4.49: absent means the class default (Mistral 8, Qwen2 32, Llama none), null
+    // means one key/value head per query head
+    const int kv_default = mistral ? 8 : qwen2 ? 32 : m.n_head;
+    m.n_kv_head = c.present("num_key_value_heads") && !c.has("num_key_value_heads")
+                      ? m.n_head
+                      : c.positive("num_key_value_heads", kv_default);
     m.ffn_hidden = c.positive("intermediate_size", qwen2 ? 22016 : mistral ? 14336 : 11008);
     m.context_length = c.positive("max_position_embeddings", mistral ? 131072 : qwen2 ? 32768
                                                                                   : 2048);
@@ -258,20 +264,29 @@ HfSpec llama_family_spec(const Cfg& c, const std::string& type) {
         CTX_CHECK(c.integer("head_dim", 0) == m.head_dim(), "{}: \"head_dim\" = {} differs "
                   "from hidden_size / num_attention_heads = {} (not supported)", c.origin(),
                   c.integer("head_dim", 0), m.head_dim());
-    if (qwen2) {  // q, k, v biases always; no output or MLP bias
+    if (qwen2) {
+        // q, k, v biases always; no output or MLP bias. sliding_window counts only with
+        // use_sliding_window (the model's design; transformers 4.49's sdpa/eager mask applies it
+        // regardless, which matters only past sliding_window tokens)
         m.attention_bias = true;
         c.require("use_sliding_window", false, false,
                   "Qwen2's per-layer windows (max_window_layers) are not implemented");
+    } else if (mistral) {  // no biases at all; the window (absent: 4096, null: none)
+        m.sliding_window = !c.present("sliding_window") ? 4096
+                           : c.has("sliding_window")    ? c.positive("sliding_window", 0)
+                                                        : 0;
     } else {
         m.attention_bias = m.attention_out_bias = c.boolean("attention_bias", false);
         m.mlp_bias = c.boolean("mlp_bias", false);
     }
-    if (mistral) m.sliding_window = c.has("sliding_window") ? c.positive("sliding_window", 0) : 0;
     // pretraining_tp > 1 only changes how transformers slices its matmuls (same function).
     CTX_CHECK(c.integer("pretraining_tp", 1) >= 1, "{}: \"pretraining_tp\" must be >= 1",
               c.origin());
     s.pe_plugin = "pe/rope";
     read_rope(c, s, 1.0);
+    CTX_CHECK(s.pe_options["rotary_pct"].get<double>() == 1.0, "{}: a rotary fraction below 1 "
+              "(partial_rotary_factor / rotary_pct) is not part of {} (RoPE on whole heads)",
+              c.origin(), type);
     read_token_ids(c, s);
     return s;
 }
@@ -416,6 +431,10 @@ HfSpec hf_spec_for_model(const ModelConfig& m, const std::string& style,
                  "exported)");
         if (s.model_type == "qwen2")
             need(!m.mlp_bias, "mlp_bias = true with q/k/v-only biases (Qwen2's MLP has none)");
+        if (s.model_type == "llama")
+            need(m.attention_out_bias == m.attention_bias,
+                 "attention_out_bias != attention_bias (LlamaForCausalLM has all four attention "
+                 "biases or none; q/k/v only is Qwen2)");
     } else if (pe_plugin == "pe/rope") {
         s.model_type = "gpt_neox";
         need(!m.embedding_layernorm, "embedding_layernorm = true (GPT-NeoX has none)");
@@ -437,7 +456,7 @@ HfSpec hf_spec_for_model(const ModelConfig& m, const std::string& style,
     if (pe_plugin == "pe/rope") {
         const json& o = pe_options;
         const std::string layout = o.value("layout", std::string("half"));
-        need(layout == "half", "pe/rope layout = \"" + layout + "\" (GPT-NeoX rotates halves)");
+        need(layout == "half", "pe/rope layout = \"" + layout + "\" (transformers rotates halves)");
         RopeState st;
         st.scaling = o.value("scaling", std::string("none"));
         st.factor = o.value("factor", 1.0);
@@ -593,8 +612,9 @@ json hf_config_json(const HfSpec& s) {
             j["mlp_bias"] = m.mlp_bias;
         } else if (s.model_type == "mistral") {
             j["sliding_window"] = m.sliding_window;
-        } else {
+        } else {  // no window: null, which every transformers version reads as none
             j["use_sliding_window"] = false;
+            j["sliding_window"] = nullptr;
         }
         write_rope(j, s.pe_options, m);
     } else if (s.model_type == "bloom") {

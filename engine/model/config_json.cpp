@@ -34,14 +34,24 @@ void refuse_unknown(const json& j, const std::set<std::string>& seen, const char
 
 json model_config_to_json(const ModelConfig& c) {
     json j = json::object();
+    // Fields added with the Llama block are written only when they say something an older
+    // reader would get wrong, so checkpoints of the other styles stay readable by older builds.
+    const std::string name_of_default[][2] = {{"n_kv_head", "0"}, {"norm", "layernorm"},
+                                              {"sliding_window", "0"}};
+    auto is_default = [&](const std::string& key, const json& v) {
+        for (const auto& [k, d] : name_of_default)
+            if (key == k) return (v.is_string() ? v.get<std::string>() : v.dump()) == d;
+        return key == "attention_out_bias" && v.get<bool>() == c.attention_bias;
+    };
     for (const ModelConfigField& f : model_config_fields()) {
         std::visit(
             [&](auto member) {
                 using T = std::remove_cvref_t<decltype(c.*member)>;
-                if constexpr (std::is_enum_v<T>)
-                    j[f.name] = config_enum_name(c.*member);
-                else
-                    j[f.name] = c.*member;
+                const json v = [&]() -> json {
+                    if constexpr (std::is_enum_v<T>) return config_enum_name(c.*member);
+                    else return c.*member;
+                }();
+                if (!is_default(f.name, v)) j[f.name] = v;
             },
             f.member);
     }

@@ -421,7 +421,7 @@ void Model::forward_impl(const Batch& b) {
     attn.mode = attention_mode_;
     attention_.begin(B, T, a.batch.positions, rot, attn, a.attn_scratch);
     if (bias_generic_) {  // one table for every layer
-        bias_pairs_.pack(B, T, b.positions, static_cast<size_t>(T), nullptr);
+        bias_pairs_.pack(B, T, b.positions, static_cast<size_t>(T), nullptr, b.doc_start);
         fill_bias_table(bias_pairs_, a.bias_table, B, T, T);
     }
 

@@ -1,5 +1,9 @@
 #include "model/generic_bias.h"
 
+#include <algorithm>
+
+#include "core/error.h"
+
 namespace ctx {
 
 void GenericBiasPairs::reserve(size_t pairs) {
@@ -9,10 +13,13 @@ void GenericBiasPairs::reserve(size_t pairs) {
 }
 
 void GenericBiasPairs::pack(int rows, int Tq, const float* kpos, size_t kpos_stride,
-                            const int32_t* lens) {
+                            const int32_t* lens, const int32_t* doc_start) {
+    CTX_CHECK(!(lens && doc_start), "internal: packed rows (doc_start) are whole rows, not a cache");
     rows_ = rows;
     Tq_ = Tq;
     first_.resize(static_cast<size_t>(rows));
+    lo_.assign(static_cast<size_t>(rows) * Tq, 0);
+    if (doc_start) std::copy(doc_start, doc_start + lo_.size(), lo_.begin());
     dist_.clear();
     qpos_.clear();
     for (int r = 0; r < rows; ++r) {
@@ -20,7 +27,7 @@ void GenericBiasPairs::pack(int rows, int Tq, const float* kpos, size_t kpos_str
         first_[static_cast<size_t>(r)] = first;
         const float* kp = kpos + static_cast<size_t>(r) * kpos_stride;
         for (int c = first; c < first + Tq; ++c)
-            for (int j = 0; j <= c; ++j) {
+            for (int j = lo_[static_cast<size_t>(r) * Tq + (c - first)]; j <= c; ++j) {
                 dist_.push_back(static_cast<float>(static_cast<double>(kp[c]) - kp[j]));
                 qpos_.push_back(kp[c]);
             }
@@ -38,7 +45,8 @@ void GenericBiasPairs::forward(PePlugin& pe, const std::vector<ctx_tensor>& para
             for (int t = 0; t < Tq_; ++t) {
                 float* row = table + ((static_cast<size_t>(r) * H + h) * Tq_ + t) * S;  // (S)
                 const int last = first_[static_cast<size_t>(r)] + t;
-                for (int j = 0; j <= last; ++j) row[j] = val_[k++];
+                const int lo = lo_[static_cast<size_t>(r) * Tq_ + t];
+                for (int j = lo; j <= last; ++j) row[j] = val_[k++];
             }
     }
 }
@@ -53,7 +61,8 @@ void GenericBiasPairs::backward(PePlugin& pe, const std::vector<ctx_tensor>& par
             for (int t = 0; t < Tq_; ++t) {
                 const float* row = dtable + ((static_cast<size_t>(r) * H + h) * Tq_ + t) * S;
                 const int last = first_[static_cast<size_t>(r)] + t;
-                for (int j = 0; j <= last; ++j) val_[k++] = row[j];
+                const int lo = lo_[static_cast<size_t>(r) * Tq_ + t];
+                for (int j = lo; j <= last; ++j) val_[k++] = row[j];
             }
         pe.bias_backward(params, grads, h, dist_.data(), qpos_.data(), n, val_.data());
     }
