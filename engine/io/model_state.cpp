@@ -17,6 +17,8 @@ void capture_model(const Model& model, const Optimizer* opt, TrainingState& stat
         state.step = opt->step();
     }
     state.tensors.clear();
+    std::vector<float> adam_m, adam_v;  // whole moments (gathered when sharded: collective)
+    if (opt) opt->gather_moments(adam_m, adam_v);
     for (const ParamView& v : model.layout().views()) {
         CheckpointTensor t;
         t.name = v.name;
@@ -25,11 +27,8 @@ void capture_model(const Model& model, const Optimizer* opt, TrainingState& stat
         t.params.resize(v.numel);
         be.copy_to_host(t.params.data(), model.params().at(v), v.numel);
         if (opt) {
-            const Optimizer& o = *opt;
-            t.adam_m.resize(v.numel);
-            t.adam_v.resize(v.numel);
-            be.copy_to_host(t.adam_m.data(), o.m().at(v), v.numel);
-            be.copy_to_host(t.adam_v.data(), o.v().at(v), v.numel);
+            t.adam_m.assign(adam_m.begin() + v.offset, adam_m.begin() + v.offset + v.numel);
+            t.adam_v.assign(adam_v.begin() + v.offset, adam_v.begin() + v.offset + v.numel);
         }
         state.tensors.push_back(std::move(t));
     }
@@ -42,6 +41,11 @@ void restore_model(Model& model, Optimizer* opt, const TrainingState& state) {
     CTX_CHECK(by_name.size() == model.layout().views().size(),
               "the checkpoint holds {} tensors but the model has {} parameters", by_name.size(),
               model.layout().views().size());
+    std::vector<float> adam_m, adam_v;  // whole moments, handed to the optimizer at the end
+    if (opt) {
+        adam_m.assign(model.layout().total(), 0.0f);
+        adam_v.assign(model.layout().total(), 0.0f);
+    }
     for (const ParamView& v : model.layout().views()) {
         auto it = by_name.find(v.name);
         CTX_CHECK(it != by_name.end(), "the checkpoint has no tensor '{}'", v.name);
@@ -51,19 +55,17 @@ void restore_model(Model& model, Optimizer* opt, const TrainingState& state) {
         CTX_CHECK(t.params.size() == v.numel, "tensor '{}' holds {} values, expected {}", v.name,
                   t.params.size(), v.numel);
         be.copy_to_device(model.params().at(v), t.params.data(), v.numel);
-        if (opt) {
-            if (t.adam_m.empty()) {
-                be.zero(opt->m().at(v), v.numel);
-                be.zero(opt->v().at(v), v.numel);
-            } else {
-                CTX_CHECK(t.adam_m.size() == v.numel && t.adam_v.size() == v.numel,
-                          "tensor '{}' has moments of the wrong size", v.name);
-                be.copy_to_device(opt->m().at(v), t.adam_m.data(), v.numel);
-                be.copy_to_device(opt->v().at(v), t.adam_v.data(), v.numel);
-            }
+        if (opt && !t.adam_m.empty()) {
+            CTX_CHECK(t.adam_m.size() == v.numel && t.adam_v.size() == v.numel,
+                      "tensor '{}' has moments of the wrong size", v.name);
+            std::copy(t.adam_m.begin(), t.adam_m.end(), adam_m.begin() + v.offset);
+            std::copy(t.adam_v.begin(), t.adam_v.end(), adam_v.begin() + v.offset);
         }
     }
-    if (opt) opt->set_step(state.step);
+    if (opt) {
+        opt->scatter_moments(adam_m, adam_v);
+        opt->set_step(state.step);
+    }
 }
 
 }  // namespace ctx

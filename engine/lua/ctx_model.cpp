@@ -250,10 +250,8 @@ int m_extend(lua_State* L) {
                                           lua::caller_where(L)));
         spdlog::info("model:extend: RoPE base {} (ABF)", o.number("base", 0));
     }
-    Arena* m = h.optimizer ? &h.optimizer->m() : nullptr;
-    Arena* v = h.optimizer ? &h.optimizer->v() : nullptr;
     const int old_len = h.model->config().context_length;
-    h.model->extend(static_cast<int>(n), m, v);
+    extend_with_moments(*h.model, h.optimizer.get(), static_cast<int>(n));
     spdlog::info("extended the context {} -> {} ({})", old_len, n, h.pe_name);
     return 0;
 }
@@ -273,9 +271,15 @@ int m_fingerprint(lua_State* L) {
         }
     };
     mix(h.model->params());
-    if (h.optimizer) {
-        mix(h.optimizer->m());
-        mix(h.optimizer->v());
+    if (h.optimizer) {  // the whole moments (gathered when ZeRO-1 shards them: collective)
+        std::vector<float> m, v;
+        h.optimizer->gather_moments(m, v);
+        for (const std::vector<float>* x : {&m, &v})
+            for (float f : *x) {
+                uint32_t bits;
+                std::memcpy(&bits, &f, sizeof bits);
+                hash = (hash ^ bits) * 0x100000001b3ull;
+            }
         hash = (hash ^ static_cast<uint64_t>(h.optimizer->step())) * 0x100000001b3ull;
     }
     lua_pushstring(L, fmt::format("{:016x}", hash).c_str());
@@ -355,7 +359,9 @@ int l_train(lua_State* L) {
           "data parallel: gradient all-reduce bucket size in MiB (default 25)"},
          {"reduce_precision", OptType::String, false, "data parallel: fp32 | bf16 on the wire"},
          {"deterministic", OptType::Bool, false,
-          "data parallel: fixed summation order (bit-exact resume on the same rank count)"}},
+          "data parallel: fixed summation order (bit-exact resume on the same rank count)"},
+         {"zero", OptType::Integer, false,
+          "data parallel: 1 shards the AdamW state over the ranks (ZeRO-1), 0 keeps it whole"}},
         "ctx.train", where);
     ModelHandle& h = *option_userdata<ModelRef>(L, o, "model", kModelType, "a ctx.model");
     DataRef data = option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source");
@@ -380,6 +386,9 @@ int l_train(lua_State* L) {
     request.optimizer = parse_optimizer(L, o, t.steps);
     request.new_schedule = o.has("optimizer");
     request.out_dir = o.string("out_dir", "");
+    const int64_t zero = o.integer("zero", 0);
+    if (zero != 0 && zero != 1) o.fail_key("zero", fmt::format("must be 0 or 1, got {}", zero));
+    request.zero = zero == 1;
     const double bucket_mb = o.number("grad_bucket_mb", 25.0);
     if (!(bucket_mb > 0 && bucket_mb <= 4096))
         o.fail_key("grad_bucket_mb", fmt::format("must be in (0, 4096], got {}", bucket_mb));

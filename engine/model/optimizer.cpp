@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <spdlog/spdlog.h>
+
 #include "core/error.h"
 
 namespace ctx {
@@ -47,10 +49,116 @@ double learning_rate(const OptimizerConfig& c, int64_t optimizer_step) {
     return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * q));
 }
 
-Optimizer::Optimizer(Model& model, const OptimizerConfig& config)
-    : model_(model), config_(config),
-      m_(model.backend(), model.layout().total()), v_(model.backend(), model.layout().total()) {
+Optimizer::Optimizer(Model& model, const OptimizerConfig& config, Comm* zero_comm)
+    : model_(model), config_(config) {
     config_.validate();
+    comm_ = zero_comm && zero_comm->size() > 1 ? zero_comm : nullptr;
+    allocate();
+}
+
+void Optimizer::allocate() {
+    const size_t P = model_.layout().total();
+    if (comm_) {
+        const size_t W = static_cast<size_t>(comm_->size());
+        shard_ = ((P + W - 1) / W + 15) / 16 * 16;
+        lo_ = std::min(P, shard_ * static_cast<size_t>(comm_->rank()));
+        hi_ = std::min(P, lo_ + shard_);
+    } else {
+        shard_ = P;
+        lo_ = 0;
+        hi_ = P;
+    }
+    m_ = Arena(model_.backend(), hi_ - lo_);
+    v_ = Arena(model_.backend(), hi_ - lo_);
+    if (comm_)
+        spdlog::info("ZeRO-1: rank {} of {} keeps the AdamW moments of parameters [{}, {}) of {} "
+                     "({} floats instead of {})", comm_->rank(), comm_->size(), lo_, hi_, P,
+                     2 * (hi_ - lo_), 2 * P);
+}
+
+Arena& Optimizer::m() {
+    CTX_CHECK(!sharded(), "internal: the moments are sharded (ZeRO-1): use gather_moments");
+    return m_;
+}
+Arena& Optimizer::v() {
+    CTX_CHECK(!sharded(), "internal: the moments are sharded (ZeRO-1): use gather_moments");
+    return v_;
+}
+const Arena& Optimizer::m() const { return const_cast<Optimizer*>(this)->m(); }
+const Arena& Optimizer::v() const { return const_cast<Optimizer*>(this)->v(); }
+
+void Optimizer::gather_moments(std::vector<float>& m, std::vector<float>& v) const {
+    Backend& be = model_.backend();
+    const size_t P = model_.layout().total();
+    for (auto [out, mine] : {std::pair{&m, &m_}, std::pair{&v, &v_}}) {
+        if (!comm_) {
+            out->resize(P);
+            be.copy_to_host(out->data(), mine->data(), P);
+            continue;
+        }
+        const size_t W = static_cast<size_t>(comm_->size());
+        std::vector<float> send(shard_, 0.0f), all(W * shard_);
+        be.copy_to_host(send.data(), mine->data(), hi_ - lo_);
+        comm_->allgather(send.data(), shard_ * sizeof(float), all.data());
+        out->assign(all.begin(), all.begin() + static_cast<ptrdiff_t>(P));
+    }
+}
+
+void Optimizer::scatter_moments(const std::vector<float>& m, const std::vector<float>& v) {
+    const size_t P = model_.layout().total();
+    CTX_CHECK(m.size() == P && v.size() == P, "optimizer moments of {} / {} floats for a layout "
+              "of {}", m.size(), v.size(), P);
+    Backend& be = model_.backend();
+    be.copy_to_device(m_.data(), m.data() + lo_, hi_ - lo_);
+    be.copy_to_device(v_.data(), v.data() + lo_, hi_ - lo_);
+}
+
+void Optimizer::set_sharding(Comm* zero_comm) {
+    std::vector<float> m, v;
+    gather_moments(m, v);  // of the current shards (collective if sharded)
+    comm_ = zero_comm && zero_comm->size() > 1 ? zero_comm : nullptr;
+    allocate();
+    if (m.size() == model_.layout().total()) scatter_moments(m, v);
+}
+
+void Optimizer::relayout(const std::vector<float>& m, const std::vector<float>& v) {
+    allocate();
+    scatter_moments(m, v);
+}
+
+void extend_with_moments(Model& model, Optimizer* opt, int new_len) {
+    if (!opt) {
+        model.extend(new_len, nullptr, nullptr);
+        return;
+    }
+    if (!opt->sharded()) {
+        model.extend(new_len, &opt->m(), &opt->v());
+        return;
+    }
+    // Sharded: extend whole copies of the moments, then shard the new layout.
+    Backend& be = model.backend();
+    std::vector<float> m, v;
+    opt->gather_moments(m, v);
+    Arena am(be, m.size()), av(be, v.size());
+    be.copy_to_device(am.data(), m.data(), m.size());
+    be.copy_to_device(av.data(), v.data(), v.size());
+    model.extend(new_len, &am, &av);
+    m.resize(am.size());
+    v.resize(av.size());
+    be.copy_to_host(m.data(), am.data(), am.size());
+    be.copy_to_host(v.data(), av.data(), av.size());
+    opt->relayout(m, v);
+}
+
+void Optimizer::allgather_params() {
+    Backend& be = model_.backend();
+    const size_t P = model_.layout().total(), W = static_cast<size_t>(comm_->size());
+    gather_stage_.resize((W + 1) * shard_);
+    float* send = gather_stage_.data() + W * shard_;  // (S) this rank's shard, zero padded
+    std::fill(send, send + shard_, 0.0f);
+    be.copy_to_host(send, model_.params().data() + lo_, hi_ - lo_);
+    comm_->allgather(send, shard_ * sizeof(float), gather_stage_.data());
+    be.copy_to_device(model_.params().data(), gather_stage_.data(), P);
 }
 
 double Optimizer::grad_norm() const {
@@ -62,14 +170,16 @@ Optimizer::StepInfo Optimizer::update() {
     Backend& be = model_.backend();
     Arena& p = model_.params();
     Arena& g = model_.grads();
-    CTX_CHECK(m_.size() == p.size() && v_.size() == p.size(),
+    CTX_CHECK(m_.size() == hi_ - lo_ && hi_ <= p.size() && (comm_ || hi_ == p.size()),
               "optimizer moments do not match the parameters (was the model extended without "
               "the optimizer?)");
+    // Every rank holds the whole all-reduced gradient: its norm is the unsharded one.
     const double norm = grad_norm();
     CTX_CHECK(std::isfinite(norm), "the gradient norm is {} at step {}: training diverged "
               "(lower lr, or check the data)", norm, step_ + 1);
     if (config_.grad_clip > 0 && norm > config_.grad_clip)
-        be.scale(g.data(), static_cast<float>(config_.grad_clip / (norm + 1e-6)), g.size());
+        be.scale(g.data() + lo_, static_cast<float>(config_.grad_clip / (norm + 1e-6)),
+                 hi_ - lo_);
     const double lr = learning_rate(config_, step_);
     AdamWParams hp;
     hp.lr = static_cast<float>(lr);
@@ -78,9 +188,14 @@ Optimizer::StepInfo Optimizer::update() {
     hp.eps = config_.eps;
     hp.step = step_ + 1;
     for (const ParamView& view : model_.layout().views()) {
+        // the part of the view in this rank's shard (all of it unsharded)
+        const size_t a = std::max(view.offset, lo_), b = std::min(view.offset + view.numel, hi_);
+        if (a >= b) continue;
         hp.weight_decay = view.weight_decay ? config_.weight_decay : 0.0f;
-        be.adamw_update(p.at(view), g.at(view), m_.at(view), v_.at(view), view.numel, hp);
+        be.adamw_update(p.data() + a, g.data() + a, m_.data() + (a - lo_), v_.data() + (a - lo_),
+                        b - a, hp);
     }
+    if (comm_) allgather_params();
     ++step_;
     model_.after_update();
     return {lr, norm};

@@ -7,6 +7,7 @@
 
 #include "model/arena.h"
 #include "model/decoder.h"
+#include "parallel/comm.h"
 
 namespace ctx {
 
@@ -36,17 +37,47 @@ struct OptimizerConfig {
 //     constant: lr
 double learning_rate(const OptimizerConfig& c, int64_t step);
 
+// ZeRO-1 (sharded optimizer state, docs/PARALLEL.md): over the data-parallel ranks of a Comm,
+// rank r keeps the AdamW moments of its shard [shard_begin, shard_end) of the parameter arena
+// only (shards of equal size S, multiples of 16 floats; the last one may be shorter or empty),
+// updates that part of the parameters from the all-reduced gradients, and all-gathers the
+// updated parameters:
+//   g (all ranks: the full all-reduced gradient) -> norm, clip -> AdamW on [lo, hi) -> params
+//   all-gathered (rank order) -> after_update
+// The update of every element is the one the unsharded optimizer makes (same gradient, same
+// clipping factor), so training is bit-identical with and without sharding; moments take 2P/W
+// floats per rank instead of 2P. (The gradient all-reduce stays; reducing each bucket to its
+// owners only is a later step.)
 class Optimizer {
 public:
-    Optimizer(Model& model, const OptimizerConfig& config);
+    // zero_comm: shard over its ranks (ZeRO-1) when non-null and of more than one rank.
+    Optimizer(Model& model, const OptimizerConfig& config, Comm* zero_comm = nullptr);
     const OptimizerConfig& config() const { return config_; }
     OptimizerConfig& config() { return config_; }
     int64_t step() const { return step_; }  // updates done so far
     void set_step(int64_t s) { step_ = s; }
-    Arena& m() { return m_; }
-    Arena& v() { return v_; }
-    const Arena& m() const { return m_; }
-    const Arena& v() const { return v_; }
+    // The moments as arenas of the whole layout: only without sharding (ctx::Error otherwise;
+    // use gather_moments / scatter_moments, which work either way).
+    Arena& m();
+    Arena& v();
+    const Arena& m() const;
+    const Arena& v() const;
+
+    bool sharded() const { return comm_ != nullptr; }
+    size_t shard_begin() const { return lo_; }
+    size_t shard_end() const { return hi_; }
+    // The whole moments on the host in the arena's layout. Collective when sharded (every rank
+    // calls it; each receives all of them).
+    void gather_moments(std::vector<float>& m, std::vector<float>& v) const;
+    // Sets the moments from whole host arrays in the arena's layout (each rank keeps its shard).
+    void scatter_moments(const std::vector<float>& m, const std::vector<float>& v);
+    // Switches sharding on (comm of more than one rank) or off (null), keeping the moments.
+    // Collective when either side is sharded. Also re-shards after the layout changed (extend),
+    // given the moments of the new layout.
+    void set_sharding(Comm* zero_comm);
+    // After the model's layout changed (extend): the shards of the new layout, from its whole
+    // moments m, v (host).
+    void relayout(const std::vector<float>& m, const std::vector<float>& v);
 
     // Global L2 norm of the gradient arena (padding is zero and does not count).
     double grad_norm() const;
@@ -58,10 +89,21 @@ public:
     StepInfo update();
 
 private:
+    void allocate();  // m_, v_ for [lo_, hi_) of the current layout (zeroed)
+    void allgather_params();
+
     Model& model_;
     OptimizerConfig config_;
-    Arena m_, v_;  // AdamW moments, same layout as the parameters
+    Comm* comm_ = nullptr;      // ZeRO-1 communicator (null: not sharded)
+    size_t lo_ = 0, hi_ = 0;    // this rank's shard of the arena
+    size_t shard_ = 0;          // S: floats per shard
+    Arena m_, v_;               // AdamW moments of [lo_, hi_) (the whole arena unsharded)
+    std::vector<float> gather_stage_;  // (W, S) host staging of the parameter all-gather
     int64_t step_ = 0;
 };
+
+// model.extend(new_len) keeping the AdamW moments of every parameter whose shape is unchanged
+// (new ones start at 0), sharded or not. Collective when the optimizer is sharded.
+void extend_with_moments(Model& model, Optimizer* opt, int new_len);
 
 }  // namespace ctx

@@ -28,10 +28,15 @@ TrainResult train_model(EngineContext& engine, ModelHandle& h, BatchSource& data
                         TrainRequest request, const std::string& where) {
     OptimizerConfig& oc = request.optimizer;
     oc.schedule_start = h.optimizer ? h.optimizer->step() : 0;
+    Comm* zero_comm = request.zero ? engine.comm : nullptr;
     if (!h.optimizer)
-        h.optimizer = std::make_unique<Optimizer>(*h.model, oc);
+        h.optimizer = std::make_unique<Optimizer>(*h.model, oc, zero_comm);
     else if (request.new_schedule)
         h.optimizer->config() = oc;
+    // ZeRO-1 may change between calls (and a loaded checkpoint starts unsharded): the moments
+    // move to the new layout.
+    if (h.optimizer->sharded() != (zero_comm && zero_comm->size() > 1))
+        h.optimizer->set_sharding(zero_comm);
     StepCallback on_step;
     if (!request.out_dir.empty()) {
         MetricsWriter* metrics = &engine.metrics_for(request.out_dir);

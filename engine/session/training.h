@@ -17,6 +17,7 @@ struct TrainRequest {
     OptimizerConfig optimizer;
     bool new_schedule = false;  // the caller gave an optimizer config for this call
     std::string out_dir;        // one metrics.jsonl line per step here ("" for none)
+    bool zero = false;          // ZeRO-1: AdamW state sharded over the data-parallel ranks
 };
 
 // Trains h on data; adds the step's tokens to h.tokens_seen. `where` prefixes reducer errors.
