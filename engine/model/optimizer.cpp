@@ -76,6 +76,12 @@ void Optimizer::allocate() {
                      2 * (hi_ - lo_), 2 * P);
 }
 
+void Optimizer::track_layout() const {
+    if (comm_) return;
+    lo_ = 0;
+    hi_ = shard_ = model_.layout().total();
+}
+
 Arena& Optimizer::m() {
     CTX_CHECK(!sharded(), "internal: the moments are sharded (ZeRO-1): use gather_moments");
     return m_;
@@ -88,6 +94,7 @@ const Arena& Optimizer::m() const { return const_cast<Optimizer*>(this)->m(); }
 const Arena& Optimizer::v() const { return const_cast<Optimizer*>(this)->v(); }
 
 void Optimizer::gather_moments(std::vector<float>& m, std::vector<float>& v) const {
+    track_layout();
     Backend& be = model_.backend();
     const size_t P = model_.layout().total();
     for (auto [out, mine] : {std::pair{&m, &m_}, std::pair{&v, &v_}}) {
@@ -105,6 +112,7 @@ void Optimizer::gather_moments(std::vector<float>& m, std::vector<float>& v) con
 }
 
 void Optimizer::scatter_moments(const std::vector<float>& m, const std::vector<float>& v) {
+    track_layout();
     const size_t P = model_.layout().total();
     CTX_CHECK(m.size() == P && v.size() == P, "optimizer moments of {} / {} floats for a layout "
               "of {}", m.size(), v.size(), P);
@@ -170,6 +178,7 @@ Optimizer::StepInfo Optimizer::update() {
     Backend& be = model_.backend();
     Arena& p = model_.params();
     Arena& g = model_.grads();
+    track_layout();
     CTX_CHECK(m_.size() == hi_ - lo_ && hi_ <= p.size() && (comm_ || hi_ == p.size()),
               "optimizer moments do not match the parameters (was the model extended without "
               "the optimizer?)");

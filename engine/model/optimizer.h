@@ -90,13 +90,15 @@ public:
 
 private:
     void allocate();  // m_, v_ for [lo_, hi_) of the current layout (zeroed)
+    // Unsharded: the whole current layout (model.extend may have grown it and the moments).
+    void track_layout() const;
     void allgather_params();
 
     Model& model_;
     OptimizerConfig config_;
     Comm* comm_ = nullptr;      // ZeRO-1 communicator (null: not sharded)
-    size_t lo_ = 0, hi_ = 0;    // this rank's shard of the arena
-    size_t shard_ = 0;          // S: floats per shard
+    mutable size_t lo_ = 0, hi_ = 0;  // this rank's shard of the arena
+    mutable size_t shard_ = 0;        // S: floats per shard
     Arena m_, v_;               // AdamW moments of [lo_, hi_) (the whole arena unsharded)
     std::vector<float> gather_stage_;  // (W, S) host staging of the parameter all-gather
     int64_t step_ = 0;
