@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -72,6 +73,27 @@ inline void write_hf(const std::string& path, const std::vector<HfTensor>& tenso
     std::vector<StWriteTensor> w;
     for (const HfTensor& t : tensors) w.push_back({t.name, t.shape, t.data.data()});
     write_safetensors(path, w, {{"format", "pt"}});
+}
+
+// The model's parameters -> HF tensors -> a safetensors file -> ours again: the same names and
+// shapes, bit for bit (gtest expectations). Returns what was read back.
+inline HostTensors expect_bit_exact_round_trip(const HfSpec& spec, const Model& m,
+                                               const std::string& file) {
+    const HostTensors ours = model_tensors(m, m.params());
+    const std::string path = temp_file(file);
+    write_hf(path, ours_to_hf_tensors(spec, ours));
+    HostTensors back = hf_tensors_to_ours(spec, SafetensorsSet::open_file(path));
+    EXPECT_EQ(back.size(), ours.size()) << spec.model_type;
+    for (const auto& [name, t] : ours) {
+        if (!back.count(name)) {
+            ADD_FAILURE() << spec.model_type << ": " << name << " not read back";
+            continue;
+        }
+        EXPECT_EQ(back.at(name).shape, t.shape) << name;
+        EXPECT_EQ(std::memcmp(back.at(name).data.data(), t.data.data(), t.data.size() * 4), 0)
+            << spec.model_type << " " << name;
+    }
+    return back;
 }
 
 inline const HfTensor& by_name(const std::vector<HfTensor>& v, const std::string& name) {

@@ -107,6 +107,15 @@ inline ModelConfig tiny_config() {
     return c;
 }
 
+// The Llama block's knobs on a (tiny) config: RMSNorm, SwiGLU, untied head, no biases.
+inline void use_llama_block(ModelConfig& c) {
+    const ModelConfig l = ModelConfig::from_style("llama");
+    c.norm = l.norm;
+    c.activation = l.activation;
+    c.tied_embeddings = l.tied_embeddings;
+    c.attention_bias = c.attention_out_bias = c.mlp_bias = c.norm_bias = false;
+}
+
 // Two rows of six tokens with fractional, non-contiguous original positions and a partial mask.
 inline BatchBuffers tiny_batch(int vocab) {
     BatchBuffers b;

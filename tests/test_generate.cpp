@@ -33,9 +33,7 @@ ModelConfig config_for(const PeCase& pc) {
     c.vocab_size = 29;
     c.context_length = pc.context;
     if (pc.llama) {
-        const ModelConfig l = ModelConfig::from_style("llama");
-        c.norm = l.norm, c.activation = l.activation, c.tied_embeddings = false;
-        c.attention_bias = c.attention_out_bias = c.mlp_bias = c.norm_bias = false;
+        test::use_llama_block(c);
         c.n_head = 4, c.n_kv_head = 1, c.sliding_window = 5;
     }
     return c;

@@ -95,18 +95,7 @@ TEST(HfLlama, RoundTripThroughSafetensorsIsBitExact) {
     for (const json& cfg : {llama_json(), tied_qwen, mqa_mistral, biased_llama}) {
         const HfSpec spec = hf_spec_from_config(cfg, "config.json");
         auto m = model_of(spec);
-        const HostTensors ours = model_tensors(*m, m->params());
-        const std::vector<HfTensor> hf = ours_to_hf_tensors(spec, ours);
-        const std::string path = temp_file("llama" + std::to_string(i++) + ".safetensors");
-        write_hf(path, hf);
-        const HostTensors back = hf_tensors_to_ours(spec, SafetensorsSet::open_file(path));
-        ASSERT_EQ(back.size(), ours.size()) << cfg.dump();
-        for (const auto& [name, t] : ours) {
-            ASSERT_TRUE(back.count(name)) << name;
-            EXPECT_EQ(back.at(name).shape, t.shape) << name;
-            EXPECT_EQ(std::memcmp(back.at(name).data.data(), t.data.data(), t.data.size() * 4), 0)
-                << spec.model_type << " " << name;
-        }
+        expect_bit_exact_round_trip(spec, *m, "llama" + std::to_string(i++) + ".safetensors");
         // the exported config reads back as the same model
         const HfSpec again = hf_spec_from_config(hf_config_json(spec), "exported");
         EXPECT_EQ(again.model_type, spec.model_type);

@@ -155,21 +155,11 @@ TEST(HfMapping, RoundTripThroughSafetensorsIsBitExact) {
     for (const json& cfg : {gpt2_json(), neox_json(), no_bias_neox, seq_neox, bloom_json(), untied_bloom}) {
         const HfSpec spec = hf_spec_from_config(cfg, "config.json");
         auto m = model_of(spec);
-        const HostTensors ours = model_tensors(*m, m->params());
-        const std::vector<HfTensor> hf = ours_to_hf_tensors(spec, ours);
-        const std::string path = temp_file("roundtrip" + std::to_string(i++) + ".safetensors");
-        write_hf(path, hf);
-        const HostTensors back = hf_tensors_to_ours(spec, SafetensorsSet::open_file(path));
-        ASSERT_EQ(back.size(), ours.size()) << cfg.dump();
-        for (const auto& [name, t] : ours) {
-            ASSERT_TRUE(back.count(name)) << name;
-            EXPECT_EQ(back.at(name).shape, t.shape) << name;
-            EXPECT_EQ(std::memcmp(back.at(name).data.data(), t.data.data(), t.data.size() * 4), 0)
-                << spec.model_type << " " << name;
-        }
+        const std::string file = "roundtrip" + std::to_string(i++) + ".safetensors";
+        const HostTensors back = expect_bit_exact_round_trip(spec, *m, file);
         // and a model loads them
         auto m2 = model_of(spec, 99);
-        set_model_params(*m2, back, path);
+        set_model_params(*m2, back, file);
         EXPECT_EQ(std::memcmp(m2->params().data(), m->params().data(), m->params().size() * 4), 0);
     }
 }

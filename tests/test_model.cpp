@@ -44,12 +44,7 @@ TEST_P(ModelGradient, MatchesFiniteDifferences) {
     } else if (style == "nobias") {
         c.attention_bias = c.attention_out_bias = c.mlp_bias = c.norm_bias = false;
     } else if (style.rfind("llama", 0) == 0 || style == "qwen2" || style == "mistral") {
-        // The Llama family: RMSNorm, SwiGLU, untied head, no biases; then per variant
-        const ModelConfig l = ModelConfig::from_style("llama");
-        c.norm = l.norm;
-        c.activation = l.activation;
-        c.tied_embeddings = l.tied_embeddings;
-        c.attention_bias = c.attention_out_bias = c.mlp_bias = c.norm_bias = false;
+        test::use_llama_block(c);  // then per variant
         if (style == "llama_gqa" || style == "qwen2") c.n_head = 4, c.n_kv_head = 2;
         if (style == "llama_mqa") c.n_kv_head = 1;
         if (style == "qwen2") c.attention_bias = true;  // q, k, v biases only

@@ -27,9 +27,7 @@ ModelConfig config_of(const PackCase& pc) {
     ModelConfig c = tiny_config();
     c.context_length = 16;
     if (pc.llama) {
-        const ModelConfig l = ModelConfig::from_style("llama");
-        c.norm = l.norm, c.activation = l.activation, c.tied_embeddings = false;
-        c.attention_bias = c.attention_out_bias = c.mlp_bias = c.norm_bias = false;
+        test::use_llama_block(c);
         c.n_head = 4, c.n_kv_head = 2;
     }
     return c;
