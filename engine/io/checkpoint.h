@@ -34,4 +34,19 @@ void set_latest_checkpoint(const std::string& dir, const std::string& file_name)
 // pointer names a file that does not exist.
 std::string latest_checkpoint(const std::string& dir);
 
+// Retention of the step files ctx.save_checkpoint writes (step-NNNNNNNN.h5) in a run directory:
+// keep_last > 0 keeps the newest keep_last of them, every one whose step is a multiple of
+// keep_every (when > 0) and always the file `latest` names, and deletes the others; keep_last 0
+// keeps everything. Other files are never touched. A file that cannot be deleted is listed in
+// `failed` with the reason (the caller warns); the directory not being listable throws.
+struct CheckpointRetention {
+    int64_t keep_last = 0;
+    int64_t keep_every = 0;
+};
+struct RetentionResult {
+    std::vector<std::string> deleted, failed;
+};
+RetentionResult apply_checkpoint_retention(const std::string& dir,
+                                           const CheckpointRetention& policy);
+
 }  // namespace ctx

@@ -66,16 +66,33 @@ int l_save(lua_State* L) {
     return 0;
 }
 
-// ctx.save_checkpoint(dir, {...}) -> path: dir/step-00000123.h5, then dir/latest points at it.
+// ctx.save_checkpoint(dir, {..., keep_last =, keep_every =}) -> path: dir/step-00000123.h5,
+// then dir/latest points at it, then older step files beyond the retention are deleted.
 int l_save_checkpoint(lua_State* L) {
     const std::string dir = luaL_checkstring(L, 1);
-    const auto o = lua::Options::parse(L, 2, kSaveSchema, "ctx.save_checkpoint",
-                                       lua::caller_where(L));
+    std::vector<lua::OptSpec> schema = kSaveSchema;
+    schema.push_back({"keep_last", OptType::Integer, false,
+                      "keep the newest N step files of dir (default 0: all)"});
+    schema.push_back({"keep_every", OptType::Integer, false,
+                      "with keep_last, also keep every step that is a multiple of M"});
+    const auto o = lua::Options::parse(L, 2, schema, "ctx.save_checkpoint", lua::caller_where(L));
+    CheckpointRetention keep{o.integer("keep_last", 0), o.integer("keep_every", 0)};
+    if (keep.keep_last < 0)
+        o.fail_key("keep_last", fmt::format("must be >= 0, got {}", keep.keep_last));
+    if (keep.keep_every < 0)
+        o.fail_key("keep_every", fmt::format("must be >= 0, got {}", keep.keep_every));
+    if (keep.keep_every > 0 && keep.keep_last == 0)
+        o.fail_key("keep_every", "only applies with keep_last (without it every file is kept)");
     ModelHandle& h = *lua::option_userdata<ModelRef>(L, o, "model", kModelType, "a ctx.model");
     const int64_t step = h.optimizer ? h.optimizer->step() : 0;
     const std::string name = fmt::format("step-{:08d}.h5", step);
     save_state(L, dir + "/" + name, o);
-    on_rank0(*lua_detail::engine(L).comm, [&] { set_latest_checkpoint(dir, name); });
+    on_rank0(*lua_detail::engine(L).comm, [&] {
+        set_latest_checkpoint(dir, name);
+        const RetentionResult r = apply_checkpoint_retention(dir, keep);
+        for (const std::string& f : r.failed)
+            spdlog::warn("checkpoint retention: could not delete {}/{}", dir, f);
+    });
     lua_pushstring(L, (dir + "/" + name).c_str());
     return 1;
 }
