@@ -361,7 +361,10 @@ int l_train(lua_State* L) {
          {"deterministic", OptType::Bool, false,
           "data parallel: fixed summation order (bit-exact resume on the same rank count)"},
          {"zero", OptType::Integer, false,
-          "data parallel: 1 shards the AdamW state over the ranks (ZeRO-1), 0 keeps it whole"}},
+          "data parallel: 1 shards the AdamW state over the ranks (ZeRO-1), 0 keeps it whole"},
+         {"skip_nonfinite", OptType::Integer, false,
+          "skip up to N steps in a row whose loss or gradient norm is not finite (default 0: "
+          "stop at the first)"}},
         "ctx.train", where);
     ModelHandle& h = *option_userdata<ModelRef>(L, o, "model", kModelType, "a ctx.model");
     DataRef data = option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source");
@@ -378,6 +381,10 @@ int l_train(lua_State* L) {
                    fmt::format("differs from the data stream's rows ({} x {}): leave it out",
                                fixed_B, fixed_T));
     t.log_every = static_cast<int>(o.integer("log_every", 10));
+    const int64_t skip = o.integer("skip_nonfinite", 0);
+    if (skip < 0 || skip > 1000000)
+        o.fail_key("skip_nonfinite", fmt::format("must be in [0, 1000000], got {}", skip));
+    t.skip_nonfinite = static_cast<int>(skip);
     if (t.batch_size <= 0) o.fail_key("batch_size", fmt::format("must be positive, got {}", t.batch_size));
     if (t.seq_len <= 0) o.fail_key("seq_len", fmt::format("must be positive, got {}", t.seq_len));
     // A new optimizer table starts a new schedule at the current step (moments are kept); no
@@ -417,6 +424,8 @@ int l_train(lua_State* L) {
     lua_setfield(L, -2, "tokens_per_s");
     lua_pushnumber(L, r.seconds);
     lua_setfield(L, -2, "seconds");
+    lua_pushinteger(L, r.skipped);
+    lua_setfield(L, -2, "skipped");
     return 1;
 }
 

@@ -174,7 +174,9 @@ double Optimizer::grad_norm() const {
     return std::sqrt(model_.backend().sum_squares(g.data(), g.size()));
 }
 
-Optimizer::StepInfo Optimizer::update() {
+Optimizer::StepInfo Optimizer::update() { return update(grad_norm()); }
+
+Optimizer::StepInfo Optimizer::update(double norm) {
     Backend& be = model_.backend();
     Arena& p = model_.params();
     Arena& g = model_.grads();
@@ -182,8 +184,7 @@ Optimizer::StepInfo Optimizer::update() {
     CTX_CHECK(m_.size() == hi_ - lo_ && hi_ <= p.size() && (comm_ || hi_ == p.size()),
               "optimizer moments do not match the parameters (was the model extended without "
               "the optimizer?)");
-    // Every rank holds the whole all-reduced gradient: its norm is the unsharded one.
-    const double norm = grad_norm();
+    // (Every rank holds the whole all-reduced gradient: its norm is the unsharded one.)
     CTX_CHECK(std::isfinite(norm), "the gradient norm is {} at step {}: training diverged "
               "(lower lr, or check the data)", norm, step_ + 1);
     if (config_.grad_clip > 0 && norm > config_.grad_clip)

@@ -87,6 +87,8 @@ public:
         double lr, grad_norm;
     };
     StepInfo update();
+    // The same with the gradient norm already computed (grad_norm(), the trainer's check).
+    StepInfo update(double grad_norm);
 
 private:
     void allocate();  // m_, v_ for [lo_, hi_) of the current layout (zeroed)

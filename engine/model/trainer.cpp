@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include "core/error.h"
@@ -17,6 +18,9 @@ TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
     CTX_CHECK(o.steps > 0, "steps must be positive, got {}", o.steps);
     CTX_CHECK(o.batch_size > 0, "batch_size must be positive, got {}", o.batch_size);
     CTX_CHECK(o.seq_len > 0, "seq_len must be positive, got {}", o.seq_len);
+    CTX_CHECK(o.skip_nonfinite >= 0, "skip_nonfinite must be >= 0, got {}", o.skip_nonfinite);
+    int nonfinite_in_a_row = 0;
+    const int64_t first_step = opt.step();
     model.reserve(o.batch_size, o.seq_len);
     BatchBuffers buf;
     buf.resize(o.batch_size, o.seq_len);
@@ -56,11 +60,31 @@ TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
         reducer->finish();
         double loss_sum[1] = {local.loss_sum};
         comm.allreduce_sum(loss_sum, 1);
-        const Optimizer::StepInfo info = opt.update();
+        // The loss and the all-reduced gradient's norm are the same on every rank, so every
+        // rank takes the same decision.
+        const double loss = loss_sum[0] / counts[0];
+        const double norm = opt.grad_norm();
+        const bool finite = std::isfinite(loss) && std::isfinite(norm);
+        nonfinite_in_a_row = finite ? 0 : nonfinite_in_a_row + 1;
+        CTX_CHECK(nonfinite_in_a_row <= o.skip_nonfinite,
+                  "step {}: the loss is {} and the gradient norm {}: training diverged ({} "
+                  "non-finite step(s) in a row, skip_nonfinite = {}; lower lr, or check the data)",
+                  opt.step() + 1, loss, norm, nonfinite_in_a_row, o.skip_nonfinite);
+        Optimizer::StepInfo info{learning_rate(opt.config(), opt.step()), norm};
+        if (finite) {
+            info = opt.update(norm);
+        } else {
+            ++result.skipped;
+            if (comm.rank() == 0)
+                spdlog::warn("step {}: the loss is {} and the gradient norm {}: step skipped (no "
+                             "update; {} in a row of at most {})", opt.step() + 1, loss, norm,
+                             nonfinite_in_a_row, o.skip_nonfinite);
+        }
 
         StepRecord rec;
-        rec.step = opt.step();
-        rec.loss = loss_sum[0] / counts[0];
+        rec.step = finite ? opt.step() : opt.step() + 1;
+        rec.skipped = !finite;
+        rec.loss = loss;
         rec.lr = info.lr;
         rec.grad_norm = info.grad_norm;
         tokens_since_log += static_cast<double>(o.batch_size) * o.seq_len * comm.size();
@@ -76,23 +100,27 @@ TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
         const double elapsed = std::chrono::duration<double>(now - t_start).count();
         const double eta =
             elapsed / static_cast<double>(s + 1) * static_cast<double>(o.steps - s - 1);
-        const int64_t final_step = opt.step() - s - 1 + o.steps;
+        // batches are steps; skipped ones do not advance the optimizer
+        const int64_t final_step = first_step + o.steps - result.skipped;
+        const std::string skipped_note =
+            result.skipped > 0 ? fmt::format(" | skipped {}", result.skipped) : std::string();
         const bool log_line = o.log_every > 0 && (rec.step % o.log_every == 0 || last || s == 0);
         if (comm.rank() == 0 && o.log_every > 0 && interactive && !log_line) {
             // Every step on a terminal: one line rewritten in place.
             std::fprintf(stderr, "\r  step %lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | "
-                         "%.0f tok/s | eta %.0fs   ", static_cast<long long>(rec.step),
+                         "%.0f tok/s | eta %.0fs%s   ", static_cast<long long>(rec.step),
                          static_cast<long long>(final_step), rec.loss, rec.lr, rec.grad_norm,
-                         rec.seconds > 0 ? rec.tokens / rec.seconds : 0.0, eta);
+                         rec.seconds > 0 ? rec.tokens / rec.seconds : 0.0, eta,
+                         skipped_note.c_str());
             std::fflush(stderr);
         }
         if (log_line) {
             if (comm.rank() == 0) {
                 if (interactive) std::fprintf(stderr, "\r\033[K");
                 spdlog::info("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | "
-                             "{:.0f} tok/s | eta {:.0f}s",
+                             "{:.0f} tok/s | eta {:.0f}s{}",
                              rec.step, final_step, rec.loss, rec.lr, rec.grad_norm,
-                             rec.tokens_per_s, eta);
+                             rec.tokens_per_s, eta, skipped_note);
             }
             t_last = now;
             tokens_since_log = 0;

@@ -25,6 +25,10 @@ struct TrainOptions {
     // an NCCL communicator), else one made for this call from `reduce`.
     GradReduceOptions reduce;
     GradReducer* reducer = nullptr;
+    // A step whose loss or gradient norm is not finite is skipped (no update; parameters, moments
+    // and the optimizer's step count stay as they were, the batch is consumed) up to this many
+    // in a row; one more stops training with an error. 0: the first one stops it.
+    int skip_nonfinite = 0;
 };
 
 struct StepRecord;
@@ -32,7 +36,8 @@ struct StepRecord;
 using StepCallback = std::function<void(const struct StepRecord&)>;
 
 struct StepRecord {
-    int64_t step = 0;  // 1-based optimizer step
+    int64_t step = 0;  // 1-based optimizer step (a skipped step: the one its batch was for)
+    bool skipped = false;  // non-finite loss or gradient norm: no update (skip_nonfinite)
     double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0;
     double tokens = 0;     // global tokens of this step
     double seconds = 0;    // wall time of this step
@@ -40,6 +45,7 @@ struct StepRecord {
 
 struct TrainResult {
     std::vector<StepRecord> steps;
+    int64_t skipped = 0;  // steps skipped for a non-finite loss or gradient norm
     double seconds = 0;
     double tokens_per_s = 0;  // over all ranks
     double mfu = 0;           // against peak_flops when given

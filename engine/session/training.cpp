@@ -48,6 +48,7 @@ TrainResult train_model(EngineContext& engine, ModelHandle& h, BatchSource& data
             r["loss"] = s.loss;
             r["lr"] = s.lr;
             r["grad_norm"] = s.grad_norm;
+            if (s.skipped) r["skipped"] = true;  // no update (skip_nonfinite)
             r["tokens"] = s.tokens;
             r["step_seconds"] = s.seconds;
             r["tokens_per_s"] = s.seconds > 0 ? s.tokens / s.seconds : 0.0;

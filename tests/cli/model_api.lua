@@ -45,6 +45,10 @@ local r = ctx.train{ model = m, data = data, steps = 3, batch_size = 2, seq_len 
 assert(#r.losses == 3 and r.step == 3)
 local r2 = ctx.train{ model = m, data = data, steps = 2, batch_size = 2, seq_len = 16, log_every = 0 }
 assert(r2.step == 5, "a second ctx.train continues the optimizer")
+assert(r2.skipped == 0, "no non-finite step to skip")
+local okk, errk = pcall(ctx.train, { model = m, data = data, steps = 1, batch_size = 2, seq_len = 16,
+                                     skip_nonfinite = -1 })
+assert(not okk and tostring(errk):find("skip_nonfinite.*must be in %[0, 1000000%]"), tostring(errk))
 local loss = ctx.evaluate{ model = m, data = data, seq_len = 16, batch_size = 1, batches = 1 }
 assert(loss > 0 and loss < 10)
 print("model_api ok")
