@@ -268,3 +268,44 @@ TEST(DataRowStream, RowsFromARealShard) {
     }
     std::filesystem::remove(path);
 }
+
+// Resuming on another number of ranks (2 -> 1 -> 3, with different rows per rank): the global
+// row stream continues where it stopped, no row repeated or skipped within an epoch; every row
+// is the one the one-process stream makes at that global index (its sampler seed depends on the
+// index only). Only the end of an epoch depends on the global batch (drop-last).
+TEST(DataRowStream, ResumeAcrossWorldSizesContinuesTheGlobalRowStream) {
+    const MemoryDocs docs = test_docs();
+    const auto windows = make_windows(docs, kLe);  // 44
+    auto s = make_sampler("chunk", {{"alpha", 0.25}});
+    RowStream reference(docs, windows, *s, config(1));  // one row per batch: the global order
+    std::vector<BatchBuffers> want;
+    for (int i = 0; i < 40; ++i) {
+        BatchBuffers b;
+        reference.next(b);
+        want.push_back(b);
+    }
+    // phases: (world, rows per rank, batches)
+    const int phases[][3] = {{2, 3, 2}, {1, 3, 3}, {3, 2, 3}};
+    StreamCursor cursor;
+    size_t row = 0;
+    for (const auto& [W, B, batches] : phases) {
+        std::vector<std::unique_ptr<RowStream>> ranks;
+        for (int r = 0; r < W; ++r) {
+            ranks.push_back(std::make_unique<RowStream>(docs, windows, *s, config(B, r, W)));
+            ranks.back()->set_cursor(cursor);
+        }
+        for (int k = 0; k < batches; ++k)
+            for (int r = 0; r < W; ++r) {
+                BatchBuffers x;
+                ranks[static_cast<size_t>(r)]->next(x);
+                for (int i = 0; i < B; ++i, ++row)
+                    ASSERT_TRUE(same(rows(x, i, 1), want[row]))
+                        << "world " << W << " batch " << k << " rank " << r << " row " << i;
+            }
+        cursor = ranks.front()->cursor();
+        for (const auto& rk : ranks) EXPECT_EQ(rk->cursor(), cursor) << "ranks agree";
+    }
+    EXPECT_EQ(row, size_t(2 * 2 * 3 + 3 * 3 + 3 * 3 * 2));  // 39 rows, all of epoch 0
+    // 5 of the 44 windows are left, fewer than a global batch of 6: the next epoch begins
+    EXPECT_EQ(cursor, (StreamCursor{1, 0}));
+}
