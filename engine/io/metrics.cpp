@@ -2,6 +2,8 @@
 
 #include <fmt/ranges.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
@@ -37,9 +39,11 @@ MetricsWriter::MetricsWriter(const std::string& out_dir, bool active)
 
 void MetricsWriter::jsonl(const Record& record) {
     if (!active_) return;
+    errno = 0;
     jsonl_ << record.dump() << '\n';
     jsonl_.flush();
-    CTX_CHECK(jsonl_.good(), "writing {}/metrics.jsonl failed (disk full?)", dir_);
+    CTX_CHECK(jsonl_.good(), "writing {}/metrics.jsonl failed ({}; disk full?)", dir_,
+              errno ? std::strerror(errno) : "unknown error");
 }
 
 void MetricsWriter::csv(const std::string& table, const Record& record) {
@@ -66,9 +70,12 @@ void MetricsWriter::csv(const std::string& table, const Record& record) {
     CTX_CHECK(keys == c.columns, "{}: a record's fields ({}) differ from the table's columns ({})",
               path, fmt::join(keys, ","), fmt::join(c.columns, ","));
     size_t i = 0;
+    errno = 0;
     for (const auto& [k, v] : record.items()) c.out << (i++ ? "," : "") << csv_escape(field_text(v));
     c.out << '\n';
     c.out.flush();
+    CTX_CHECK(c.out.good(), "writing {} failed ({}; disk full?)", path,
+              errno ? std::strerror(errno) : "unknown error");
 }
 
 }  // namespace ctx
