@@ -22,6 +22,7 @@
 #include "cli/tokenize_cmd.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/stop_signal.h"
 #include "lua/ctx_module.h"
 #include "lua/runtime.h"
 #include "parallel/comm.h"
@@ -61,10 +62,14 @@ void print_help() {
         "  --max-instructions N   stop a recipe after N Lua VM instructions (default 1e10;\n"
         "                         0 = no limit; time inside training does not count)\n"
         "  --max-lua-memory BYTES Lua heap limit (default 1 GiB; 0 = no limit; model\n"
-        "                         tensors are not on the Lua heap)\n\n"
+        "                         tensors are not on the Lua heap)\n"
+        "  --stop-signals LIST    signals that stop training after the current step, save\n"
+        "                         ctx.train's checkpoint_dir and exit 75 (default TERM,USR1;\n"
+        "                         none: the default actions)\n\n"
         "Plugin directories: $CTX_PLUGIN_PATH (colon-separated), then the build tree or the\n"
         "installed lib/ctxengine/plugins. Recipes: see recipes/ and docs/ARCHITECTURE.md.\n"
-        "Exit codes: 0 ok, 1 run error, 2 usage error, 3 recipe load error.\n",
+        "Exit codes: 0 ok, 1 run error, 2 usage error, 3 recipe load error, 75 stopped by a\n"
+        "signal (rerun to continue).\n",
         CTX_VERSION_STRING);
 }
 
@@ -73,6 +78,7 @@ struct CliOptions {
     std::string device, precision;  // empty: not given
     std::vector<std::string> plugins, plugin_dirs;
     std::string log_level = "info";
+    std::string stop_signals = "TERM,USR1";
     ctx::lua::SandboxOptions sandbox;
     bool list_plugins = false, help = false, version = false;
     std::string command;  // "bench" or a recipe path
@@ -109,6 +115,8 @@ CliOptions parse_args(int argc, char** argv) {
         else if (a == "--plugin-dir") o.plugin_dirs.push_back(value());
         else if (a == "--log-level") o.log_level = value();
         else if (a == "--unsafe") o.sandbox.sandboxed = false;
+        else if (a == "--stop-signals")
+            o.stop_signals = value(), ctx::stop_signals_from_names(o.stop_signals);
         else if (a == "--max-instructions") o.sandbox.max_instructions = parse_count(a, value());
         else if (a == "--max-lua-memory") o.sandbox.max_memory_bytes = parse_count(a, value());
         else if (a.size() > 1 && a[0] == '-') ctx::fail("unknown option '{}' (see --help)", a);
@@ -231,6 +239,7 @@ int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
         std::ifstream recipe(o.command, std::ios::binary);  // a missing file fails in run_file
         engine.recipe_text.assign(std::istreambuf_iterator<char>(recipe), {});
     }
+    ctx::install_stop_signals(ctx::stop_signals_from_names(o.stop_signals));
     try {
         ctx::lua::Runtime runtime(o.sandbox);
         runtime.set_args(o.command, o.args);
@@ -241,6 +250,10 @@ int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
         spdlog::error("cannot load recipe: {}", e.what());
         return kExitLoadError;
     } catch (const ctx::lua::RunError& e) {
+        if (ctx::exit_status_override() != 0) {  // a stop that saved its checkpoint
+            spdlog::warn("{}", e.what());
+            return ctx::exit_status_override();
+        }
         spdlog::error("recipe failed: {}", e.what());
         return kExitRunError;
     } catch (const ctx::Error& e) {
@@ -265,8 +278,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "ctxengine: internal error: %s\n", e.what());
         rc = kExitRunError;
     }
-    // A failing rank must not leave the others waiting in a collective forever.
-    if (rc != 0 && comm && comm->size() > 1) {
+    // A failing rank must not leave the others waiting in a collective forever. (A stop by
+    // signal happens on every rank after the same step: they all end normally.)
+    if (rc != 0 && rc != ctx::kExitStopped && comm && comm->size() > 1) {
         std::fflush(nullptr);
         ctx::mpi_abort(rc);
     }

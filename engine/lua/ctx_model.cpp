@@ -364,7 +364,11 @@ int l_train(lua_State* L) {
           "data parallel: 1 shards the AdamW state over the ranks (ZeRO-1), 0 keeps it whole"},
          {"skip_nonfinite", OptType::Integer, false,
           "skip up to N steps in a row whose loss or gradient norm is not finite (default 0: "
-          "stop at the first)"}},
+          "stop at the first)"},
+         {"checkpoint_dir", OptType::String, false,
+          "on a stop signal, save here and exit 75; with resume, continue from here"},
+         {"resume", OptType::String, false,
+          "auto: continue this call from checkpoint_dir/latest when there is one"}},
         "ctx.train", where);
     ModelHandle& h = *option_userdata<ModelRef>(L, o, "model", kModelType, "a ctx.model");
     DataRef data = option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source");
@@ -385,6 +389,7 @@ int l_train(lua_State* L) {
     if (skip < 0 || skip > 1000000)
         o.fail_key("skip_nonfinite", fmt::format("must be in [0, 1000000], got {}", skip));
     t.skip_nonfinite = static_cast<int>(skip);
+    t.stop_on_signal = true;
     if (t.batch_size <= 0) o.fail_key("batch_size", fmt::format("must be positive, got {}", t.batch_size));
     if (t.seq_len <= 0) o.fail_key("seq_len", fmt::format("must be positive, got {}", t.seq_len));
     // A new optimizer table starts a new schedule at the current step (moments are kept); no
@@ -396,6 +401,13 @@ int l_train(lua_State* L) {
     const int64_t zero = o.integer("zero", 0);
     if (zero != 0 && zero != 1) o.fail_key("zero", fmt::format("must be 0 or 1, got {}", zero));
     request.zero = zero == 1;
+    request.checkpoint_dir = o.string("checkpoint_dir", "");
+    if (o.has("resume")) {
+        o.choice("resume", "auto", {"auto"});
+        if (request.checkpoint_dir.empty())
+            o.fail_key("resume", "needs checkpoint_dir (where the checkpoints are)");
+        request.resume = true;
+    }
     const double bucket_mb = o.number("grad_bucket_mb", 25.0);
     if (!(bucket_mb > 0 && bucket_mb <= 4096))
         o.fail_key("grad_bucket_mb", fmt::format("must be in (0, 4096], got {}", bucket_mb));
@@ -414,10 +426,13 @@ int l_train(lua_State* L) {
         lua_rawseti(L, -2, static_cast<lua_Integer>(i + 1));
     }
     lua_setfield(L, -2, "losses");
-    lua_pushnumber(L, r.steps.front().loss);
-    lua_setfield(L, -2, "first_loss");
-    lua_pushnumber(L, r.steps.back().loss);
-    lua_setfield(L, -2, "final_loss");
+    // (no steps: a resumed call that had already finished; the losses are in its metrics)
+    if (!r.steps.empty()) {
+        lua_pushnumber(L, r.steps.front().loss);
+        lua_setfield(L, -2, "first_loss");
+        lua_pushnumber(L, r.steps.back().loss);
+        lua_setfield(L, -2, "final_loss");
+    }
     lua_pushinteger(L, h.optimizer->step());
     lua_setfield(L, -2, "step");
     lua_pushnumber(L, r.tokens_per_s);

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "core/stop_signal.h"
 
 namespace ctx {
 
@@ -58,8 +59,9 @@ TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
         reducer->begin();
         const LossSums local = model.forward_backward(batch, static_cast<float>(1.0 / counts[0]));
         reducer->finish();
-        double loss_sum[1] = {local.loss_sum};
-        comm.allreduce_sum(loss_sum, 1);
+        // The loss sum, and whether any rank was asked to stop (one all-reduce for both).
+        double loss_sum[2] = {local.loss_sum, o.stop_on_signal ? double(stop_request()) : 0.0};
+        comm.allreduce_sum(loss_sum, 2);
         // The loss and the all-reduced gradient's norm are the same on every rank, so every
         // rank takes the same decision.
         const double loss = loss_sum[0] / counts[0];
@@ -125,9 +127,14 @@ TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
             t_last = now;
             tokens_since_log = 0;
         }
+        if (loss_sum[1] > 0) {  // every rank sees the same sum: all stop after this step
+            result.stopped_by = stop_request() ? stop_request() : -1;  // -1: another rank's
+            break;
+        }
     }
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-    const double tokens = static_cast<double>(o.steps) * o.batch_size * o.seq_len * comm.size();
+    const double tokens = static_cast<double>(result.steps.size()) * o.batch_size * o.seq_len *
+                          comm.size();
     result.tokens_per_s = result.seconds > 0 ? tokens / result.seconds : 0;
     if (peak_flops > 0) result.mfu = result.tokens_per_s * flops_per_token / peak_flops;
     return result;

@@ -29,6 +29,8 @@ struct TrainOptions {
     // and the optimizer's step count stay as they were, the batch is consumed) up to this many
     // in a row; one more stops training with an error. 0: the first one stops it.
     int skip_nonfinite = 0;
+    // Stop after the step in which any rank received a stop signal (core/stop_signal.h).
+    bool stop_on_signal = false;
 };
 
 struct StepRecord;
@@ -46,6 +48,8 @@ struct StepRecord {
 struct TrainResult {
     std::vector<StepRecord> steps;
     int64_t skipped = 0;  // steps skipped for a non-finite loss or gradient norm
+    int stopped_by = 0;   // the stop signal that ended training early (0: ran every step; -1:
+                          // another rank's)
     double seconds = 0;
     double tokens_per_s = 0;  // over all ranks
     double mfu = 0;           // against peak_flops when given

@@ -2,7 +2,14 @@
 
 #include <algorithm>
 
+#include <spdlog/spdlog.h>
+
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "core/stop_signal.h"
+#include "io/checkpoint.h"
+#include "model/config_json.h"
 
 namespace ctx {
 
@@ -24,8 +31,56 @@ void add_pe_param_stats(const Model& model, Record& r) {
     }
 }
 
+namespace {
+
+// Where this model computes, to rebuild it from a checkpoint the same way.
+DeviceRequest device_of(const ModelHandle& h) {
+    DeviceRequest d;
+    d.device = h.model->backend().kind() == DeviceKind::CUDA ? DeviceChoice::Cuda : DeviceChoice::Cpu;
+    d.precision = h.model->backend().precision();
+    d.attention = h.model->attention_choice();
+    return d;
+}
+
+// resume: the state of this call's latest checkpoint replaces h's and data's; returns the steps
+// already done (0 when the directory has none).
+int64_t resume_from(EngineContext& engine, ModelHandle& h, BatchSource& data,
+                    const TrainRequest& request, int64_t start, const std::string& where) {
+    const std::string path = latest_checkpoint(request.checkpoint_dir);
+    if (path.empty()) return 0;
+    const TrainingState s = load_checkpoint(path);
+    nlohmann::json meta = nlohmann::json::parse(s.metadata_json, nullptr, false);
+    CTX_CHECK(meta.is_object() && meta.value("train_start", int64_t{-1}) == start,
+              "{} ctx.train: {} is not a checkpoint of this training call (it started at "
+              "optimizer step {}, this call starts at {}): give each ctx.train its own "
+              "checkpoint_dir", where, path, meta.is_object() ? meta.value("train_start", int64_t{-1})
+                                                               : int64_t{-1}, start);
+    ModelRef loaded = model_from_checkpoint(engine, s, path, device_of(h));
+    CTX_CHECK(model_config_to_json(loaded->model->config()) ==
+                  model_config_to_json(h.model->config()) && loaded->pe_name == h.pe_name,
+              "{} ctx.train: {} holds a different model than this recipe builds", where, path);
+    h = std::move(*loaded);
+    data.restore(s, *engine.comm);
+    if (engine.comm->rank() == 0)
+        spdlog::info("resumed from {} (optimizer step {}, {} of this call's steps done)", path,
+                     s.step, s.step - start);
+    return s.step - start;
+}
+
+}  // namespace
+
 TrainResult train_model(EngineContext& engine, ModelHandle& h, BatchSource& data,
                         TrainRequest request, const std::string& where) {
+    const int64_t start = h.optimizer ? h.optimizer->step() : 0;
+    const int64_t call_steps = request.train.steps;
+    if (request.resume) {
+        const int64_t done = resume_from(engine, h, data, request, start, where);
+        if (done >= call_steps) return TrainResult{};  // this call had finished
+        if (done > 0) {
+            request.train.steps = call_steps - done;
+            request.new_schedule = false;  // the checkpoint's schedule continues
+        }
+    }
     OptimizerConfig& oc = request.optimizer;
     oc.schedule_start = h.optimizer ? h.optimizer->step() : 0;
     Comm* zero_comm = request.zero ? engine.comm : nullptr;
@@ -71,6 +126,22 @@ TrainResult train_model(EngineContext& engine, ModelHandle& h, BatchSource& data
         throw;
     }
     for (const StepRecord& s : r.steps) h.tokens_seen += static_cast<int64_t>(s.tokens);
+    if (r.stopped_by != 0) {
+        const std::string by = r.stopped_by > 0 ? signal_name(r.stopped_by) : "a stop signal";
+        set_exit_status_override(kExitStopped);
+        if (request.checkpoint_dir.empty())
+            fail("{} ctx.train: stopped by {} after optimizer step {}; nothing saved (give "
+                 "ctx.train a checkpoint_dir to continue later)", where, by, h.optimizer->step());
+        const std::string name = fmt::format("step-{:08d}.h5", h.optimizer->step());
+        const nlohmann::json meta = {{"train_start", start}, {"train_steps", call_steps},
+                                     {"stopped_by", by}};
+        write_checkpoint(engine, request.checkpoint_dir + "/" + name,
+                         model_checkpoint_state(engine, h, &data, meta));
+        on_rank0(*engine.comm, [&] { set_latest_checkpoint(request.checkpoint_dir, name); });
+        fail("{} ctx.train: stopped by {} after optimizer step {}: saved {}/{}; run the same "
+             "command again to continue (resume = \"auto\")", where, by, h.optimizer->step(),
+             request.checkpoint_dir, name);
+    }
     return r;
 }
 

@@ -18,6 +18,11 @@ struct TrainRequest {
     bool new_schedule = false;  // the caller gave an optimizer config for this call
     std::string out_dir;        // one metrics.jsonl line per step here ("" for none)
     bool zero = false;          // ZeRO-1: AdamW state sharded over the data-parallel ranks
+    // Survival (docs/ARCHITECTURE.md "Reliability"): on a stop signal the run saves
+    // checkpoint_dir/step-N.h5 (model, optimizer, data position) and ends with kExitStopped;
+    // resume continues this call from checkpoint_dir/latest when there is one.
+    std::string checkpoint_dir;
+    bool resume = false;
 };
 
 // Trains h on data; adds the step's tokens to h.tokens_seen. `where` prefixes reducer errors.
