@@ -287,7 +287,9 @@ void SafetensorsFile::read_f32(const StTensor& t, float* out) const {
     const uint8_t* src = map_ + header_.data_start + t.begin;
     const uint64_t n = t.numel();
     switch (t.dtype) {
-        case StDtype::F32: std::memcpy(out, src, n * 4); return;  // host is little-endian
+        case StDtype::F32:  // host is little-endian; an empty tensor may have no buffer
+            if (n > 0) std::memcpy(out, src, n * 4);
+            return;
         case StDtype::F16:
         case StDtype::BF16:
             for (uint64_t i = 0; i < n; ++i) {
