@@ -61,6 +61,7 @@ RowStream::RowStream(const DocStore& docs, std::vector<Window> windows, RowSampl
         packed_ = dynamic_cast<const PackedDocs*>(&docs_);
         CTX_CHECK(packed_ != nullptr, "row stream: packed rows need packed documents");
         source_buf_.resize(static_cast<size_t>(cfg_.row_len));
+        doc_buf_.resize(static_cast<size_t>(cfg_.row_len));
     }
 }
 
@@ -119,7 +120,7 @@ void RowStream::apply_packing(BatchBuffers& out, int b, const Window& w) {
     int32_t* ds = out.doc_start.data() + off;
     float* pos = out.positions.data() + off;
     float* mask = out.mask.data() + off;
-    std::vector<PackedDocs::Span> doc(static_cast<size_t>(T));
+    std::vector<PackedDocs::Span>& doc = doc_buf_;  // (T), reused: no allocation per row
     for (int t = 0; t < T; ++t) {
         const int64_t s = source_buf_[static_cast<size_t>(t)];
         CTX_CHECK(s >= 0 && s < cfg_.window_len, "packed rows: the sampler gave no window index "

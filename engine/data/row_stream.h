@@ -84,6 +84,7 @@ private:
     std::vector<int32_t> window_buf_;
     const PackedDocs* packed_ = nullptr;  // docs_ when cfg_.pack != None
     std::vector<int64_t> source_buf_;     // (row_len) the sampler's token sources
+    std::vector<PackedDocs::Span> doc_buf_;  // (row_len) each token's document
 };
 
 // All windows of a split in their given order, whole (positions 0 .. Le-1, every target the
