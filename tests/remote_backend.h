@@ -81,14 +81,15 @@ public:
     // ---- dense ops (token ids and targets are host memory by contract)
     void embedding_forward(float* out, const int32_t* tokens, const float* positions,
                            const float* wte, const float* wpe, int N, int C, int V,
-                           int P) override {
+                           int P, VocabShard shard = {}) override {
         cpu_->embedding_forward(dev(out), host(tokens), dev(positions), dev(wte), dev(wpe), N, C,
-                                V, P);
+                                V, P, shard);
     }
     void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                            const float* positions, int N, int C, int V, int P) override {
+                            const float* positions, int N, int C, int V, int P,
+                            VocabShard shard = {}) override {
         cpu_->embedding_backward(dev(dwte), dev(dwpe), dev(dout), host(tokens), dev(positions), N,
-                                 C, V, P);
+                                 C, V, P, shard);
     }
     void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w,
                            const float* b, int N, int C, float eps) override {
@@ -190,6 +191,16 @@ public:
                                        float grad_scale) override {
         cpu_->crossentropy_forward_backward(dev(logits), dev(losses), host(targets), dev(mask), N,
                                             V, grad_scale);
+    }
+    void crossentropy_shard_stats(float* stats, const float* logits, const int32_t* targets,
+                                  int N, int V, VocabShard shard) override {
+        cpu_->crossentropy_shard_stats(dev(stats), dev(logits), host(targets), N, V, shard);
+    }
+    void crossentropy_shard_finish(float* losses, float* logits, const float* all_stats, int S,
+                                   const int32_t* targets, const float* mask, int N, int V,
+                                   VocabShard shard, float grad_scale) override {
+        cpu_->crossentropy_shard_finish(dev(losses), dev(logits), dev(all_stats), S, host(targets),
+                                        dev(mask), N, V, shard, grad_scale);
     }
     void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                       const AdamWParams& hp) override {

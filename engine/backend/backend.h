@@ -53,6 +53,13 @@ enum class BiasKind { None = 0, Linear = 1, KerpleLog = 2, KerplePower = 3, T5 =
 // Gradients w.r.t. a and b are accumulated into da, db when those are non-null. For Table the
 // backward op accumulates d(loss)/d(logit) into dtable (same layout) for every entry it reads,
 // when dtable is non-null, and leaves the other entries untouched.
+// This rank's rows of a vocabulary split over tensor-parallel ranks: ids [begin, begin + V) of
+// `total` (V is the op's own argument). total 0: not split (the op's V is the vocabulary).
+struct VocabShard {
+    int begin = 0;
+    int total = 0;
+};
+
 struct BiasSpec {
     BiasKind kind = BiasKind::None;
     const float* a = nullptr;  // (H) or (H, num_buckets) for T5; host or device per backend
@@ -165,13 +172,16 @@ public:
     // out (N, C) = wte[tokens[n]] (+ interp(wpe, positions[n]) if wpe != nullptr)   (writes)
     // interp: j = floor(p), f = p - j, row = (1-f) wpe[j] + f wpe[min(j+1, P-1)]; requires
     // 0 <= p <= P-1 (the model checks). tokens (N) int32 in [0, V), positions (N).
+    // Vocabulary-parallel (shard.total > 0): wte (V, C) holds ids [shard.begin, shard.begin + V)
+    // of shard.total; tokens (in [0, shard.total)) outside it contribute a zero row.
     virtual void embedding_forward(float* out, const int32_t* tokens, const float* positions,
                                    const float* wte, const float* wpe, int N, int C, int V,
-                                   int P) = 0;
-    // dwte (V, C) += scatter(dout); dwpe (P, C) += interp^T(dout) when dwpe != nullptr
+                                   int P, VocabShard shard = {}) = 0;
+    // dwte (V, C) += scatter(dout) (rows of this shard only); dwpe (P, C) += interp^T(dout)
+    // when dwpe != nullptr
     virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
                                     const int32_t* tokens, const float* positions, int N, int C,
-                                    int V, int P) = 0;
+                                    int V, int P, VocabShard shard = {}) = 0;
 
     // ---- layer norm over the last dim
     // out (N, C) = (inp - mean) * rstd * w + b   (writes; b may be null); mean, rstd (N) saved
@@ -278,6 +288,21 @@ public:
     virtual void crossentropy_forward_backward(float* logits_to_dlogits, float* losses,
                                                const int32_t* targets, const float* mask, int N,
                                                int V, float grad_scale) = 0;
+    // Vocabulary-parallel cross-entropy (Megatron): logits (N, V) are this rank's shard, ids
+    // [shard.begin, shard.begin + V) of shard.total. Per row, stats (N, 3) = {m: max of the shard's
+    // logits, z: sum over the shard of exp(logit - m), the target's logit if the shard holds it,
+    // else 0}   (writes)
+    virtual void crossentropy_shard_stats(float* stats, const float* logits,
+                                          const int32_t* targets, int N, int V,
+                                          VocabShard shard) = 0;
+    // From every shard's stats (S, N, 3) (an all-gather of the above, in shard order), with
+    // M = max_s m_s and Z = sum_s z_s exp(m_s - M): losses (N) = mask * (log Z + M - target
+    // logit)   (writes). When logits_to_dlogits is not null, this shard's logits become
+    // grad_scale * mask * (softmax - onehot) in place, softmax = exp(logit - M) / Z.
+    virtual void crossentropy_shard_finish(float* losses, float* logits_to_dlogits,
+                                           const float* all_stats, int S,
+                                           const int32_t* targets, const float* mask, int N,
+                                           int V, VocabShard shard, float grad_scale) = 0;
 
     // ---- optimizer
     // AdamW with decoupled weight decay on n contiguous floats:

@@ -94,15 +94,15 @@ double ProfilingBackend::sum_squares(const float* x, size_t n) {
 }
 void ProfilingBackend::embedding_forward(float* out, const int32_t* tokens, const float* positions,
                                          const float* wte, const float* wpe, int N, int C, int V,
-                                         int P) {
+                                         int P, VocabShard shard) {
     CTX_TIMED("embedding_forward", fmt::format("N={} C={} V={}", N, C, V), 0,
-              inner_.embedding_forward(out, tokens, positions, wte, wpe, N, C, V, P));
+              inner_.embedding_forward(out, tokens, positions, wte, wpe, N, C, V, P, shard));
 }
 void ProfilingBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
                                           const int32_t* tokens, const float* positions, int N,
-                                          int C, int V, int P) {
+                                          int C, int V, int P, VocabShard shard) {
     CTX_TIMED("embedding_backward", fmt::format("N={} C={} V={}", N, C, V), 0,
-              inner_.embedding_backward(dwte, dwpe, dout, tokens, positions, N, C, V, P));
+              inner_.embedding_backward(dwte, dwpe, dout, tokens, positions, N, C, V, P, shard));
 }
 void ProfilingBackend::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                          const float* w, const float* b, int N, int C, float eps) {
@@ -214,6 +214,21 @@ void ProfilingBackend::crossentropy_forward_backward(float* logits_to_dlogits, f
     CTX_TIMED("crossentropy_forward_backward", fmt::format("N={} V={}", N, V), 0,
               inner_.crossentropy_forward_backward(logits_to_dlogits, losses, targets, mask, N, V,
                                                    grad_scale));
+}
+void ProfilingBackend::crossentropy_shard_stats(float* stats, const float* logits,
+                                                const int32_t* targets, int N, int V,
+                                                VocabShard shard) {
+    CTX_TIMED("crossentropy_shard_stats", fmt::format("N={} V={}", N, V), 0,
+              inner_.crossentropy_shard_stats(stats, logits, targets, N, V, shard));
+}
+void ProfilingBackend::crossentropy_shard_finish(float* losses, float* logits_to_dlogits,
+                                                 const float* all_stats, int S,
+                                                 const int32_t* targets, const float* mask,
+                                                 int N, int V, VocabShard shard,
+                                                 float grad_scale) {
+    CTX_TIMED("crossentropy_shard_finish", fmt::format("N={} V={} S={}", N, V, S), 0,
+              inner_.crossentropy_shard_finish(losses, logits_to_dlogits, all_stats, S, targets,
+                                               mask, N, V, shard, grad_scale));
 }
 void ProfilingBackend::adamw_update(float* params, const float* grads, float* m, float* v,
                                     size_t n, const AdamWParams& hp) {

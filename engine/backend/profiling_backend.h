@@ -53,9 +53,10 @@ public:
     double sum_squares(const float* x, size_t n) override;
     void embedding_forward(float* out, const int32_t* tokens, const float* positions,
                            const float* wte, const float* wpe, int N, int C, int V,
-                           int P) override;
+                           int P, VocabShard shard = {}) override;
     void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                            const float* positions, int N, int C, int V, int P) override;
+                            const float* positions, int N, int C, int V, int P,
+                            VocabShard shard = {}) override;
     void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                            const float* w, const float* b, int N, int C, float eps) override;
     void layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
@@ -109,6 +110,12 @@ public:
     void crossentropy_forward_backward(float* logits_to_dlogits, float* losses,
                                        const int32_t* targets, const float* mask, int N, int V,
                                        float grad_scale) override;
+    void crossentropy_shard_stats(float* stats, const float* logits, const int32_t* targets,
+                                  int N, int V, VocabShard shard) override;
+    void crossentropy_shard_finish(float* losses, float* logits_to_dlogits,
+                                   const float* all_stats, int S, const int32_t* targets,
+                                   const float* mask, int N, int V, VocabShard shard,
+                                   float grad_scale) override;
     void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                       const AdamWParams& hp) override;
 

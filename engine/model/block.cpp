@@ -31,32 +31,39 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
                                AttentionStep& attention) const {
     Backend& be = backend_;
     const ModelConfig& c = config_;
-    const int C = c.d_model, F = c.ffn(), Q = c.qkv_rows();
+    const TensorShard& s = shard_;
+    const int C = c.d_model, A = s.A, F = s.F, Q = s.Q;
     const size_t NC = static_cast<size_t>(N) * C;
+    // A row-parallel output's bias is added once: by tensor-parallel rank 0, before the sum.
+    const bool add_out_bias = s.rank == 0;
 
     // attention branch: ln1 -> qkv (column-parallel) [-> kv heads repeated] -> attention ->
-    // proj (row-parallel)
+    // proj (row-parallel; all-reduce over tp)
     norm_forward(be, c, a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
     if (c.grouped_kv()) {
         be.matmul_forward(a.qkv_grouped, a.ln1, w.qkv_w, w.qkv_b, N, C, Q);
-        be.kv_repeat_forward(a.qkv, a.qkv_grouped, N, c.n_head, c.kv_heads(), c.head_dim());
+        be.kv_repeat_forward(a.qkv, a.qkv_grouped, N, s.H, s.Hkv, s.D);
     } else {
         be.matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, Q);
     }
     attention.forward(layer, a.qkv, a.atty, a.att);
-    be.matmul_forward(tmp, a.atty, w.attn_proj_w, w.attn_proj_b, N, C, C);
+    be.matmul_forward(tmp, a.atty, w.attn_proj_w, add_out_bias ? w.attn_proj_b : nullptr, N, A,
+                      C);
+    tp_.allreduce_sum(tmp, NC);
     be.add(a.res2, x, tmp, NC);  // sequential: x + attn; parallel: also x + attn
 
     // MLP branch: ln2 of (x + attn) sequentially, of x in parallel; fc (column-parallel) ->
-    // activation (or SwiGLU of [gate | up]) -> fc_proj (row-parallel)
+    // activation (or SwiGLU of [gate | up]) -> fc_proj (row-parallel; all-reduce over tp)
     const float* mlp_in = c.parallel_residual ? x : a.res2;
     norm_forward(be, c, a.ln2, a.ln2_mean, a.ln2_rstd, mlp_in, w.ln2_w, w.ln2_b, N);
-    be.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, c.fc_rows());
+    be.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, s.F2);
     if (c.gated_mlp())
         be.swiglu_forward(a.fch_act, a.fch, N, F);
     else
         be.activation_forward(a.fch_act, a.fch, static_cast<size_t>(N) * F, c.activation);
-    be.matmul_forward(tmp, a.fch_act, w.fc_proj_w, w.fc_proj_b, N, F, C);
+    be.matmul_forward(tmp, a.fch_act, w.fc_proj_w, add_out_bias ? w.fc_proj_b : nullptr, N, F,
+                      C);
+    tp_.allreduce_sum(tmp, NC);
     be.add(x_out, a.res2, tmp, NC);
 }
 
@@ -65,11 +72,15 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
                                 int layer, AttentionStep& attention) const {
     Backend& be = backend_;
     const ModelConfig& c = config_;
-    const int C = c.d_model, F = c.ffn(), F2 = c.fc_rows(), Q = c.qkv_rows();
+    const TensorShard& s = shard_;
+    const int C = c.d_model, A = s.A, F = s.F, F2 = s.F2, Q = s.Q;
     const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
+    const size_t NA = static_cast<size_t>(N) * A;
     const float* mlp_in = c.parallel_residual ? x : a.res2;
 
-    // dx holds d(loss)/d(x_out). MLP branch first: x_out = res2 + mlp(ln2(mlp_in)).
+    // dx holds d(loss)/d(x_out), the same on every tensor-parallel rank. MLP branch first:
+    // x_out = res2 + mlp(ln2(mlp_in)). Row-parallel fc_proj: this rank's columns of dW and its
+    // hidden units' gradient need no communication (nor does the replicated bias's gradient).
     be.zero(d.dfch_act, NF);
     be.matmul_backward(d.dfch_act, g.fc_proj_w, g.fc_proj_b, dx, a.fch_act, w.fc_proj_w, N, F,
                        C);
@@ -81,25 +92,27 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     float* dln2 = c.parallel_residual ? d.dln2 : d.dln;
     be.zero(dln2, NC);
     be.matmul_backward(dln2, g.fc_w, g.fc_b, d.dfch, a.ln2, w.fc_w, N, C, F2);
+    tp_.allreduce_sum(dln2, NC);  // column-parallel fc: each rank's hidden units' share
     if (!c.parallel_residual) {
         // dx becomes d/d(res2): the residual path plus the MLP norm's input gradient.
         norm_backward(be, c, dx, g.ln2_w, g.ln2_b, dln2, mlp_in, w.ln2_w, a.ln2_mean,
                       a.ln2_rstd, N);
     }
     // attention branch: res2 = x + proj(attention(qkv(ln1(x))))
-    be.zero(d.datty, NC);
-    be.matmul_backward(d.datty, g.attn_proj_w, g.attn_proj_b, dx, a.atty, w.attn_proj_w, N, C,
+    be.zero(d.datty, NA);
+    be.matmul_backward(d.datty, g.attn_proj_w, g.attn_proj_b, dx, a.atty, w.attn_proj_w, N, A,
                        C);
-    be.zero(d.dqkv, NC * 3);
+    be.zero(d.dqkv, NA * 3);
     attention.backward(layer, d.dqkv, d.datty, a.qkv, a.att, a.atty);
     const float* dproj = d.dqkv;  // d(loss)/d(the projection's output)
     if (c.grouped_kv()) {  // each key/value head collects the gradients of its query heads
         be.zero(d.dqkv_grouped, static_cast<size_t>(N) * Q);
-        be.kv_repeat_backward(d.dqkv_grouped, d.dqkv, N, c.n_head, c.kv_heads(), c.head_dim());
+        be.kv_repeat_backward(d.dqkv_grouped, d.dqkv, N, s.H, s.Hkv, s.D);
         dproj = d.dqkv_grouped;
     }
     be.zero(d.dln, NC);
     be.matmul_backward(d.dln, g.qkv_w, g.qkv_b, dproj, a.ln1, w.qkv_w, N, C, Q);
+    tp_.allreduce_sum(d.dln, NC);  // column-parallel qkv: each rank's heads' share
     if (c.parallel_residual) {
         // Both branches read x: their norm gradients join the residual in dx.
         norm_backward(be, c, dx, g.ln2_w, g.ln2_b, dln2, mlp_in, w.ln2_w, a.ln2_mean,

@@ -13,23 +13,27 @@
 // are repeated to H (Backend::kv_repeat_forward) before the attention step, which therefore
 // sees the (N, 3C) rows of every other style.
 //
-// Room for what comes next, without it yet: a tensor-parallel layout splits qkv and fc by
-// columns (heads and hidden units per rank) and proj and fc_proj by rows, with an all-reduce of
-// their outputs where the comments below say "row-parallel".
+// Tensor parallelism (model/tensor_parallel.h, Megatron-LM): qkv and fc are column-parallel
+// (this rank's heads and hidden units), proj and fc_proj row-parallel, so each branch costs one
+// all-reduce of its (N, C) output in forward ("g") and one of its input gradient in backward
+// ("f", the conjugate). Shapes below are this rank's: A = the attention width of its heads, F
+// its hidden units (A = C and F = ffn() at tp = 1).
 #pragma once
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/tensor_parallel.h"
 
 namespace ctx {
 
-// Views of one block's parameters, or of their gradients (same layout). Shapes per ModelConfig:
-// C = d_model, F = ffn(), Q = qkv_rows() (3C without grouped-query attention), F2 = fc_rows()
-// (2F when gated: rows [gate | up]). Biases and norm biases are null when the config has none.
+// Views of one block's parameters, or of their gradients (same layout). Shapes per TensorShard:
+// C = d_model, A = attention width, F = MLP hidden units, Q = qkv rows (3A without
+// grouped-query attention), F2 = fc rows (2F when gated: rows [gate | up]). Biases and norm
+// biases are null when the config has none.
 struct BlockWeights {
     float *ln1_w, *ln1_b;              // (C)
     float *qkv_w, *qkv_b;              // (Q, C), (Q)   rows [q | k | v]
-    float *attn_proj_w, *attn_proj_b;  // (C, C), (C)
+    float *attn_proj_w, *attn_proj_b;  // (C, A), (C)
     float *ln2_w, *ln2_b;              // (C)
     float *fc_w, *fc_b;                // (F2, C), (F2)
     float *fc_proj_w, *fc_proj_b;      // (C, F), (C)
@@ -40,8 +44,8 @@ struct BlockWeights {
 struct BlockActs {
     float* ln1;                  // (N, C)
     float *ln1_mean, *ln1_rstd;  // (N)   (mean unused by RMSNorm)
-    float* qkv;                  // (N, 3C)  q, k as the attention step left them (rotated)
-    float* atty;                 // (N, C)   attention output before the projection
+    float* qkv;                  // (N, 3A)  q, k as the attention step left them (rotated)
+    float* atty;                 // (N, A)   attention output before the projection
     float* att;                  // what the attention step saves for backward (or nullptr)
     float* res2;                 // (N, C)   x + attn
     float* ln2;                  // (N, C)
@@ -56,8 +60,8 @@ struct BlockActs {
 struct BlockGradBuffers {
     float* dln;       // (N, C)
     float* dln2;      // (N, C)  parallel residual: the MLP branch's layernorm gradient
-    float* datty;     // (N, C)
-    float* dqkv;      // (N, 3C)
+    float* datty;     // (N, A)
+    float* dqkv;      // (N, 3A)
     float* dfch;      // (N, F2)
     float* dfch_act;  // (N, F)
     float* dqkv_grouped;  // (N, Q) grouped-query only (else null); may be BlockActs::qkv_grouped
@@ -76,10 +80,10 @@ void norm_backward(Backend& be, const ModelConfig& c, float* dinp, float* dw, fl
 class AttentionStep {
 public:
     virtual ~AttentionStep() = default;
-    // qkv (N, 3C) as projected; may be rotated in place (backward reads it as left). out (N, C)
+    // qkv (N, 3A) as projected; may be rotated in place (backward reads it as left). out (N, A)
     // (writes). saved: the step's buffer for backward, per layer (null where there is none).
     virtual void forward(int layer, float* qkv, float* out, float* saved) = 0;
-    // dqkv (N, 3C) += the gradient of the unrotated qkv, from dout (N, C) and what forward kept.
+    // dqkv (N, 3A) += the gradient of the unrotated qkv, from dout (N, A) and what forward kept.
     // Steps that only run forward (generation) refuse.
     virtual void backward(int layer, float* dqkv, const float* dout, const float* qkv,
                           const float* saved, const float* out);
@@ -87,9 +91,10 @@ public:
 
 class TransformerBlock {
 public:
-    // config must outlive the block (the model owns both).
-    TransformerBlock(const ModelConfig& config, Backend& backend)
-        : config_(config), backend_(backend) {}
+    // config, shard and tp must outlive the block (the model owns them all).
+    TransformerBlock(const ModelConfig& config, const TensorShard& shard, TensorGroup& tp,
+                     Backend& backend)
+        : config_(config), shard_(shard), tp_(tp), backend_(backend) {}
 
     // x_out (N, C) = block(x (N, C)) (writes; x_out must not alias x). tmp (N, C) scratch.
     void forward(const BlockWeights& w, const float* x, float* x_out, const BlockActs& a,
@@ -102,6 +107,8 @@ public:
 
 private:
     const ModelConfig& config_;
+    const TensorShard& shard_;
+    TensorGroup& tp_;
     Backend& backend_;
 };
 

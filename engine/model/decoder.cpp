@@ -20,10 +20,11 @@ struct Model::Acts {
     // per layer, stacked as (L, ...)
     float* ln1;          // (L, B, T, C)
     float *ln1_mean, *ln1_rstd;  // (L, B, T)
-    float* qkv;          // (L, B, T, 3C)  q, k after rotary
+    // Widths are this rank's (tensor parallelism): A attention, F and F2 MLP, V vocabulary.
+    float* qkv;          // (L, B, T, 3A)  q, k after rotary
     float* qkv_grouped;  // (B, T, Q)      grouped-query only: the projection before kv_repeat,
                          //                and its gradient in the backward pass
-    float* atty;         // (L, B, T, C)
+    float* atty;         // (L, B, T, A)
     float* att;          // (L, B, H, T, T) probabilities, or (L, B, H, T) lse in flash mode
     float* res2;         // (L, B, T, C)   x + attn (sequential residual only)
     float* ln2;          // (L, B, T, C)
@@ -40,8 +41,8 @@ struct Model::Acts {
     float* dx;           // (B, T, C)  gradient of the residual stream
     float* dln;          // (B, T, C)
     float* dln2;         // (B, T, C)  parallel residual: the MLP branch's layernorm gradient
-    float* datty;        // (B, T, C)
-    float* dqkv;         // (B, T, 3C)
+    float* datty;        // (B, T, A)
+    float* dqkv;         // (B, T, 3A)
     float* dfch;         // (B, T, F2)
     float* dfch_act;     // (B, T, F)
     float* demb;         // (B, T, C)
@@ -49,19 +50,31 @@ struct Model::Acts {
     // generic bias (CTX_BIAS_GENERIC) only, else empty: shared by every layer
     float* bias_table;   // (B, H, T, T)  f_h(p_i - p_j, p_i) for j <= i
     float* dbias_table;  // (B, H, T, T)  d(loss)/d(bias), summed over layers
+    // vocabulary-parallel cross-entropy (tensor parallelism) only: per-row statistics of this
+    // rank's logits, and every rank's (Backend::crossentropy_shard_stats)
+    float* xent_stats;      // (B, T, 3)
+    float* xent_stats_all;  // (tp, B, T, 3)
     // the batch of the current pass where the ops read it (Backend::stage_batch): tokens,
     // targets, positions, loss mask, (B, T) each
     BatchInputs batch;
 };
 
+namespace {
+TensorShard validated_shard(const ModelConfig& c, Comm* tp) {
+    c.validate();
+    return tensor_shard(c, tp ? tp->rank() : 0, tp ? tp->size() : 1);
+}
+}  // namespace
+
 Model::Model(const ModelConfig& config, Backend& backend, std::unique_ptr<PePlugin> pe,
-             uint64_t seed)
+             uint64_t seed, Comm* tp_comm)
     : config_(config),
       backend_(&backend),
       pe_(std::move(pe)),
-      block_(config_, backend),
-      attention_(backend, config.d_model, config.n_head) {
-    config_.validate();
+      shard_(validated_shard(config, tp_comm)),
+      tp_(tp_comm, backend),
+      block_(config_, shard_, tp_, backend),
+      attention_(backend, shard_.A, shard_.H) {
     build_layout();
     params_ = Arena(*backend_, layout_.total());
     grads_ = Arena(*backend_, layout_.total());
@@ -88,54 +101,6 @@ void Model::replace_pe(std::unique_ptr<PePlugin> pe) {
     input_spec_ = pe_ && pe_->has(CTX_PE_HOOK_INPUT) ? pe_->input_spec() : decltype(input_spec_){};
     bias_generic_ = pe_bias_is_generic();
     set_attention_choice(attention_choice_);
-}
-
-void Model::build_layout() {
-    const int64_t C = config_.d_model, V = config_.vocab_size, F = config_.ffn();
-    const int64_t Q = config_.qkv_rows(), F2 = config_.fc_rows();
-    const bool ab = config_.attention_bias, ob = config_.attention_out_bias;
-    const bool mb = config_.mlp_bias, nb = config_.norm_bias;
-    layout_ = ArenaLayout();
-    layout_.add("wte", {V, C}, true);
-    if (config_.embedding_layernorm) {
-        layout_.add("emb_ln.weight", {C}, false);
-        if (nb) layout_.add("emb_ln.bias", {C}, false);
-    }
-    for (int l = 0; l < config_.n_layer; ++l) {
-        const std::string p = fmt::format("layers.{}.", l);
-        layout_.add(p + "ln1.weight", {C}, false);
-        if (nb) layout_.add(p + "ln1.bias", {C}, false);
-        layout_.add(p + "attn.qkv.weight", {Q, C}, true);
-        if (ab) layout_.add(p + "attn.qkv.bias", {Q}, false);
-        layout_.add(p + "attn.proj.weight", {C, C}, true);
-        if (ob) layout_.add(p + "attn.proj.bias", {C}, false);
-        layout_.add(p + "ln2.weight", {C}, false);
-        if (nb) layout_.add(p + "ln2.bias", {C}, false);
-        layout_.add(p + "mlp.fc.weight", {F2, C}, true);
-        if (mb) layout_.add(p + "mlp.fc.bias", {F2}, false);
-        layout_.add(p + "mlp.proj.weight", {C, F}, true);
-        if (mb) layout_.add(p + "mlp.proj.bias", {C}, false);
-    }
-    layer_offsets_.clear();
-    for (int l = 0; l < config_.n_layer; ++l)
-        layer_offsets_.push_back(layout_.view(fmt::format("layers.{}.ln1.weight", l)).offset);
-    layout_.add("lnf.weight", {C}, false);
-    layer_offsets_.push_back(layout_.view("lnf.weight").offset);
-    if (nb) layout_.add("lnf.bias", {C}, false);
-    if (!config_.tied_embeddings) layout_.add("lm_head.weight", {V, C}, true);
-    pe_view_index_.clear();
-    if (pe_) {
-        for (const PeParamDecl& p : pe_->params()) {
-            pe_view_index_.push_back(layout_.views().size());
-            layout_.add("pe." + p.name, p.shape, p.weight_decay);
-        }
-    }
-}
-
-size_t Model::num_params() const {
-    size_t n = 0;
-    for (const auto& v : layout_.views()) n += v.numel;
-    return n;
 }
 
 static float* view_or_null(const ArenaLayout& layout, const Arena& a, const std::string& name) {
@@ -176,12 +141,12 @@ std::vector<ctx_tensor> Model::pe_tensors(float* base) const {
 }
 
 void Model::init_params(uint64_t seed) {
-    // GPT-2 initialisation on the host, then one copy to the device.
+    // GPT-2 initialisation of the whole model on the host, then this rank's part to the device.
     Rng rng(seed);
-    std::vector<float> host(layout_.total(), 0.0f);
+    std::vector<float> host(full_layout_.total(), 0.0f);
     const double std_ = config_.init_std;
     const double resid_std = std_ / std::sqrt(2.0 * config_.n_layer);
-    for (const ParamView& v : layout_.views()) {
+    for (const ParamView& v : full_layout_.views()) {
         if (v.name.rfind("pe.", 0) == 0) continue;  // the plugin's declarations decide
         float* x = host.data() + v.offset;
         const bool is_norm_weight = v.name.find("ln") != std::string::npos &&
@@ -198,7 +163,7 @@ void Model::init_params(uint64_t seed) {
     if (pe_) {
         std::vector<ctx_tensor> t;
         for (size_t idx : pe_view_index_) {
-            const ParamView& v = layout_.views()[idx];
+            const ParamView& v = full_layout_.views()[idx];
             ctx_tensor x{};
             x.data = host.data() + v.offset;
             x.ndim = static_cast<int32_t>(v.shape.size());
@@ -208,33 +173,35 @@ void Model::init_params(uint64_t seed) {
         Rng pe_rng(seed ^ 0x5045'5045'5045'5045ull);  // "PEPE": its own stream
         pe_->init_params(t, pe_rng);
     }
-    backend_->copy_to_device(params_.data(), host.data(), host.size());
+    scatter_full(host.data(), params_);
 }
 
 void Model::reserve(int B, int T) {
     if (acts_ && B <= reserved_B_ && T <= reserved_T_) return;
     B = std::max(B, reserved_B_);
     T = std::max(T, reserved_T_);
-    const size_t C = config_.d_model, V = config_.vocab_size, F = config_.ffn();
-    const size_t F2 = config_.fc_rows(), Q = config_.grouped_kv() ? config_.qkv_rows() : 0;
-    const size_t L = config_.n_layer, H = config_.n_head;
+    // this rank's widths (tensor parallelism: its heads, hidden units and vocabulary rows)
+    const size_t C = config_.d_model, V = shard_.V, F = shard_.F, A = shard_.A;
+    const size_t F2 = shard_.F2, Q = config_.grouped_kv() ? shard_.Q : 0;
+    const size_t L = config_.n_layer, H = shard_.H, W = shard_.size;
     const size_t N = static_cast<size_t>(B) * T;
-    const size_t scratch =
-        backend_->attention_scratch_floats(B, T, config_.d_model, config_.n_head, attention_mode_);
-    const size_t saved = attention_saved_floats(attention_mode_, B, T, config_.n_head);
+    const size_t scratch = backend_->attention_scratch_floats(B, T, shard_.A, shard_.H,
+                                                              attention_mode_);
+    const size_t saved = attention_saved_floats(attention_mode_, B, T, shard_.H);
     // The generic bias costs 2 (B, H, T, T) tables (value and gradient; the saved attention
     // probabilities are L of them) plus 3 packed pair arrays on the host.
     const size_t table = bias_generic_ ? static_cast<size_t>(B) * H * T * T : 0;
+    const size_t xent = W > 1 ? N * 3 : 0;  // vocabulary-parallel loss statistics
     auto acts = std::make_unique<Acts>();
     // Sizes in the order of the struct; each rounded to 16 floats.
     const std::vector<size_t> sizes = {
         N * C, N * C, N, N,                                   // encoded, emb_ln, mean, rstd
-        L * N * C, L * N, L * N, L * N * 3 * C, N * Q,        // ln1, mean, rstd, qkv, grouped
-        L * N * C, L * saved, L * N * C,                      // atty, att (or lse), res2
+        L * N * C, L * N, L * N, L * N * 3 * A, N * Q,        // ln1, mean, rstd, qkv, grouped
+        L * N * A, L * saved, L * N * C,                      // atty, att (or lse), res2
         L * N * C, L * N, L * N, L * N * F2, L * N * F,       // ln2, mean, rstd, fch, fch_act
         (L + 1) * N * C, N * C, N, N, N * V, N, N * C,        // resid, lnf, m, r, logits, losses, tmp
-        N * C, N * C, N * C, N * C, N * 3 * C, N * F2, N * F, N * C, scratch,  // grads, scratch
-        table, table};                                        // bias_table, dbias_table
+        N * C, N * C, N * C, N * A, N * 3 * A, N * F2, N * F, N * C, scratch,  // grads, scratch
+        table, table, xent, xent * W};  // bias_table, dbias_table, xent_stats, xent_stats_all
     size_t total = 0;
     for (size_t s : sizes) total += (s + 15) / 16 * 16;
     acts->buffer = Arena(*backend_, total);
@@ -246,9 +213,9 @@ void Model::reserve(int B, int T) {
                        &acts->lnf_rstd, &acts->logits, &acts->losses, &acts->tmp, &acts->dx,
                        &acts->dln, &acts->dln2, &acts->datty, &acts->dqkv, &acts->dfch,
                        &acts->dfch_act, &acts->demb, &acts->attn_scratch, &acts->bias_table,
-                       &acts->dbias_table};
-    static_assert(sizeof(slots) / sizeof(slots[0]) == 35);
-    CTX_CHECK(sizes.size() == 35, "internal: activation slot count mismatch");
+                       &acts->dbias_table, &acts->xent_stats, &acts->xent_stats_all};
+    static_assert(sizeof(slots) / sizeof(slots[0]) == 37);
+    CTX_CHECK(sizes.size() == 37, "internal: activation slot count mismatch");
     size_t off = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
         *slots[i] = acts->buffer.data() + off;
@@ -256,8 +223,10 @@ void Model::reserve(int B, int T) {
     }
     if (!bias_generic_) acts->bias_table = acts->dbias_table = nullptr;
     if (Q == 0) acts->qkv_grouped = nullptr;
+    if (xent == 0) acts->xent_stats = acts->xent_stats_all = nullptr;
     bias_pairs_.reserve(bias_generic_ ? N * (static_cast<size_t>(T) + 1) / 2 : 0);
     bias_stage_.resize(bias_generic_ && backend_->kind() != DeviceKind::CPU ? table : 0);
+    bias_all_heads_.resize(bias_generic_ && tp_.active() ? table * W : 0);
     losses_host_.assign(N, 0.0f);
     acts_ = std::move(acts);
     reserved_B_ = B;
@@ -336,16 +305,38 @@ BiasSpec Model::bias_spec(int T) {
     s.da = param(c.param_a, grads_);
     s.b = param(c.param_b, params_);
     s.db = param(c.param_b, grads_);
+    // Tensor parallelism: the parameters of this rank's heads (per head: a row of T5's
+    // (H, buckets) table, one value of the others); the other heads' gradients stay zero here
+    // and the PE gradients are summed over the group after the backward pass.
+    const size_t first = static_cast<size_t>(shard_.head0) *
+                         (s.kind == BiasKind::T5 ? static_cast<size_t>(s.num_buckets) : 1);
+    auto at = [first](auto* p) { return p ? p + first : p; };
+    s.a = at(s.a);
+    s.da = at(s.da);
+    s.b = at(s.b);
+    s.db = at(s.db);
     return s;
 }
 
 void Model::fill_bias_table(GenericBiasPairs& pairs, float* table, int rows, int Tq, int S) {
-    const size_t n = static_cast<size_t>(rows) * config_.n_head * Tq * S;
+    const size_t n = static_cast<size_t>(rows) * shard_.H * Tq * S;  // this rank's heads
     const bool direct = backend_->kind() == DeviceKind::CPU;  // host memory: write in place
     if (!direct && bias_stage_.size() < n) bias_stage_.resize(n);
     float* host = direct ? table : bias_stage_.data();  // (rows, H, Tq, S)
     HostSpan param_span = pe_span(params_);
-    pairs.forward(*pe_, pe_tensors(param_span.data()), config_.n_head, S, host);
+    if (!tp_.active()) {
+        pairs.forward(*pe_, pe_tensors(param_span.data()), config_.n_head, S, host);
+    } else {  // the plugin fills every head; keep this rank's
+        const size_t head = static_cast<size_t>(Tq) * S;
+        bias_all_heads_.resize(n * shard_.size);
+        pairs.forward(*pe_, pe_tensors(param_span.data()), config_.n_head, S,
+                      bias_all_heads_.data());
+        for (int r = 0; r < rows; ++r)
+            std::memcpy(host + static_cast<size_t>(r) * shard_.H * head,
+                        bias_all_heads_.data() +
+                            (static_cast<size_t>(r) * config_.n_head + shard_.head0) * head,
+                        shard_.H * head * sizeof(float));
+    }
     if (!direct) backend_->copy_to_device(table, host, n);
 }
 
@@ -357,22 +348,27 @@ RotarySpec Model::rotary_spec(int T) {
 void Model::embed(float* x, float* encoded, float* mean, float* rstd, const int32_t* tokens,
                   const float* positions, const float* positions_host, int N) {
     Backend& be = *backend_;
-    const int C = config_.d_model, V = config_.vocab_size;
+    const int C = config_.d_model;
+    // Tensor parallelism: each rank embeds its vocabulary rows (zeros for the others' tokens)
+    // and rank 0 adds the input PE; the sum over the group is the embedding.
+    const bool adds_pe = shard_.rank == 0;
     const float* wpe = nullptr;
     int table_rows = 0;
-    if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_TABLE) {
+    if (adds_pe && pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_TABLE) {
         const ParamView& v = layout_.views()[pe_view_index_[input_spec_.table_param]];
         wpe = params_.at(v);
         table_rows = static_cast<int>(v.shape[0]);
     }
     const float* wte = params_.at(layout_.view("wte"));
-    be.embedding_forward(encoded, tokens, positions, wte, wpe, N, C, V, table_rows);
-    if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_GENERIC) {
+    be.embedding_forward(encoded, tokens, positions, wte, wpe, N, C, shard_.V, table_rows,
+                         shard_.vocab());
+    if (adds_pe && pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_GENERIC) {
         HostSpan params = pe_span(params_);
         HostSpan enc(be, encoded, static_cast<size_t>(N) * C, true);  // (N, C)
         pe_->input_forward(pe_tensors(params.data()), positions_host, N, enc.data());
         enc.commit();
     }
+    tp_.allreduce_sum(encoded, static_cast<size_t>(N) * C);
     if (config_.embedding_layernorm) {
         be.layernorm_forward(x, mean, rstd, encoded, view_or_null(layout_, params_, "emb_ln.weight"),
                              view_or_null(layout_, params_, "emb_ln.bias"), N, C,
@@ -383,21 +379,23 @@ void Model::embed(float* x, float* encoded, float* mean, float* rstd, const int3
 }
 
 void Model::head(float* logits, float* ln, float* mean, float* rstd, const float* x, int N) {
-    const int C = config_.d_model, V = config_.vocab_size;
+    const int C = config_.d_model;
     norm_forward(*backend_, config_, ln, mean, rstd, x, view_or_null(layout_, params_, "lnf.weight"),
                  view_or_null(layout_, params_, "lnf.bias"), N);
     const float* w = config_.tied_embeddings ? params_.at(layout_.view("wte"))
                                              : view_or_null(layout_, params_, "lm_head.weight");
-    backend_->matmul_forward(logits, ln, w, nullptr, N, C, V);  // (vocab-parallel later)
+    // vocabulary-parallel: this rank's (N, V / tp) columns of the logits
+    backend_->matmul_forward(logits, ln, w, nullptr, N, C, shard_.V);
 }
 
 BlockActs Model::layer_acts(int l, int B, int T) const {
     const Acts& a = *acts_;
-    const size_t N = static_cast<size_t>(B) * T, C = config_.d_model, F = config_.ffn();
-    const size_t NC = N * C, NF = N * F, NF2 = N * config_.fc_rows(), L = static_cast<size_t>(l);
-    const size_t saved = attention_saved_floats(attention_mode_, B, T, config_.n_head);
+    const size_t N = static_cast<size_t>(B) * T, C = config_.d_model, F = shard_.F;
+    const size_t NC = N * C, NA = N * shard_.A, NF = N * F, NF2 = N * shard_.F2;
+    const size_t L = static_cast<size_t>(l);
+    const size_t saved = attention_saved_floats(attention_mode_, B, T, shard_.H);
     return BlockActs{a.ln1 + L * NC,      a.ln1_mean + L * N, a.ln1_rstd + L * N,
-                     a.qkv + L * NC * 3,  a.atty + L * NC,    a.att + L * saved,
+                     a.qkv + L * NA * 3,  a.atty + L * NA,    a.att + L * saved,
                      a.res2 + L * NC,     a.ln2 + L * NC,     a.ln2_mean + L * N,
                      a.ln2_rstd + L * N,  a.fch + L * NF2,    a.fch_act + L * NF,
                      a.qkv_grouped};
@@ -439,13 +437,7 @@ LossSums Model::run_pass(const Batch& b, bool train, float grad_scale) {
     stage_batch(b);
     forward_impl(b);
     const int N = b.B * b.T;
-    if (train)
-        backend_->crossentropy_forward_backward(acts_->logits, acts_->losses,
-                                                acts_->batch.targets, acts_->batch.mask, N,
-                                                config_.vocab_size, grad_scale);
-    else
-        backend_->crossentropy_forward(acts_->losses, acts_->logits, acts_->batch.targets,
-                                       acts_->batch.mask, N, config_.vocab_size);
+    cross_entropy(train, N, grad_scale);
     backend_->copy_to_host(losses_host_.data(), acts_->losses, N);
     LossSums s;
     for (int i = 0; i < N; ++i) {
@@ -454,6 +446,29 @@ LossSums Model::run_pass(const Batch& b, bool train, float grad_scale) {
     }
     if (train) backward_impl(b);
     return s;
+}
+
+// Losses of the last forward's logits and (train) their gradient in place. Vocabulary-parallel
+// (Megatron): every rank's per-row max, normaliser and target logit are gathered, so no rank
+// holds the whole (N, V) logits.
+void Model::cross_entropy(bool train, int N, float grad_scale) {
+    Acts& a = *acts_;
+    if (!tp_.active()) {
+        if (train)
+            backend_->crossentropy_forward_backward(a.logits, a.losses, a.batch.targets,
+                                                    a.batch.mask, N, config_.vocab_size,
+                                                    grad_scale);
+        else
+            backend_->crossentropy_forward(a.losses, a.logits, a.batch.targets, a.batch.mask, N,
+                                           config_.vocab_size);
+        return;
+    }
+    backend_->crossentropy_shard_stats(a.xent_stats, a.logits, a.batch.targets, N, shard_.V,
+                                       shard_.vocab());
+    tp_.allgather(a.xent_stats, static_cast<size_t>(N) * 3, a.xent_stats_all);
+    backend_->crossentropy_shard_finish(a.losses, train ? a.logits : nullptr, a.xent_stats_all,
+                                        shard_.size, a.batch.targets, a.batch.mask, N, shard_.V,
+                                        shard_.vocab(), grad_scale);
 }
 
 LossSums Model::forward(const Batch& b) { return run_pass(b, false, 0.0f); }
@@ -470,26 +485,40 @@ void Model::set_attention_window(int window) {
 std::vector<float> Model::logits(const Batch& b) const {
     CTX_CHECK(acts_ && b.B <= reserved_B_ && b.T <= reserved_T_,
               "logits: no forward pass of a {} x {} batch to read", b.B, b.T);
-    std::vector<float> out(static_cast<size_t>(b.B) * b.T * config_.vocab_size);
-    backend_->copy_to_host(out.data(), acts_->logits, out.size());
+    const size_t N = static_cast<size_t>(b.B) * b.T, V = config_.vocab_size, Vs = shard_.V;
+    std::vector<float> out(N * V);
+    if (!tp_.active()) {
+        backend_->copy_to_host(out.data(), acts_->logits, out.size());
+        return out;
+    }
+    // vocabulary-parallel: every rank's (N, V / tp) columns, side by side
+    std::vector<float> mine(N * Vs), all(N * Vs * shard_.size);
+    backend_->copy_to_host(mine.data(), acts_->logits, mine.size());
+    tp_.comm()->allgather(mine.data(), mine.size() * sizeof(float), all.data());
+    for (int r = 0; r < shard_.size; ++r)
+        for (size_t n = 0; n < N; ++n)
+            std::memcpy(out.data() + n * V + r * Vs, all.data() + (r * N + n) * Vs,
+                        Vs * sizeof(float));
     return out;
 }
 
 void Model::backward_impl(const Batch& b) {
     Backend& be = *backend_;
     Acts& a = *acts_;
-    const int B = b.B, T = b.T, C = config_.d_model, V = config_.vocab_size;
-    const int H = config_.n_head;
+    const int B = b.B, T = b.T, C = config_.d_model, V = shard_.V;
+    const int H = shard_.H;  // this rank's heads and vocabulary rows (tensor parallelism)
     const int N = B * T;
     const size_t NC = static_cast<size_t>(N) * C;
 
-    // ---- head: logits = lnf @ head^T (a.logits now holds dlogits)
+    // ---- head: logits = lnf @ head^T (a.logits now holds dlogits); vocabulary-parallel, so
+    // each rank's dln is its vocabulary rows' share, summed over the group
     float* dwte = grads_.at(layout_.view("wte"));
     float* dhead = config_.tied_embeddings ? dwte : view_or_null(layout_, grads_, "lm_head.weight");
     const float* head = config_.tied_embeddings ? params_.at(layout_.view("wte"))
                                                 : view_or_null(layout_, params_, "lm_head.weight");
     be.zero(a.dln, NC);
     be.matmul_backward(a.dln, dhead, nullptr, a.logits, a.lnf, head, N, C, V);
+    tp_.allreduce_sum(a.dln, NC);
     be.zero(a.dx, NC);
     const float* xL = a.resid + config_.n_layer * NC;
     norm_backward(be, config_, a.dx, view_or_null(layout_, grads_, "lnf.weight"),
@@ -509,10 +538,19 @@ void Model::backward_impl(const Batch& b) {
             be.copy_to_host(bias_stage_.data(), dtable, static_cast<size_t>(B) * H * T * T);
             dtable = bias_stage_.data();
         }
+        if (tp_.active()) {  // this rank's heads into an every-head table, zero elsewhere
+            const size_t head = static_cast<size_t>(T) * T, Hall = config_.n_head;
+            std::fill(bias_all_heads_.begin(), bias_all_heads_.end(), 0.0f);
+            for (int r = 0; r < B; ++r)
+                std::memcpy(bias_all_heads_.data() + (r * Hall + shard_.head0) * head,
+                            dtable + static_cast<size_t>(r) * H * head, H * head * sizeof(float));
+            dtable = bias_all_heads_.data();
+        }
         HostSpan param_span = pe_span(params_);
         HostSpan grad_span = pe_span(grads_);
         std::vector<ctx_tensor> grads = pe_tensors(grad_span.data());
-        bias_pairs_.backward(*pe_, pe_tensors(param_span.data()), grads, H, T, dtable);
+        bias_pairs_.backward(*pe_, pe_tensors(param_span.data()), grads, config_.n_head, T,
+                             dtable);
         grad_span.commit();
     }
 
@@ -526,16 +564,19 @@ void Model::backward_impl(const Batch& b) {
                               a.emb_ln_rstd, N, C);
         demb = a.demb;
     }
+    // Tensor parallelism: rank 0 added the input PE, so it alone takes its gradient (summed
+    // over the group below with the bias PEs' per-head shares).
+    const bool adds_pe = shard_.rank == 0;
     float* dwpe = nullptr;
     int table_rows = 0;
-    if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_TABLE) {
+    if (adds_pe && pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_TABLE) {
         const ParamView& v = layout_.views()[pe_view_index_[input_spec_.table_param]];
         dwpe = grads_.at(v);
         table_rows = static_cast<int>(v.shape[0]);
     }
     be.embedding_backward(dwte, dwpe, demb, a.batch.tokens, a.batch.positions, N, C, V,
-                          table_rows);
-    if (pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_GENERIC) {
+                          table_rows, shard_.vocab());
+    if (adds_pe && pe_ && pe_->has(CTX_PE_HOOK_INPUT) && input_spec_.kind == CTX_INPUT_GENERIC) {
         HostSpan param_span = pe_span(params_);
         HostSpan grad_span = pe_span(grads_);
         HostSpan demb_span(be, const_cast<float*>(demb), NC, true);  // (B, T, C), read only
@@ -544,6 +585,8 @@ void Model::backward_impl(const Batch& b) {
         pe_->input_backward(pt, gt, b.positions, N, demb_span.data());
         grad_span.commit();
     }
+    if (tp_.active() && !pe_view_index_.empty())  // each rank's heads' (and rank 0's input) share
+        tp_.allreduce_sum(grads_.data() + pe_begin(), layout_.total() - pe_begin());
     // The embeddings (also the tied head), the final norm, the head and the PE parameters are
     // final only now; the layers were announced as the loop finished them.
     announce_grads(0, layer_offsets_.front());
@@ -555,7 +598,7 @@ void Model::announce_grads(size_t begin, size_t end) {
 }
 
 void Model::set_attention_choice(AttentionChoice choice) {
-    const int C = config_.d_model, H = config_.n_head;
+    const int C = shard_.A, H = shard_.H;  // this rank's heads (same head dim)
     AttentionMode mode = AttentionMode::Materialised;
     if (choice == AttentionChoice::Auto)
         mode = backend_->attention_mode_auto(config_.context_length, C, H);

@@ -17,6 +17,8 @@
 #include "model/config.h"
 #include "model/generic_bias.h"
 #include "model/host_span.h"
+#include "model/tensor_parallel.h"
+#include "parallel/comm.h"
 #include "plugin/pe_plugin.h"
 
 namespace ctx {
@@ -41,9 +43,11 @@ struct LossSums {
 class Model {
 public:
     // pe may be null (NoPE). Parameters are initialised from seed (GPT-2 scheme; PE parameters
-    // by their declarations).
+    // by their declarations). tp_comm: the tensor-parallel group (model/tensor_parallel.h) that
+    // splits this model's matrices; null or of one rank: the whole model on this rank. The same
+    // seed gives the same whole model at any tp.
     Model(const ModelConfig& config, Backend& backend, std::unique_ptr<PePlugin> pe,
-          uint64_t seed);
+          uint64_t seed, Comm* tp_comm = nullptr);
     ~Model();
 
     const ModelConfig& config() const { return config_; }
@@ -58,8 +62,29 @@ public:
     const Arena& params() const { return params_; }
     Arena& grads() { return grads_; }
     const Arena& grads() const { return grads_; }
-    // Number of trainable scalars (alignment padding excluded).
+    // Number of trainable scalars of the whole model (alignment padding excluded; under tensor
+    // parallelism all ranks' parts together).
     size_t num_params() const;
+
+    // ---- tensor parallelism. layout(), params() and grads() are this rank's part; these see
+    // the whole model (the same as layout() at tp = 1).
+    const TensorShard& shard() const { return shard_; }
+    TensorGroup& tensor_group() { return tp_; }
+    bool tensor_parallel() const { return tp_.active(); }
+    // The whole model's layout: the views of layout() with their whole shapes, in the same order.
+    const ArenaLayout& full_layout() const { return full_layout_; }
+    const ShardSpec& shard_spec(size_t view) const { return shard_specs_[view]; }
+    // The whole tensors of `local` (an arena or host array in layout()'s layout: parameters,
+    // gradients, moments) on the host, in full_layout()'s layout. Collective over the group.
+    std::vector<float> gather_full(const Arena& local) const;
+    std::vector<float> gather_full_host(const float* local) const;
+    // This rank's part of whole tensors (host, full_layout()'s layout) into `local`.
+    void scatter_full(const float* whole, Arena& local) const;
+    void scatter_full_host(const float* whole, float* local) const;
+    // Ranges [begin, end) of the gradient arena this rank counts in the global gradient norm:
+    // split tensors on every rank, replicated ones on tensor-parallel rank 0 only (their
+    // gradients are the same on every rank). The norm is the sum over the group.
+    const std::vector<std::pair<size_t, size_t>>& norm_ranges() const { return norm_ranges_; }
 
     // Sizes activation buffers for rows of up to B x T tokens. Called by forward when needed;
     // call it up front so no step allocates.
@@ -131,6 +156,9 @@ public:
 private:
     struct Acts;   // activation buffers
     void build_layout();
+    void build_layout_for(const TensorShard& s, ArenaLayout& out, std::vector<ShardSpec>* specs,
+                          std::vector<size_t>* pe_index) const;
+    void cross_entropy(bool train, int N, float grad_scale);
     void init_params(uint64_t seed);
     BlockWeights layer(int l, const Arena& a) const;
     BlockActs layer_acts(int l, int B, int T) const;
@@ -152,7 +180,12 @@ private:
     ModelConfig config_;
     Backend* backend_;
     std::unique_ptr<PePlugin> pe_;
+    TensorShard shard_;  // this rank's part (tp = 1: the whole model)
+    TensorGroup tp_;
     ArenaLayout layout_;
+    ArenaLayout full_layout_;
+    std::vector<ShardSpec> shard_specs_;  // per view of layout_
+    std::vector<std::pair<size_t, size_t>> norm_ranges_;
     Arena params_, grads_;
     std::vector<size_t> pe_view_index_;  // plugin parameter i -> index in layout_.views()
     // Arena offset of layer l's first parameter (l < L) and of what follows the layers (l = L):
@@ -163,10 +196,11 @@ private:
     // The attention step of the current forward pass, reused by its backward pass.
     CausalAttention attention_;
     // Generic bias (CTX_BIAS_GENERIC): the causal pairs of the batch (sized by reserve()) and
-    // host staging of a (rows, H, Tq, S) table for non-CPU backends.
+    // host staging of a (rows, H, Tq, S) table for non-CPU backends, and of all heads' table
+    // under tensor parallelism (each rank keeps its heads).
     bool bias_generic_ = false;
     GenericBiasPairs bias_pairs_;
-    std::vector<float> bias_stage_;
+    std::vector<float> bias_stage_, bias_all_heads_;
     int reserved_B_ = 0, reserved_T_ = 0;
     int attention_window_ = 0;
     AttentionChoice attention_choice_ = AttentionChoice::Auto;

@@ -22,11 +22,13 @@ struct KvGenerator::Buffers {
     Arena table;                         // generic bias: (rows, H, Tq, S)
     GenericBiasPairs pairs;
     bool dynamic_rotary = false;  // the rotation depends on the row length (dynamic NTK)
+    std::vector<float> gather_mine, gather_all;  // tensor parallelism: logits of every rank
     CachedAttention attention;
 
-    Buffers(Backend& be, const ModelConfig& c, int rows, int S)
-        : cache(be, c.n_layer, rows, S, c.d_model),
-          attention(be, c.d_model, c.n_head, cache) {}
+    // Tensor parallelism: the cache holds this rank's heads (sh.A wide).
+    Buffers(Backend& be, const ModelConfig& c, const TensorShard& sh, int rows, int S)
+        : cache(be, c.n_layer, rows, S, sh.A),
+          attention(be, sh.A, sh.H, cache) {}
 };
 
 KvGenerator::KvGenerator(Model& model, int rows, int max_len, int window, DynamicRope dynamic)
@@ -34,11 +36,12 @@ KvGenerator::KvGenerator(Model& model, int rows, int max_len, int window, Dynami
     CTX_CHECK(rows >= 1 && max_len >= 1 && window >= 0, "generation: need rows >= 1, max_len >= 1 "
               "and window >= 0, got {}, {}, {}", rows, max_len, window);
     const ModelConfig& c = m_.config();
+    const TensorShard& sh = m_.shard();  // this rank's widths (tensor parallelism)
     Backend& be = m_.backend();
-    const size_t C = c.d_model, F = c.ffn(), V = c.vocab_size, S = max_len, R = rows;
-    const size_t F2 = c.fc_rows(), Q = c.grouped_kv() ? c.qkv_rows() : 0;
+    const size_t C = c.d_model, F = sh.F, V = sh.V, S = max_len, R = rows, A = sh.A;
+    const size_t F2 = sh.F2, Q = c.grouped_kv() ? sh.Q : 0;
     const size_t N = std::max(S, R);
-    buf_ = std::make_unique<Buffers>(be, c, rows, max_len);
+    buf_ = std::make_unique<Buffers>(be, c, sh, rows, max_len);
     Buffers& b = *buf_;
     PePlugin* pe = m_.pe();
     if (pe && pe->has(CTX_PE_HOOK_ROTARY)) {  // does the rotation depend on the length?
@@ -51,7 +54,7 @@ KvGenerator::KvGenerator(Model& model, int rows, int max_len, int window, Dynami
         b.dynamic_rotary = at_context != longer;
     }
     b.kpos_host.assign(R * S, 0.0f);
-    const std::vector<size_t> sizes = {N * C, N * C, N * C, N * C, N, N, N * 3 * C, N * C,
+    const std::vector<size_t> sizes = {N * C, N * C, N * C, N * C, N, N, N * 3 * A, N * A,
                                        N * C, N * C, N * F2, N * F, R * C, R * C, R * V,
                                        be.attention_cached_scratch_floats(max_len), N * Q};
     size_t total = 0;
@@ -68,7 +71,7 @@ KvGenerator::KvGenerator(Model& model, int rows, int max_len, int window, Dynami
     }
     if (Q == 0) b.qkv_grouped = nullptr;
     b.tokens.assign(N, 0);
-    b.logits_host.assign(R * V, 0.0f);
+    b.logits_host.assign(R * static_cast<size_t>(c.vocab_size), 0.0f);
     b.rot_sig.assign(R, {});
     b.history.assign(R, {});
     lens_.assign(R, 0);
@@ -130,7 +133,7 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
     const ModelConfig& cfg = m.config();
     Backend& be = m.backend();
     Buffers& b = *buf_;
-    const int C = cfg.d_model, V = cfg.vocab_size, H = cfg.n_head, S = max_len_;
+    const int C = cfg.d_model, V = cfg.vocab_size, H = m.shard().H, S = max_len_;
     const int N = nb * Tq;
     PePlugin* pe = m.pe();
 
@@ -195,8 +198,23 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
         be.copy(b.last + static_cast<size_t>(i) * C,
                 b.x + (static_cast<size_t>(i) * Tq + Tq - 1) * C, C);
     m.head(b.logits, b.lnf, b.mean, b.rstd, b.last, nb);
-    be.copy_to_host(b.logits_host.data() + static_cast<size_t>(r0) * V, b.logits,
-                    static_cast<size_t>(nb) * V);
+    float* out = b.logits_host.data() + static_cast<size_t>(r0) * V;
+    if (!m.tensor_parallel()) {
+        be.copy_to_host(out, b.logits, static_cast<size_t>(nb) * V);
+        return;
+    }
+    // vocabulary-parallel: every rank's columns of each row, side by side
+    const TensorShard& sh = m.shard();
+    const size_t Vs = sh.V, part = static_cast<size_t>(nb) * Vs;
+    b.gather_mine.resize(part);
+    b.gather_all.resize(part * sh.size);
+    be.copy_to_host(b.gather_mine.data(), b.logits, part);
+    m.tensor_group().comm()->allgather(b.gather_mine.data(), part * sizeof(float),
+                                       b.gather_all.data());
+    for (int rk = 0; rk < sh.size; ++rk)
+        for (int i = 0; i < nb; ++i)
+            std::copy_n(b.gather_all.data() + rk * part + static_cast<size_t>(i) * Vs, Vs,
+                        out + static_cast<size_t>(i) * V + rk * Vs);
 }
 
 // ---------------------------------------------------------------- greedy generation

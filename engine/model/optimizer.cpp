@@ -170,8 +170,14 @@ void Optimizer::allgather_params() {
 }
 
 double Optimizer::grad_norm() const {
-    Arena& g = model_.grads();
-    return std::sqrt(model_.backend().sum_squares(g.data(), g.size()));
+    const Arena& g = model_.grads();
+    if (!model_.tensor_parallel()) return std::sqrt(model_.backend().sum_squares(g.data(), g.size()));
+    // Tensor parallelism: each split tensor's part on its rank, each replicated one once.
+    double sum[1] = {0};
+    for (const auto& [lo, hi] : model_.norm_ranges())
+        sum[0] += model_.backend().sum_squares(g.data() + lo, hi - lo);
+    model_.tensor_group().comm()->allreduce_sum(sum, 1);
+    return std::sqrt(sum[0]);
 }
 
 Optimizer::StepInfo Optimizer::update() { return update(grad_norm()); }

@@ -62,6 +62,11 @@ TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
         // The loss sum, and whether any rank was asked to stop (one all-reduce for both).
         double loss_sum[2] = {local.loss_sum, o.stop_on_signal ? double(stop_request()) : 0.0};
         comm.allreduce_sum(loss_sum, 2);
+        if (o.stop_on_signal && o.world && o.world != &comm) {  // the grid decides together
+            double stop[1] = {double(stop_request())};
+            o.world->allreduce_sum(stop, 1);
+            loss_sum[1] = stop[0];
+        }
         // The loss and the all-reduced gradient's norm are the same on every rank, so every
         // rank takes the same decision.
         const double loss = loss_sum[0] / counts[0];

@@ -31,6 +31,10 @@ struct TrainOptions {
     int skip_nonfinite = 0;
     // Stop after the step in which any rank received a stop signal (core/stop_signal.h).
     bool stop_on_signal = false;
+    // The whole process grid when `comm` (the data-parallel group: different rows, gradients
+    // summed) is part of one (tensor or context parallelism): stop decisions are taken over it,
+    // so no rank leaves its group mid-collective. Null: comm.
+    Comm* world = nullptr;
 };
 
 struct StepRecord;
@@ -58,7 +62,8 @@ struct TrainResult {
 // Produces one batch of rows per call from a caller-owned RNG (evaluation sampling).
 using BatchFn = std::function<void(BatchBuffers& out, int B, int T, Rng& rng)>;
 
-// peak_flops: the whole world's peak FLOP/s for the MFU column, 0 to skip.
+// comm: the data-parallel group (world at dp only). peak_flops: the whole world's peak FLOP/s
+// for the MFU column, 0 to skip.
 TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
                   const TrainOptions& options, Comm& comm, double peak_flops = 0,
                   const StepCallback& on_step = {});

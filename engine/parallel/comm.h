@@ -20,6 +20,12 @@ public:
     virtual void allgather(const void* send, size_t bytes, void* recv) = 0;
     // Rank `root`'s buffer is copied to every rank.
     virtual void broadcast(void* data, size_t bytes, int root) = 0;
+    // The ranks with the same color form one new communicator, ordered by key (MPI_Comm_split).
+    // Collective over this communicator.
+    virtual std::unique_ptr<Comm> split(int color, int key) = 0;
+    // The MPI_Comm behind this communicator (a `const MPI_Comm*`), for code that calls MPI
+    // directly (the gradient reducer); null for a world of one.
+    virtual const void* mpi_native() const { return nullptr; }
 };
 
 // A world of one: every collective is the identity.

@@ -22,20 +22,28 @@ void check_mpi(int rc, const char* call) {
 
 class MpiComm final : public Comm {
 public:
-    MpiComm() {
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-        MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    // Takes ownership of `comm` unless it is MPI_COMM_WORLD.
+    explicit MpiComm(MPI_Comm comm = MPI_COMM_WORLD) : comm_(comm) {
+        MPI_Comm_rank(comm_, &rank_);
+        MPI_Comm_size(comm_, &size_);
     }
+    ~MpiComm() override {
+        int fin = 0;
+        MPI_Finalized(&fin);
+        if (comm_ != MPI_COMM_WORLD && !fin) MPI_Comm_free(&comm_);
+    }
+    MpiComm(const MpiComm&) = delete;
+    MpiComm& operator=(const MpiComm&) = delete;
     int rank() const override { return rank_; }
     int size() const override { return size_; }
     void allreduce_sum(float* data, size_t n) override { reduce(data, n, MPI_FLOAT); }
     void allreduce_sum(double* data, size_t n) override { reduce(data, n, MPI_DOUBLE); }
-    void barrier() override { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+    void barrier() override { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); }
     void allgather(const void* send, size_t bytes, void* recv) override {
         CTX_CHECK(bytes <= static_cast<size_t>(std::numeric_limits<int>::max()),
                   "allgather of {} bytes is too large", bytes);
         check_mpi(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv,
-                                static_cast<int>(bytes), MPI_BYTE, MPI_COMM_WORLD),
+                                static_cast<int>(bytes), MPI_BYTE, comm_),
                   "MPI_Allgather");
     }
     void broadcast(void* data, size_t bytes, int root) override {
@@ -43,9 +51,16 @@ public:
         for (size_t off = 0; off < bytes; off += chunk)
             check_mpi(MPI_Bcast(static_cast<char*>(data) + off,
                                 static_cast<int>(std::min(chunk, bytes - off)), MPI_BYTE, root,
-                                MPI_COMM_WORLD),
+                                comm_),
                       "MPI_Bcast");
     }
+
+    std::unique_ptr<Comm> split(int color, int key) override {
+        MPI_Comm sub = MPI_COMM_NULL;
+        check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+        return std::make_unique<MpiComm>(sub);
+    }
+    const void* mpi_native() const override { return &comm_; }
 
 private:
     template <typename T>
@@ -56,11 +71,12 @@ private:
         for (size_t off = 0; off < n; off += chunk) {
             const int count = static_cast<int>(std::min(chunk, n - off));
             check_mpi(MPI_Allreduce(MPI_IN_PLACE, data + off, count, type, MPI_SUM,
-                                    MPI_COMM_WORLD),
+                                    comm_),
                       "MPI_Allreduce");
         }
     }
     int rank_ = 0, size_ = 1;
+    MPI_Comm comm_;
 };
 
 bool g_we_initialized = false;

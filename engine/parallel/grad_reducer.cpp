@@ -98,15 +98,15 @@ void sum_in_rank_order(float* bucket, const float* gathered, int world, size_t n
     }
 }
 
-// Host memory over MPI_COMM_WORLD. With overlap, each closed bucket starts a non-blocking
+// Host memory over the communicator's MPI_Comm (the data-parallel group of a grid). With overlap, each closed bucket starts a non-blocking
 // collective at once (MPI_Iallreduce in place, or MPI_Iallgather into a staging slot in
 // deterministic mode); ready() calls MPI_Test on the ones in flight, because Open MPI progresses
 // non-blocking collectives only inside MPI calls. Without overlap finish() does everything with
 // blocking calls. Deterministic mode sums the gathered copies in rank order on the host.
 class MpiReducer final : public GradReducer {
 public:
-    MpiReducer(const GradReduceOptions& o, int world)
-        : o_(o), state_(o), world_(world) {}
+    MpiReducer(const GradReduceOptions& o, MPI_Comm comm, int world)
+        : o_(o), state_(o), comm_(comm), world_(world) {}
 
     ~MpiReducer() override {
         if (flight_.empty()) return;
@@ -165,14 +165,14 @@ private:
         const int count = static_cast<int>(b.n);  // <= bucket size <= INT_MAX (factory)
         if (!o_.deterministic) {
             check_mpi(MPI_Iallreduce(MPI_IN_PLACE, b.data, count, MPI_FLOAT, MPI_SUM,
-                                     MPI_COMM_WORLD, &f.req),
+                                     comm_, &f.req),
                       "MPI_Iallreduce");
         } else {
             f.slot = free_slot();
             std::vector<float>& stage = slots_[f.slot];
             stage.resize(size_t(world_) * b.n);  // grows to the largest bucket, then stays
             check_mpi(MPI_Iallgather(b.data, count, MPI_FLOAT, stage.data(), count, MPI_FLOAT,
-                                     MPI_COMM_WORLD, &f.req),
+                                     comm_, &f.req),
                       "MPI_Iallgather");
             slot_busy_[f.slot] = true;
         }
@@ -216,7 +216,7 @@ private:
         const int count = static_cast<int>(b.n);
         if (!o_.deterministic) {
             check_mpi(MPI_Allreduce(MPI_IN_PLACE, b.data, count, MPI_FLOAT, MPI_SUM,
-                                    MPI_COMM_WORLD),
+                                    comm_),
                       "MPI_Allreduce");
             return;
         }
@@ -227,13 +227,14 @@ private:
         std::vector<float>& stage = slots_[0];
         stage.resize(size_t(world_) * b.n);
         check_mpi(MPI_Allgather(b.data, count, MPI_FLOAT, stage.data(), count, MPI_FLOAT,
-                                MPI_COMM_WORLD),
+                                comm_),
                   "MPI_Allgather");
         sum_in_rank_order(b.data, stage.data(), world_, b.n);
     }
 
     GradReduceOptions o_;
     StepState state_;
+    MPI_Comm comm_;
     int world_;
     std::deque<Flight> flight_;               // started, oldest first
     std::vector<BucketPlan::Bucket> later_;   // without overlap: reduced in finish()
@@ -261,14 +262,10 @@ std::unique_ptr<GradReducer> make_grad_reducer(Backend& backend, Comm& comm,
 
 #ifndef CTX_NO_MPI
     CTX_CHECK(mpi_initialized(), "the MPI gradient reducer needs MPI (mpi_init() first)");
-    int rank = 0, world = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
-    CTX_CHECK(world == comm.size() && rank == comm.rank(),
-              "the MPI gradient reducer runs over MPI_COMM_WORLD ({} ranks), but the "
-              "communicator given has {} ranks",
-              world, comm.size());
-    return std::make_unique<MpiReducer>(options, world);
+    const auto* native = static_cast<const MPI_Comm*>(comm.mpi_native());
+    CTX_CHECK(native != nullptr, "internal: the MPI gradient reducer needs an MPI communicator "
+              "(this one of {} ranks has none)", comm.size());
+    return std::make_unique<MpiReducer>(options, *native, comm.size());
 #else
     fail("the MPI gradient reducer needs MPI, but this build has none (CMake CTX_MPI=OFF); the "
          "communicator given has {} ranks",

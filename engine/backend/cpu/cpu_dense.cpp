@@ -47,12 +47,17 @@ constexpr float kInvSqrt2Pi = 0.3989422804014327f;  // 1 / sqrt(2 pi)
 
 void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const float* positions,
                                    const float* wte, const float* wpe, int N, int C, int V,
-                                   int P) {
-    check_embedding_tokens(tokens, wpe != nullptr ? positions : nullptr, N, V, P);
+                                   int P, VocabShard shard) {
+    check_embedding_tokens(tokens, wpe != nullptr ? positions : nullptr, N,
+                           shard.total > 0 ? shard.total : V, P);
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        float* out_n = out + size_t(n) * C;                  // (C)
-        const float* wte_t = wte + size_t(tokens[n]) * C;    // (C)
+        float* out_n = out + size_t(n) * C;  // (C)
+        const int row = tokens[n] - shard.begin;
+        if (row < 0 || row >= V) {
+            for (int c = 0; c < C; c++) out_n[c] = 0.0f;
+        }
+        const float* wte_t = row >= 0 && row < V ? wte + size_t(row) * C : out_n;  // (C)
         if (wpe == nullptr) {
             for (int c = 0; c < C; c++) out_n[c] = wte_t[c];
             continue;
@@ -61,15 +66,15 @@ void CpuBackend::embedding_forward(float* out, const int32_t* tokens, const floa
         const float* e0 = wpe + size_t(ip.j0) * C;  // (C)
         const float* e1 = wpe + size_t(ip.j1) * C;  // (C)
         const float w0 = 1.0f - ip.f, w1 = ip.f;
-#pragma omp simd
         for (int c = 0; c < C; c++) out_n[c] = wte_t[c] + w0 * e0[c] + w1 * e1[c];
     }
 }
 
 void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
                                     const int32_t* tokens, const float* positions, int N, int C,
-                                    int V, int P) {
-    check_embedding_tokens(tokens, dwpe != nullptr ? positions : nullptr, N, V, P);
+                                    int V, int P, VocabShard shard) {
+    check_embedding_tokens(tokens, dwpe != nullptr ? positions : nullptr, N,
+                           shard.total > 0 ? shard.total : V, P);
     // Race-free scatter: each thread owns a block of channels and walks all rows in order (so the
     // result is also independent of the thread count).
 #pragma omp parallel
@@ -78,8 +83,11 @@ void CpuBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
         thread_block(C, c0, c1);
         for (int n = 0; n < N && c0 < c1; n++) {
             const float* d = dout + size_t(n) * C;  // (C)
-            float* g = dwte + size_t(tokens[n]) * C;
-            for (int c = c0; c < c1; c++) g[c] += d[c];
+            const int row = tokens[n] - shard.begin;
+            if (row >= 0 && row < V) {  // this shard's token
+                float* g = dwte + size_t(row) * C;
+                for (int c = c0; c < c1; c++) g[c] += d[c];
+            }
             if (dwpe != nullptr) {
                 const Interp ip = interp_rows(positions[n], P);
                 float* g0 = dwpe + size_t(ip.j0) * C;

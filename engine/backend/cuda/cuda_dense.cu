@@ -54,14 +54,15 @@ __global__ void sum_squares_kernel(double* partials, const float* x, size_t n) {
 
 // One block per token row n.
 __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* positions,
-                                         const float* wte, const float* wpe, int C, int V, int P) {
+                                         const float* wte, const float* wpe, int C, int V, int P,
+                                         int vocab_begin) {
     const int n = blockIdx.x;
-    int tok = tokens[n];
-    tok = tok < 0 ? 0 : (tok >= V ? V - 1 : tok);  // validated on the host; never read outside
+    const int tok = tokens[n] - vocab_begin;
+    const bool here = tok >= 0 && tok < V;  // another vocabulary shard's token: a zero row
     float* o = out + size_t(n) * C;
-    const float* e = wte + size_t(tok) * C;
+    const float* e = wte + size_t(here ? tok : 0) * C;
     if (wpe == nullptr) {
-        for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = e[c];
+        for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = here ? e[c] : 0.0f;
         return;
     }
     // interp (backend.h): j0 = floor(p), f = p - j0, rows j0 and min(j0 + 1, P - 1)
@@ -72,7 +73,8 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
     const float f = p - float(j0), w0 = 1.0f - f;
     const float* e0 = wpe + size_t(j0) * C;
     const float* e1 = wpe + size_t(j1) * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = e[c] + w0 * e0[c] + f * e1[c];
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        o[c] = (here ? e[c] : 0.0f) + w0 * e0[c] + f * e1[c];
 }
 
 // One block per destination group; the group's source rows are summed in their listed order.
@@ -349,6 +351,58 @@ __global__ void crossentropy_kernel(float* losses, float* dlogits, const float* 
     }
 }
 
+// One block per row: this shard's max, sum of exp(logit - max), and the target's logit.
+__global__ void crossentropy_shard_stats_kernel(float* stats, const float* logits,
+                                                const int32_t* targets, int V, int vocab_begin) {
+    __shared__ float red[32];
+    const int n = blockIdx.x;
+    const float* x = logits + size_t(n) * V;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+    mx = block_max(mx, red);
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(x[i] - mx);
+    sum = block_sum(sum, red);
+    if (threadIdx.x == 0) {
+        const int t = targets[n] - vocab_begin;
+        stats[size_t(n) * 3] = mx;
+        stats[size_t(n) * 3 + 1] = sum;
+        stats[size_t(n) * 3 + 2] = t >= 0 && t < V ? x[t] : 0.0f;
+    }
+}
+
+// One block per row: the global max and normaliser from every shard's stats (S, N, 3), in shard
+// order (the CPU backend's order), then the loss and (dlogits != null) this shard's gradient.
+__global__ void crossentropy_shard_finish_kernel(float* losses, float* dlogits,
+                                                 const float* all_stats, int S, int N,
+                                                 const int32_t* targets, const float* mask, int V,
+                                                 int vocab_begin, float grad_scale) {
+    const int n = blockIdx.x;
+    const float mk = mask != nullptr ? mask[n] : 1.0f;
+    float* dx = dlogits != nullptr ? dlogits + size_t(n) * V : nullptr;
+    if (mk == 0.0f) {
+        if (threadIdx.x == 0) losses[n] = 0.0f;
+        if (dx != nullptr)
+            for (int i = threadIdx.x; i < V; i += blockDim.x) dx[i] = 0.0f;
+        return;
+    }
+    float M = -INFINITY, Z = 0.0f, xt = 0.0f;
+    for (int s = 0; s < S; s++) M = fmaxf(M, all_stats[(size_t(s) * N + n) * 3]);
+    for (int s = 0; s < S; s++) {
+        const float* st = all_stats + (size_t(s) * N + n) * 3;
+        Z += st[1] * expf(st[0] - M);
+        xt += st[2];
+    }
+    if (threadIdx.x == 0) losses[n] = mk * (logf(Z) + M - xt);
+    if (dx == nullptr) return;
+    const float g = grad_scale * mk, sc = g / Z;
+    const int t = targets[n] - vocab_begin;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        const float d = expf(dx[i] - M) * sc;
+        dx[i] = i == t ? d - g : d;
+    }
+}
+
 // ================================================================ AdamW
 
 __global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n,
@@ -401,9 +455,10 @@ cudaError_t launch_sum_squares(double* partials, const float* x, size_t n, cudaS
 
 cudaError_t launch_embedding_forward(float* out, const int32_t* tokens, const float* positions,
                                      const float* wte, const float* wpe, int N, int C, int V,
-                                     int P, cudaStream_t s) {
+                                     int P, int vocab_begin, cudaStream_t s) {
     if (N <= 0 || C <= 0) return cudaSuccess;
-    embedding_forward_kernel<<<N, 128, 0, s>>>(out, tokens, positions, wte, wpe, C, V, P);
+    embedding_forward_kernel<<<N, 128, 0, s>>>(out, tokens, positions, wte, wpe, C, V, P,
+                                               vocab_begin);
     return cudaGetLastError();
 }
 
@@ -530,6 +585,27 @@ cudaError_t launch_crossentropy(float* losses, float* dlogits, const float* logi
     if (N <= 0) return cudaSuccess;
     crossentropy_kernel<<<N, kThreads, 0, s>>>(losses, dlogits, logits, targets, mask, V,
                                                grad_scale);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_crossentropy_shard_stats(float* stats, const float* logits,
+                                            const int32_t* targets, int N, int V,
+                                            int vocab_begin, cudaStream_t s) {
+    if (N <= 0) return cudaSuccess;
+    crossentropy_shard_stats_kernel<<<N, kThreads, 0, s>>>(stats, logits, targets, V,
+                                                           vocab_begin);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_crossentropy_shard_finish(float* losses, float* dlogits,
+                                             const float* all_stats, int S,
+                                             const int32_t* targets, const float* mask, int N,
+                                             int V, int vocab_begin, float grad_scale,
+                                             cudaStream_t s) {
+    if (N <= 0) return cudaSuccess;
+    crossentropy_shard_finish_kernel<<<N, kThreads, 0, s>>>(losses, dlogits, all_stats, S, N,
+                                                            targets, mask, V, vocab_begin,
+                                                            grad_scale);
     return cudaGetLastError();
 }
 

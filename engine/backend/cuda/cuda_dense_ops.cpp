@@ -54,7 +54,7 @@ int build_groups(const std::vector<int>& dst, const std::vector<int>& src,
 
 void CudaBackend::embedding_forward(float* out, const int32_t* tokens, const float* positions,
                                     const float* wte, const float* wpe, int N, int C, int V,
-                                    int P) {
+                                    int P, VocabShard shard) {
     static constexpr const char* op = "embedding_forward";
     if (N <= 0) return;
     activate();
@@ -62,10 +62,12 @@ void CudaBackend::embedding_forward(float* out, const int32_t* tokens, const flo
         const int32_t* h_tok = host_view(tokens, size_t(N), h_ints_, op);
         const float* h_pos =
             wpe != nullptr ? host_view(positions, size_t(N), h_floats_, op) : nullptr;
-        check_embedding_tokens(h_tok, h_pos, N, V, P);
+        check_embedding_tokens(h_tok, h_pos, N, shard.total > 0 ? shard.total : V, P);
     }
     const int32_t* d_tok = device_view(tokens, size_t(N), d_tokens_, op);
-    done(launch_embedding_forward(out, d_tok, positions, wte, wpe, N, C, V, P, stream_), op);
+    done(launch_embedding_forward(out, d_tok, positions, wte, wpe, N, C, V, P, shard.begin,
+                                  stream_),
+         op);
 }
 
 // Deterministic: rows are grouped by their destination (token for dwte, table row for dwpe) on
@@ -73,7 +75,7 @@ void CudaBackend::embedding_forward(float* out, const int32_t* tokens, const flo
 // result does not depend on scheduling (the CPU backend also sums in row order).
 void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout,
                                      const int32_t* tokens, const float* positions, int N, int C,
-                                     int V, int P) {
+                                     int V, int P, VocabShard shard) {
     static constexpr const char* op = "embedding_backward";
     if (N <= 0) return;
     activate();
@@ -83,12 +85,18 @@ void CudaBackend::embedding_backward(float* dwte, float* dwpe, const float* dout
     const float* h_pos = dwpe == nullptr ? nullptr
                          : staged        ? h_batch_positions_.data()
                                          : host_view(positions, size_t(N), h_floats_, op);
-    if (!staged) check_embedding_tokens(h_tok, h_pos, N, V, P);
+    if (!staged) check_embedding_tokens(h_tok, h_pos, N, shard.total > 0 ? shard.total : V, P);
 
-    // dwte: group rows n by token
-    std::vector<int> dst(h_tok, h_tok + N);
-    std::vector<int> src(static_cast<size_t>(N));
-    std::iota(src.begin(), src.end(), 0);
+    // dwte: group rows n by token (this vocabulary shard's tokens only)
+    std::vector<int> dst, src;
+    dst.reserve(static_cast<size_t>(N));
+    src.reserve(static_cast<size_t>(N));
+    for (int n = 0; n < N; n++) {
+        const int row = h_tok[n] - shard.begin;
+        if (row < 0 || row >= V) continue;
+        dst.push_back(row);
+        src.push_back(n);
+    }
     const int G = build_groups(dst, src, nullptr, h_order_, h_groups_, nullptr);
     int32_t* d = d_groups_.ensure(h_groups_.size(), op);
     upload(d, h_groups_.data(), h_groups_.size() * sizeof(int32_t), op);
@@ -285,6 +293,35 @@ void CudaBackend::crossentropy_forward_backward(float* logits_to_dlogits, float*
     const int32_t* d_tgt = device_view(targets, size_t(N), d_targets_, op);
     done(launch_crossentropy(losses, logits_to_dlogits, logits_to_dlogits, d_tgt, mask, N, V,
                              grad_scale, stream_),
+         op);
+}
+
+void CudaBackend::crossentropy_shard_stats(float* stats, const float* logits,
+                                           const int32_t* targets, int N, int V,
+                                           VocabShard shard) {
+    static constexpr const char* op = "crossentropy_shard_stats";
+    if (N <= 0) return;
+    activate();
+    if (targets != staged_.targets || targets == nullptr)  // staged: checked by the caller
+        check_targets(host_view(targets, size_t(N), h_ints_, op), nullptr, N, shard.total);
+    const int32_t* d_tgt = device_view(targets, size_t(N), d_targets_, op);
+    done(launch_crossentropy_shard_stats(stats, logits, d_tgt, N, V, shard.begin, stream_), op);
+}
+
+void CudaBackend::crossentropy_shard_finish(float* losses, float* logits_to_dlogits,
+                                            const float* all_stats, int S,
+                                            const int32_t* targets, const float* mask, int N,
+                                            int V, VocabShard shard, float grad_scale) {
+    static constexpr const char* op = "crossentropy_shard_finish";
+    if (N <= 0) return;
+    activate();
+    if (targets != staged_.targets || targets == nullptr) {  // staged: checked by the caller
+        const int32_t* h_tgt = host_view(targets, size_t(N), h_ints_, op);
+        check_targets(h_tgt, host_view(mask, size_t(N), h_mask_, op), N, shard.total);
+    }
+    const int32_t* d_tgt = device_view(targets, size_t(N), d_targets_, op);
+    done(launch_crossentropy_shard_finish(losses, logits_to_dlogits, all_stats, S, d_tgt, mask, N,
+                                          V, shard.begin, grad_scale, stream_),
          op);
 }
 

@@ -51,10 +51,11 @@ int sum_squares_partials(size_t n);
 cudaError_t launch_sum_squares(double* partials, const float* x, size_t n, cudaStream_t s);
 
 // ---------------------------------------------------------------- embedding
-// out (N, C) = wte[tokens[n]] (+ interp(wpe, positions[n]) when wpe != null)
+// out (N, C) = wte[tokens[n] - vocab_begin] (+ interp(wpe, positions[n]) when wpe != null);
+// a token outside [vocab_begin, vocab_begin + V) (another vocabulary shard's) adds a zero row
 cudaError_t launch_embedding_forward(float* out, const int32_t* tokens, const float* positions,
                                      const float* wte, const float* wpe, int N, int C, int V,
-                                     int P, cudaStream_t s);
+                                     int P, int vocab_begin, cudaStream_t s);
 // Deterministic scatter-add: groups g = 0 .. G-1; group g adds sum over k in
 // [start[g], start[g+1]) of weight[k] * dout[row[k]] (weight null: 1) into dst[target[g]].
 // Every target appears in one group only, so no two blocks write the same row.
@@ -106,6 +107,15 @@ cudaError_t launch_kv_repeat(float* qkv, float* dgrouped, const float* grouped,
 cudaError_t launch_crossentropy(float* losses, float* dlogits, const float* logits,
                                 const int32_t* targets, const float* mask, int N, int V,
                                 float grad_scale, cudaStream_t s);
+// Vocabulary-parallel cross-entropy (Backend::crossentropy_shard_stats / _finish).
+cudaError_t launch_crossentropy_shard_stats(float* stats, const float* logits,
+                                            const int32_t* targets, int N, int V,
+                                            int vocab_begin, cudaStream_t s);
+cudaError_t launch_crossentropy_shard_finish(float* losses, float* dlogits,
+                                             const float* all_stats, int S,
+                                             const int32_t* targets, const float* mask, int N,
+                                             int V, int vocab_begin, float grad_scale,
+                                             cudaStream_t s);
 cudaError_t launch_adamw(float* params, const float* grads, float* m, float* v, size_t n, float lr,
                          float beta1, float beta2, float eps, float wd, float inv_bc1,
                          float inv_bc2, cudaStream_t s);

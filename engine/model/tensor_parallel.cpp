@@ -1,0 +1,110 @@
+#include "model/tensor_parallel.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace ctx {
+
+TensorShard tensor_shard(const ModelConfig& c, int rank, int size) {
+    CTX_CHECK(size >= 1 && rank >= 0 && rank < size, "internal: tensor-parallel rank {} of {}",
+              rank, size);
+    const int H = c.n_head, Hkv = c.kv_heads(), F = c.ffn(), V = c.vocab_size;
+    CTX_CHECK(H % size == 0, "tensor parallelism: tp = {} does not divide n_head = {} (each rank "
+              "holds n_head / tp query heads)", size, H);
+    CTX_CHECK(Hkv % size == 0, "tensor parallelism: tp = {} does not divide the {} key/value "
+              "heads (n_kv_head); grouped-query models need n_kv_head divisible by tp", size,
+              Hkv);
+    CTX_CHECK(F % size == 0, "tensor parallelism: tp = {} does not divide the MLP width {} "
+              "(ffn_hidden)", size, F);
+    CTX_CHECK(V % size == 0, "tensor parallelism: tp = {} does not divide vocab_size = {} (the "
+              "embedding and the output layer are split by vocabulary; pad the vocabulary to a "
+              "multiple of tp)", size, V);
+    TensorShard s;
+    s.rank = rank;
+    s.size = size;
+    s.C = c.d_model;
+    s.D = c.head_dim();
+    s.H = H / size;
+    s.Hkv = Hkv / size;
+    s.head0 = rank * s.H;
+    s.A = s.H * s.D;
+    s.Q = (s.H + 2 * s.Hkv) * s.D;
+    s.F = F / size;
+    s.F2 = c.gated_mlp() ? 2 * s.F : s.F;
+    s.V = V / size;
+    s.vocab_begin = rank * s.V;
+    s.vocab_total = V;
+    return s;
+}
+
+void copy_shard(float* whole, float* part, const std::vector<int64_t>& shape,
+                const ShardSpec& spec, int rank, int size, bool to_part) {
+    size_t numel = 1;
+    for (int64_t d : shape) numel *= static_cast<size_t>(d);
+    auto move = [&](float* w, float* p, size_t n) {
+        if (to_part) std::memcpy(p, w, n * sizeof(float));
+        else std::memcpy(w, p, n * sizeof(float));
+    };
+    if (spec.replicated()) {
+        move(whole, part, numel);
+        return;
+    }
+    CTX_CHECK(shape.size() <= 2 && spec.dim < static_cast<int>(shape.size()),
+              "internal: shard of a {}-d tensor along dim {}", shape.size(), spec.dim);
+    const size_t rows = static_cast<size_t>(shape[0]);
+    const size_t cols = shape.size() == 2 ? static_cast<size_t>(shape[1]) : 1;
+    if (spec.dim == 0) {  // each part: rows [off + rank p/size, off + (rank+1) p/size)
+        size_t off = 0, out = 0;
+        for (int64_t p : spec.parts) {
+            const size_t slice = static_cast<size_t>(p) / size;
+            move(whole + (off + rank * slice) * cols, part + out * cols, slice * cols);
+            off += static_cast<size_t>(p);
+            out += slice;
+        }
+        CTX_CHECK(off == rows, "internal: shard parts cover {} of {} rows", off, rows);
+        return;
+    }
+    // dim 1: the same column slices of every row
+    const size_t part_cols = cols / size;
+    for (size_t r = 0; r < rows; ++r) {
+        size_t off = 0, out = 0;
+        for (int64_t p : spec.parts) {
+            const size_t slice = static_cast<size_t>(p) / size;
+            move(whole + r * cols + off + rank * slice, part + r * part_cols + out, slice);
+            off += static_cast<size_t>(p);
+            out += slice;
+        }
+    }
+}
+
+void TensorGroup::allreduce_sum(float* x, size_t n) {
+    if (!active() || n == 0) return;
+    if (backend_->kind() == DeviceKind::CPU) {
+        comm_->allreduce_sum(x, n);
+        return;
+    }
+    stage_.resize(n);
+    backend_->copy_to_host(stage_.data(), x, n);
+    comm_->allreduce_sum(stage_.data(), n);
+    backend_->copy_to_device(x, stage_.data(), n);
+}
+
+void TensorGroup::allgather(const float* x, size_t n, float* out) {
+    if (n == 0) return;
+    if (!active()) {
+        backend_->copy(out, x, n);
+        return;
+    }
+    if (backend_->kind() == DeviceKind::CPU) {
+        comm_->allgather(x, n * sizeof(float), out);
+        return;
+    }
+    stage_.resize(n);
+    stage_out_.resize(n * static_cast<size_t>(size()));
+    backend_->copy_to_host(stage_.data(), x, n);
+    comm_->allgather(stage_.data(), n * sizeof(float), stage_out_.data());
+    backend_->copy_to_device(out, stage_out_.data(), stage_out_.size());
+}
+
+}  // namespace ctx

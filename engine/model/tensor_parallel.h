@@ -1,0 +1,81 @@
+// Tensor parallelism (Megatron-LM's layout; docs/PARALLEL.md) for one Model: which part of each
+// tensor this rank holds, and the collectives the layer code calls on backend memory.
+//
+// Over a group of tp ranks, rank r holds
+//   query heads [r H/tp, (r+1) H/tp) and key/value heads [r Hkv/tp, (r+1) Hkv/tp): the rows of
+//     qkv (column-parallel) and the columns of attn.proj (row-parallel);
+//   MLP hidden units [r F/tp, (r+1) F/tp): rows of fc (of gate and up each when gated;
+//     column-parallel) and columns of mlp.proj (row-parallel);
+//   vocabulary ids [r V/tp, (r+1) V/tp): rows of wte and lm_head (vocabulary-parallel).
+// Norm weights, the biases of row-parallel outputs and the PE parameters are replicated. The
+// same seed initialises the same whole model at any tp: every rank draws the whole model and
+// keeps its part.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+#include "parallel/comm.h"
+
+namespace ctx {
+
+// This rank's part of a ModelConfig's tensors (tp = 1: the whole model).
+struct TensorShard {
+    int rank = 0, size = 1;
+    int C = 0, D = 0;  // d_model, head dim (never split)
+    int H = 0, Hkv = 0;  // this rank's query and key/value heads
+    int head0 = 0;       // global index of this rank's first query head
+    int A = 0;           // attention width on this rank: H * D (C when tp = 1)
+    int Q = 0;           // qkv rows: (H + 2 Hkv) D
+    int F = 0, F2 = 0;   // MLP hidden units, fc rows (2F when gated)
+    int V = 0;           // vocabulary rows
+    int vocab_begin = 0;
+    int vocab_total = 0;
+    bool split() const { return size > 1; }
+    VocabShard vocab() const { return split() ? VocabShard{vocab_begin, vocab_total} : VocabShard{}; }
+};
+
+// Throws ctx::Error naming what tp does not divide (heads, key/value heads, MLP width,
+// vocabulary).
+TensorShard tensor_shard(const ModelConfig& c, int rank, int size);
+
+// How one view of a rank is cut from the whole tensor: along `dim` (-1: replicated, the whole
+// tensor), the whole tensor's extent is `parts` consecutive pieces (qkv rows: [q | k | v]; gated
+// fc rows: [gate | up]) and each piece is split evenly, rank r taking the r-th slice of each.
+struct ShardSpec {
+    int dim = -1;
+    std::vector<int64_t> parts;
+    bool replicated() const { return dim < 0; }
+};
+
+// Copies rank's part of a whole tensor (whole_shape, row-major, 1 or 2 dims) into `part`
+// (to_part) or back into `whole` (!to_part). Host memory.
+void copy_shard(float* whole, float* part, const std::vector<int64_t>& whole_shape,
+                const ShardSpec& spec, int rank, int size, bool to_part);
+
+// The tensor-parallel group of a model: a communicator (null or of one rank: no tensor
+// parallelism) and the backend whose memory the collectives run on. Device backends stage
+// through host memory (NCCL per group is later work, docs/PARALLEL.md).
+class TensorGroup {
+public:
+    TensorGroup() = default;
+    TensorGroup(Comm* comm, Backend& backend) : comm_(comm), backend_(&backend) {}
+    Comm* comm() const { return comm_; }
+    int rank() const { return comm_ ? comm_->rank() : 0; }
+    int size() const { return comm_ ? comm_->size() : 1; }
+    bool active() const { return size() > 1; }
+    // x (n) in backend memory = its sum over the group (in place).
+    void allreduce_sum(float* x, size_t n);
+    // out (size, n) in backend memory = every rank's x (n), in rank order.
+    void allgather(const float* x, size_t n, float* out);
+
+private:
+    Comm* comm_ = nullptr;
+    Backend* backend_ = nullptr;
+    std::vector<float> stage_, stage_out_;
+};
+
+}  // namespace ctx

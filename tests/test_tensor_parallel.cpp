@@ -1,0 +1,338 @@
+// Tensor parallelism (model/tensor_parallel.h, docs/PARALLEL.md).
+//
+// Without mpirun: the shard arithmetic (which rows and columns a rank holds, round trips, clear
+// refusals) and the vocabulary-parallel ops against the whole-vocabulary ones.
+// Under mpirun (tests/CMakeLists.txt: mpi.tensor_parallel_np2 is tp 2, _np4 is dp 2 x tp 2):
+// every rank also builds the whole model in-process as the reference, and the parallel model
+// (same seed) must give the same loss, the same gradients (gathered to whole tensors) and, after
+// AdamW steps, the same parameters, for every model style and every PE plugin; cached
+// generation's logits too.
+#include <cmath>
+#include <numeric>
+
+#include "model/generate.h"
+#include "model/optimizer.h"
+#include "model_fixtures.h"
+#include "mpi_gtest.h"
+#include "parallel/grid.h"
+
+namespace ctx {
+namespace {
+
+using test::cpu;
+using test::PeCase;
+
+// ---------------------------------------------------------------- shards (one process)
+
+TEST(TensorShard, SplitsHeadsHiddenUnitsAndVocabulary) {
+    ModelConfig c = test::tiny_config();
+    c.n_head = 4;
+    c.n_kv_head = 2;
+    c.d_model = 16;
+    c.ffn_hidden = 24;
+    c.vocab_size = 14;
+    c.activation = Activation::SwiGLU;
+    const TensorShard s = tensor_shard(c, 1, 2);
+    EXPECT_EQ(s.H, 2);
+    EXPECT_EQ(s.Hkv, 1);
+    EXPECT_EQ(s.head0, 2);
+    EXPECT_EQ(s.A, 8);
+    EXPECT_EQ(s.Q, (2 + 2 * 1) * 4);
+    EXPECT_EQ(s.F, 12);
+    EXPECT_EQ(s.F2, 24);
+    EXPECT_EQ(s.V, 7);
+    EXPECT_EQ(s.vocab_begin, 7);
+    EXPECT_EQ(s.vocab().total, 14);
+    const TensorShard whole = tensor_shard(c, 0, 1);
+    EXPECT_EQ(whole.A, 16);
+    EXPECT_EQ(whole.vocab().total, 0);  // not split: the ops see the whole vocabulary
+}
+
+TEST(TensorShard, RefusesWhatTpDoesNotDivide) {
+    auto message = [](const ModelConfig& c, int tp) {
+        try {
+            tensor_shard(c, 0, tp);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    ModelConfig c = test::tiny_config();  // 2 heads, ffn 24, vocab 13
+    EXPECT_NE(message(c, 4).find("does not divide n_head = 2"), std::string::npos);
+    c.vocab_size = 12;
+    c.n_head = 4;
+    c.d_model = 16;
+    c.n_kv_head = 1;
+    EXPECT_NE(message(c, 2).find("key/value heads"), std::string::npos);
+    c.n_kv_head = 2;
+    c.ffn_hidden = 25;
+    EXPECT_NE(message(c, 2).find("MLP width 25"), std::string::npos);
+    c.ffn_hidden = 24;
+    c.vocab_size = 13;
+    EXPECT_NE(message(c, 2).find("vocab_size = 13"), std::string::npos);
+}
+
+TEST(TensorShard, CopyShardCutsPartsAndRoundTrips) {
+    // qkv-like rows [q (4) | k (2) | v (2)] of width 3, split over 2 ranks.
+    const std::vector<int64_t> shape = {8, 3};
+    std::vector<float> whole(24);
+    std::iota(whole.begin(), whole.end(), 0.0f);
+    const ShardSpec rows{0, {4, 2, 2}};
+    std::vector<float> part(12);
+    copy_shard(whole.data(), part.data(), shape, rows, 1, 2, true);
+    // rank 1: q rows 2-3, k row 5, v row 7
+    const std::vector<float> want = {6, 7, 8, 9, 10, 11, 15, 16, 17, 21, 22, 23};
+    EXPECT_EQ(part, want);
+    // columns: (2, 4) split along dim 1 into 2 x 2
+    const std::vector<int64_t> shape2 = {2, 4};
+    std::vector<float> w2 = {0, 1, 2, 3, 4, 5, 6, 7}, p2(4);
+    copy_shard(w2.data(), p2.data(), shape2, ShardSpec{1, {4}}, 1, 2, true);
+    EXPECT_EQ(p2, (std::vector<float>{2, 3, 6, 7}));
+    // round trip: every rank's part back into a zeroed whole
+    std::vector<float> back(24, 0.0f);
+    for (int r = 0; r < 2; ++r) {
+        copy_shard(whole.data(), part.data(), shape, rows, r, 2, true);
+        copy_shard(back.data(), part.data(), shape, rows, r, 2, false);
+    }
+    EXPECT_EQ(back, whole);
+}
+
+// The vocabulary-parallel ops, shard by shard in one process, against the whole-vocabulary
+// embedding and cross-entropy.
+TEST(VocabParallelOps, MatchWholeVocabulary) {
+    const int N = 5, V = 12, C = 3, S = 3, Vs = V / S;
+    Rng rng(7);
+    std::vector<float> logits(N * V), wte(V * C);
+    for (float& x : logits) x = static_cast<float>(rng.normal() * 3);
+    for (float& x : wte) x = static_cast<float>(rng.normal());
+    const std::vector<int32_t> targets = {0, 11, 5, 4, 8}, tokens = {3, 11, 0, 7, 4};
+    const std::vector<float> mask = {1, 1, 0, 1, 0.5f};
+    Backend& be = cpu();
+    std::vector<float> want_loss(N), want_d = logits;
+    be.crossentropy_forward_backward(want_d.data(), want_loss.data(), targets.data(), mask.data(),
+                                     N, V, 0.25f);
+    // per shard: its columns of the logits, stats gathered in shard order
+    std::vector<std::vector<float>> cols(S, std::vector<float>(N * Vs));
+    std::vector<float> stats(S * N * 3);
+    for (int s = 0; s < S; ++s) {
+        for (int n = 0; n < N; ++n)
+            for (int v = 0; v < Vs; ++v) cols[s][n * Vs + v] = logits[n * V + s * Vs + v];
+        be.crossentropy_shard_stats(stats.data() + s * N * 3, cols[s].data(), targets.data(), N,
+                                    Vs, VocabShard{s * Vs, V});
+    }
+    for (int s = 0; s < S; ++s) {
+        std::vector<float> loss(N), loss_only(N);
+        be.crossentropy_shard_finish(loss_only.data(), nullptr, stats.data(), S, targets.data(),
+                                     mask.data(), N, Vs, VocabShard{s * Vs, V}, 0.25f);
+        be.crossentropy_shard_finish(loss.data(), cols[s].data(), stats.data(), S,
+                                     targets.data(), mask.data(), N, Vs, VocabShard{s * Vs, V},
+                                     0.25f);
+        for (int n = 0; n < N; ++n) {
+            EXPECT_NEAR(loss[n], want_loss[n], 1e-5f * (1 + std::fabs(want_loss[n])));
+            EXPECT_EQ(loss[n], loss_only[n]);
+            for (int v = 0; v < Vs; ++v)
+                EXPECT_NEAR(cols[s][n * Vs + v], want_d[n * V + s * Vs + v], 1e-6f)
+                    << "shard " << s << " row " << n << " column " << v;
+        }
+    }
+    // embedding: the shards' rows sum to the whole lookup; the backward scatters to the owner
+    std::vector<float> want(N * C), sum(N * C, 0.0f), out(N * C);
+    be.embedding_forward(want.data(), tokens.data(), nullptr, wte.data(), nullptr, N, C, V, 0);
+    std::vector<float> dout(N * C), dwte_whole(V * C, 0.0f), dwte_parts(V * C, 0.0f);
+    for (float& x : dout) x = static_cast<float>(rng.normal());
+    be.embedding_backward(dwte_whole.data(), nullptr, dout.data(), tokens.data(), nullptr, N, C,
+                          V, 0);
+    for (int s = 0; s < S; ++s) {
+        be.embedding_forward(out.data(), tokens.data(), nullptr, wte.data() + s * Vs * C, nullptr,
+                             N, C, Vs, 0, VocabShard{s * Vs, V});
+        for (int i = 0; i < N * C; ++i) sum[i] += out[i];
+        be.embedding_backward(dwte_parts.data() + s * Vs * C, nullptr, dout.data(),
+                              tokens.data(), nullptr, N, C, Vs, 0, VocabShard{s * Vs, V});
+    }
+    EXPECT_EQ(sum, want);
+    EXPECT_EQ(dwte_parts, dwte_whole);
+}
+
+// ---------------------------------------------------------------- under mpirun
+
+Comm& world() {
+    static std::unique_ptr<Comm> single = make_single_comm();
+    return test::mpi_world() ? *test::mpi_world() : *single;
+}
+
+struct TpCase {
+    std::string style;
+    PeCase pe;
+};
+void PrintTo(const TpCase& c, std::ostream* os) { *os << c.style << "_" << c.pe.pe; }
+
+ModelConfig config_for(const std::string& style) {
+    ModelConfig c = test::tiny_config();
+    c.n_head = 4;
+    c.d_model = 16;
+    c.ffn_hidden = 24;
+    c.vocab_size = 14;
+    if (style == "neox") {
+        c.parallel_residual = true;
+        c.tied_embeddings = false;
+    } else if (style == "bloom") {
+        c.embedding_layernorm = true;
+        c.activation = Activation::GeluErf;
+    } else if (style == "llama") {
+        test::use_llama_block(c);
+        c.n_kv_head = 2;
+    }
+    return c;
+}
+
+// Rows of six tokens, fractional original positions, partly masked; row r of the global batch.
+void fill_row(BatchBuffers& b, int dst, int r, int vocab) {
+    for (int t = 0; t < 6; ++t) {
+        const int i = dst * 6 + t, g = r * 6 + t;
+        b.tokens[i] = (g * 7 + 3) % vocab;
+        b.targets[i] = (g * 5 + 1) % vocab;
+        b.positions[i] = static_cast<float>(t * 1.5 + (r % 3));
+        b.mask[i] = (g % 5 == 4) ? 0.0f : 1.0f;
+    }
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    double d = 0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, double(std::fabs(a[i] - b[i])));
+    return d;
+}
+
+class TensorParallelMpi : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(TensorParallelMpi, TrainsAsOneProcess) {
+    if (world().size() < 2 || world().size() % 2) GTEST_SKIP() << "needs mpirun with 2 or 4 ranks";
+    const TpCase& tc = GetParam();
+    ParallelGrid grid(world(), GridShape{2, 1});
+    const ModelConfig c = config_for(tc.style);
+    const uint64_t seed = 11;
+    Model ref(c, cpu(), test::make_pe(tc.pe.pe, c, tc.pe.opts), seed);
+    Model tp(c, cpu(), test::make_pe(tc.pe.pe, c, tc.pe.opts), seed, &grid.tp_group());
+    ASSERT_TRUE(tp.tensor_parallel());
+    EXPECT_EQ(tp.num_params(), ref.num_params());
+    EXPECT_LT(tp.layout().total(), ref.layout().total());
+    // the same whole model from the same seed
+    ASSERT_TRUE(test::bit_equal(tp.gather_full(tp.params()), test::host_copy(cpu(), ref.params())));
+
+    // The global batch: 2 rows per data-parallel rank; the reference runs all of them.
+    const int rows = 2, dp = grid.dp();
+    BatchBuffers global, local;
+    global.resize(rows * dp, 6);
+    local.resize(rows, 6);
+    for (int r = 0; r < rows * dp; ++r) fill_row(global, r, r, c.vocab_size);
+    for (int r = 0; r < rows; ++r) fill_row(local, r, grid.dp_rank() * rows + r, c.vocab_size);
+    double count = 0;
+    for (float m : global.mask) count += m;
+
+    OptimizerConfig oc;
+    oc.lr = 1e-3f;
+    oc.warmup_steps = 0;
+    // The key bias's true gradient is zero (softmax ignores a shift shared by a row's logits;
+    // FIRE's output bias likewise), so what either run computes for it is fp32 rounding
+    // (1e-9 .. 1e-8), which AdamW's eps = 1e-8 would turn into +-lr steps of arbitrary sign.
+    // eps = 1e-5 keeps such noise from moving a parameter (both runs are still the same math).
+    oc.eps = 1e-5f;
+    Optimizer ref_opt(ref, oc), tp_opt(tp, oc);
+    for (int step = 0; step < 3; ++step) {
+        cpu().zero(ref.grads().data(), ref.grads().size());
+        cpu().zero(tp.grads().data(), tp.grads().size());
+        const double ref_loss = ref.forward_backward(global.batch(), float(1 / count)).loss_sum;
+        double tp_loss[1] = {tp.forward_backward(local.batch(), float(1 / count)).loss_sum};
+        grid.dp_group().allreduce_sum(tp_loss, 1);
+        grid.dp_group().allreduce_sum(tp.grads().data(), tp.grads().size());
+        EXPECT_NEAR(tp_loss[0], ref_loss, 1e-5 * std::fabs(ref_loss)) << "step " << step;
+        if (step == 0) {  // gradients, view by view, relative to the view's size (and, for
+                          // views whose true gradient is zero, to the whole gradient's)
+            const std::vector<float> g = tp.gather_full(tp.grads());
+            const std::vector<float> want = test::host_copy(cpu(), ref.grads());
+            const double floor = 1e-6 * ref_opt.grad_norm();
+            for (const ParamView& v : ref.layout().views()) {
+                double diff = 0, norm = 0;
+                for (size_t i = v.offset; i < v.offset + v.numel; ++i) {
+                    diff += (g[i] - want[i]) * double(g[i] - want[i]);
+                    norm += double(want[i]) * want[i];
+                }
+                EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm) + floor) << v.name;
+            }
+            EXPECT_NEAR(tp_opt.grad_norm(), ref_opt.grad_norm(), 1e-5 * ref_opt.grad_norm());
+        }
+        ref_opt.update(ref_opt.grad_norm());
+        tp_opt.update(tp_opt.grad_norm());
+    }
+    const std::vector<float> p = tp.gather_full(tp.params());
+    const std::vector<float> want = test::host_copy(cpu(), ref.params());
+    for (const ParamView& v : ref.layout().views()) {
+        double d = 0;
+        size_t at = 0;
+        for (size_t i = v.offset; i < v.offset + v.numel; ++i)
+            if (std::fabs(p[i] - want[i]) > d) d = std::fabs(p[i] - want[i]), at = i - v.offset;
+        EXPECT_LE(d, 1e-5) << v.name << " [" << at << "]: " << p[v.offset + at] << " vs "
+                           << want[v.offset + at];
+    }
+
+    // evaluation: the gathered logits, and cached generation's
+    ref.forward(local.batch());
+    tp.forward(local.batch());
+    EXPECT_LE(max_abs_diff(tp.logits(local.batch()), ref.logits(local.batch())), 1e-4);
+    KvGenerator gen_ref(ref, 1, 8), gen_tp(tp, 1, 8);
+    gen_ref.prefill(0, local.tokens.data(), local.positions.data(), 6);
+    gen_tp.prefill(0, local.tokens.data(), local.positions.data(), 6);
+    const std::vector<float> a(gen_ref.logits(0), gen_ref.logits(0) + c.vocab_size);
+    const std::vector<float> b(gen_tp.logits(0), gen_tp.logits(0) + c.vocab_size);
+    EXPECT_LE(max_abs_diff(a, b), 1e-4);
+}
+
+std::vector<TpCase> all_cases() {
+    const std::vector<PeCase> pes = {
+        {"none", {}},         {"learned", {}},      {"sinusoidal", {}},
+        {"rope", {}},         {"alibi", {}},        {"kerple_log", {}},
+        {"kerple_power", {}}, {"t5_bias", {}},      {"fire", {}}};
+    std::vector<TpCase> out;
+    for (const std::string style : {"gpt2", "neox", "bloom", "llama"})
+        for (const PeCase& pe : pes) out.push_back({style, pe});
+    return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(StylesAndPes, TensorParallelMpi, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) {
+                             return info.param.style + "_" + info.param.pe.pe;
+                         });
+
+TEST(ParallelGridMpi, RefusesAWorldThatDoesNotFactor) {
+    const int W = world().size();
+    try {
+        ParallelGrid bad(world(), GridShape{W + 1, 1});
+        FAIL() << "a grid of tp " << W + 1 << " on " << W << " ranks was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("does not factor as dp x cp 1 x tp"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_THROW(ParallelGrid(world(), GridShape{0, 1}), Error);
+}
+
+TEST(ParallelGridMpi, CoordinatesAndGroups) {
+    const int W = world().size();
+    const int tp = W % 2 == 0 ? 2 : 1;
+    ParallelGrid g(world(), GridShape{tp, 1});
+    EXPECT_EQ(g.dp() * g.tp(), W);
+    EXPECT_EQ(world().rank(), g.dp_rank() * tp + g.tp_rank());
+    EXPECT_EQ(g.tp_group().size(), tp);
+    EXPECT_EQ(g.tp_group().rank(), g.tp_rank());
+    EXPECT_EQ(g.dp_group().size(), g.dp());
+    EXPECT_EQ(g.dp_group().rank(), g.dp_rank());
+    // a sum over the tensor-parallel group sees exactly its members' world ranks
+    double r[1] = {double(world().rank())};
+    g.tp_group().allreduce_sum(r, 1);
+    const int first = g.dp_rank() * tp;
+    EXPECT_EQ(r[0], tp == 2 ? 2 * first + 1 : first);
+}
+
+}  // namespace
+}  // namespace ctx
+
+int main(int argc, char** argv) { return ctx::test::mpi_gtest_main(argc, argv); }
