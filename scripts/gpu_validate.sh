@@ -103,7 +103,8 @@ step_note() {
 
 # The gpu test executables, the most basic first.
 gpu_tests() {
-    local t order=(test_ops_gpu_consistency test_ops_gpu_flash test_ops_gpu_bf16 test_gpu_model
+    local t order=(test_ops_gpu_consistency test_ops_gpu_flash test_ops_gpu_bf16
+                   test_ops_gpu_vocab_parallel test_gpu_model
                    test_gpu_resume test_gpu_nccl)
     for t in "${order[@]}"; do [[ -x "$BUNDLE/tests/$t" ]] && echo "$t"; done
     for t in "$BUNDLE"/tests/*; do

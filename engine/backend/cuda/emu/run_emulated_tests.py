@@ -9,7 +9,8 @@ usage: engine/backend/cuda/emu/run_emulated_tests.py BUILD_DIR [--asan] [--model
            [--only=NAME[,NAME...]] [-- GTEST_ARGS]
 
 BUILD_DIR: a configured ctxengine build with CUDA in which the GPU op tests
-(test_ops_gpu_consistency, test_ops_gpu_flash, test_ops_gpu_bf16; with --model also
+(test_ops_gpu_consistency, test_ops_gpu_flash, test_ops_gpu_bf16,
+test_ops_gpu_vocab_parallel; with --model also
 test_gpu_model and test_gpu_resume) have been built,
 so its compile_commands.json, link lines, libraries and plugins can be reused. Objects go to
 BUILD_DIR/cuda_emu[_asan]/.
@@ -107,7 +108,9 @@ def main():
     backend_objs = [j[2] for j in jobs]
     tests = [("test_ops_gpu_consistency", test_src),
              ("test_ops_gpu_flash", os.path.join(ROOT, "tests", "test_ops_gpu_flash.cpp")),
-             ("test_ops_gpu_bf16", os.path.join(ROOT, "tests", "test_ops_gpu_bf16.cpp"))]
+             ("test_ops_gpu_bf16", os.path.join(ROOT, "tests", "test_ops_gpu_bf16.cpp")),
+             ("test_ops_gpu_vocab_parallel",
+              os.path.join(ROOT, "tests", "test_ops_gpu_vocab_parallel.cpp"))]
     if model:
         tests.append(("test_gpu_model", os.path.join(ROOT, "tests", "test_gpu_model.cpp")))
         tests.append(("test_gpu_resume", os.path.join(ROOT, "tests", "test_gpu_resume.cpp")))
