@@ -57,7 +57,7 @@ void checkpoint_to_hf(EngineContext& engine, const std::string& in, const std::s
     ModelRef h = model_from_checkpoint(engine, load_checkpoint(in), in, cpu);
     std::unique_ptr<Tokenizer> tok;
     if (!tokenizer.empty()) tok = load_tokenizer(tokenizer);
-    save_hf_model(*h, out, tokenizer, tok.get());
+    save_hf_model(*engine.comm, *h, out, tokenizer, tok.get());
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "lua/ctx_module.h"
 #include "lua/runtime.h"
 #include "parallel/comm.h"
+#include "parallel/grid.h"
 #include "plugin/registry.h"
 
 namespace {
@@ -49,6 +50,10 @@ void print_help() {
         "  ctxengine --version | --help\n\n"
         "options:\n"
         "  --threads N            CPU threads for the CPU backend (default: all cores)\n"
+        "  --tp N                 tensor-parallel ranks per model (default 1); the world is\n"
+        "                         dp x cp x tp, data parallel over the rest (docs/PARALLEL.md)\n"
+        "  --cp N                 context-parallel ranks per row (default 1; not implemented\n"
+        "                         yet: models refuse cp > 1)\n"
         "  --device D             auto (default: the GPU of this rank's local rank when one\n"
         "                         is visible, else the CPU), cpu or cuda; recipes may name\n"
         "                         their own (ctx.model{device = ...})\n"
@@ -75,6 +80,8 @@ void print_help() {
 
 struct CliOptions {
     int threads = 0;
+    ctx::GridShape grid;            // --tp, --cp
+    bool grid_from_cli = false;
     std::string device, precision;  // empty: not given
     std::vector<std::string> plugins, plugin_dirs;
     std::string log_level = "info";
@@ -109,6 +116,8 @@ CliOptions parse_args(int argc, char** argv) {
         else if (a == "--version") o.version = true;
         else if (a == "--list-plugins") o.list_plugins = true;
         else if (a == "--threads") o.threads = static_cast<int>(parse_count(a, value()));
+        else if (a == "--tp") o.grid.tp = static_cast<int>(parse_count(a, value())), o.grid_from_cli = true;
+        else if (a == "--cp") o.grid.cp = static_cast<int>(parse_count(a, value())), o.grid_from_cli = true;
         else if (a == "--device") o.device = value(), ctx::device_choice_from_name(o.device);
         else if (a == "--precision") o.precision = value(), ctx::precision_from_name(o.precision);
         else if (a == "--plugin") o.plugins.push_back(value());
@@ -227,6 +236,8 @@ int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
     engine.registry = &registry;
     engine.comm = comm.get();
     engine.threads = o.threads;
+    engine.grid_shape = o.grid;
+    engine.grid_from_cli = o.grid_from_cli;
     if (!o.device.empty()) {
         engine.default_device = ctx::device_choice_from_name(o.device);
         engine.device_from_cli = true;

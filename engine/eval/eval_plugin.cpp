@@ -333,7 +333,7 @@ ctx_status api_record_end(ctx_eval_host* h, ctx_err* err) {
             row.erase("type");
             c.metrics->csv(h->task, row);
         }
-        if (c.comm->rank() == 0) spdlog::info("[{}] {}", h->plugin_name, h->record.dump());
+        if (c.logs) spdlog::info("[{}] {}", h->plugin_name, h->record.dump());
         if (c.collected) c.collected->push_back(std::move(full));
         return CTX_OK;
     } catch (const std::exception& e) {
@@ -349,7 +349,7 @@ void api_metric(ctx_eval_host* h, const char* name, double value) {
 }
 
 void api_log(ctx_eval_host* h, int32_t level, const char* message) {
-    if (h->context->comm->rank() != 0 && level < CTX_LOG_WARN) return;
+    if (!h->context->logs && level < CTX_LOG_WARN) return;
     const char* m = message ? message : "";
     if (level >= CTX_LOG_ERROR)
         spdlog::error("[{}] {}", h->plugin_name, m);

@@ -29,7 +29,8 @@ struct EvalContext {
     Model* model = nullptr;
     const DocStore* documents = nullptr;
     MetricsWriter* metrics = nullptr;
-    Comm* comm = nullptr;
+    Comm* comm = nullptr;                // the data-parallel group: items are split over its ranks
+    bool logs = true;                    // this rank logs (one rank of the whole grid does)
     int trained_length = 0;              // the model's original Lt
     const class Tokenizer* tokenizer = nullptr;  // for text tasks; nullptr: none given
     Record tags = Record::object();      // added to every record (method, stage, ...)

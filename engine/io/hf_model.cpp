@@ -399,10 +399,11 @@ void write_hf_checkpoint(const std::string& dir, const HfSpec& spec, const HostT
 }
 
 HostTensors model_tensors(const Model& model, const Arena& arena) {
+    const std::vector<float> whole = model.gather_full(arena);  // collective under tp
     HostTensors out;
-    for (const ParamView& v : model.layout().views()) {
-        HostTensor t{v.shape, std::vector<float>(v.numel)};
-        model.backend().copy_to_host(t.data.data(), arena.at(v), v.numel);
+    for (const ParamView& v : model.full_layout().views()) {
+        HostTensor t{v.shape, std::vector<float>(whole.begin() + v.offset,
+                                                 whole.begin() + v.offset + v.numel)};
         out.emplace(v.name, std::move(t));
     }
     return out;
@@ -410,7 +411,9 @@ HostTensors model_tensors(const Model& model, const Arena& arena) {
 
 void set_model_params(Model& model, const HostTensors& tensors, const std::string& origin) {
     std::vector<std::string> problems;
-    for (const ParamView& v : model.layout().views()) {
+    const ArenaLayout& layout = model.full_layout();
+    std::vector<float> whole(layout.total(), 0.0f);
+    for (const ParamView& v : layout.views()) {
         auto it = tensors.find(v.name);
         if (it == tensors.end()) {
             problems.push_back("no tensor for '" + v.name + "'");
@@ -418,13 +421,14 @@ void set_model_params(Model& model, const HostTensors& tensors, const std::strin
             problems.push_back(fmt::format("'{}' is {}, the model needs {}", v.name,
                                            shape_str(it->second.shape), shape_str(v.shape)));
         } else {
-            model.backend().copy_to_device(model.params().at(v), it->second.data.data(), v.numel);
+            std::copy(it->second.data.begin(), it->second.data.end(), whole.begin() + v.offset);
         }
     }
     for (const auto& [name, t] : tensors)
-        if (!model.layout().find(name)) problems.push_back("'" + name + "' is not a parameter");
+        if (!layout.find(name)) problems.push_back("'" + name + "' is not a parameter");
     if (!problems.empty())
         fail("{}: the tensors do not fit the model: {}", origin, list_names(problems, 8));
+    model.scatter_full(whole.data(), model.params());  // this rank's part under tp
 }
 
 }  // namespace ctx

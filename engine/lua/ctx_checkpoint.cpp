@@ -118,7 +118,7 @@ int l_load(lua_State* L) {
     ModelRef h = model_from_checkpoint(engine, s, path, parse_device_request(L, o));
     if (o.has("data")) {
         DataRef d = lua::option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source");
-        d->stream->restore(s, *engine.comm);
+        d->stream->restore(s, engine.data_comm());
     }
     if (engine.comm->rank() == 0)
         spdlog::info("loaded checkpoint {} (step {}, {} tokens, {})", path, s.step, s.tokens_seen,

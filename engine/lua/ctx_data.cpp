@@ -404,8 +404,8 @@ int l_rows(lua_State* L) {
     c.row_len = o.integer("row_len", c.window_len);
     c.batch_size = static_cast<int>(o.integer("batch_size", 0));
     c.seed = static_cast<uint64_t>(o.integer("seed", 1));
-    c.rank = engine.comm->rank();
-    c.world = engine.comm->size();
+    c.rank = engine.data_comm().rank();  // data-parallel ranks read different rows
+    c.world = engine.data_comm().size();
     c.pack = pack;
     if (c.window_len <= 0) o.fail_key("window", fmt::format("must be positive, got {}", c.window_len));
     if (c.row_len <= 0 || c.row_len > c.window_len)

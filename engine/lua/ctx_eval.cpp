@@ -161,7 +161,8 @@ int l_run_eval(lua_State* L) {
     EvalContext c;
     c.model = h.model.get();
     c.documents = docs.get();
-    c.comm = engine.comm;
+    c.comm = &engine.data_comm();
+    c.logs = engine.comm->rank() == 0;
     c.trained_length = h.trained_length;
     c.tokenizer = tokenizer.get();
     c.tags = read_tags(L, o, "tags");

@@ -88,21 +88,8 @@ int l_save_hf(lua_State* L) {
                                                     tok->name()));
         }
     }
-    // Rank 0 writes; its error (if any) is raised on every rank so none waits for it.
-    Comm& comm = *lua_detail::engine(L).comm;
-    std::string error;
-    if (comm.rank() == 0) {
-        try {
-            save_hf_model(**ref, dir, source, tok.get());
-        } catch (const std::exception& e) {
-            error = e.what();
-        }
-    }
-    uint64_t len = error.size();
-    comm.broadcast(&len, sizeof len, 0);
-    error.resize(len);
-    if (len) comm.broadcast(error.data(), len, 0);
-    CTX_CHECK(error.empty(), "{}", error);
+    // Every rank gathers (tensor parallelism), rank 0 writes; its error is raised on every rank.
+    save_hf_model(*lua_detail::engine(L).comm, **ref, dir, source, tok.get());
     return 0;
 }
 

@@ -261,19 +261,21 @@ int m_extend(lua_State* L) {
 int m_fingerprint(lua_State* L) {
     const ModelHandle& h = check_model(L, 1);
     uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a over 32-bit words
-    auto mix = [&](const Arena& a) {
-        std::vector<float> host(a.size());
-        h.model->backend().copy_to_host(host.data(), a.data(), a.size());
+    auto mix = [&](const std::vector<float>& host) {
         for (float f : host) {
             uint32_t bits;
             std::memcpy(&bits, &f, sizeof bits);
             hash = (hash ^ bits) * 0x100000001b3ull;
         }
     };
-    mix(h.model->params());
+    // The whole model's tensors (gathered under tensor parallelism: collective), so the same
+    // state has the same fingerprint on every rank of any grid.
+    mix(h.model->gather_full(h.model->params()));
     if (h.optimizer) {  // the whole moments (gathered when ZeRO-1 shards them: collective)
         std::vector<float> m, v;
         h.optimizer->gather_moments(m, v);
+        m = h.model->gather_full_host(m.data());
+        v = h.model->gather_full_host(v.data());
         for (const std::vector<float>* x : {&m, &v})
             for (float f : *x) {
                 uint32_t bits;
@@ -472,7 +474,7 @@ int l_evaluate(lua_State* L) {
     };
     const double loss = evaluate_loss(*h.model, sample, batches, B, T,
                                       static_cast<uint64_t>(o.integer("seed", 1234)),
-                                      *lua_detail::engine(L).comm);
+                                      lua_detail::engine(L).data_comm());
     lua_pushnumber(L, loss);
     return 1;
 }
@@ -545,7 +547,8 @@ PeSpec& make_pe_spec(lua_State* L, const std::string& name, int opts_index,
 void push_data(lua_State* L, std::shared_ptr<TokenSource> data, uint64_t seed) {
     auto h = std::make_shared<DataHandle>();
     h->vocab_size = data->vocab_size();
-    h->stream = std::make_unique<TokenStream>(data, seed, lua_detail::engine(L).comm->rank());
+    h->stream = std::make_unique<TokenStream>(data, seed,
+                                              lua_detail::engine(L).data_comm().rank());
     h->tokens = std::move(data);
     push_data_handle(L, std::move(h));
 }

@@ -75,6 +75,44 @@ int l_world_size(lua_State* L) {
     return 1;
 }
 
+// ctx.parallel([{tp = N, cp = N}]) -> {world, dp, cp, tp, rank, dp_rank, cp_rank, tp_rank}:
+// the process grid and this rank's coordinates (docs/PARALLEL.md). With a table, first sets the
+// grid's shape, which is fixed once anything used it (a model, data, ctx.parallel()) or the
+// command line gave --tp / --cp: asking for another shape then is an error.
+int l_parallel(lua_State* L) {
+    EngineContext& engine = lua_detail::engine(L);
+    if (!lua_isnoneornil(L, 1)) {
+        const lua::Options o = lua::Options::parse(
+            L, 1, {{"tp", OptType::Integer, false, "tensor-parallel ranks per model"},
+                   {"cp", OptType::Integer, false, "context-parallel ranks per row"}},
+            "ctx.parallel", lua::caller_where(L));
+        GridShape want = engine.grid ? GridShape{engine.grid->tp(), engine.grid->cp()}
+                                     : engine.grid_shape;
+        want.tp = static_cast<int>(o.integer("tp", want.tp));
+        want.cp = static_cast<int>(o.integer("cp", want.cp));
+        const bool fixed = engine.grid || engine.grid_from_cli;
+        const GridShape have = engine.grid ? GridShape{engine.grid->tp(), engine.grid->cp()}
+                                           : engine.grid_shape;
+        CTX_CHECK(!fixed || (want.tp == have.tp && want.cp == have.cp),
+                  "ctx.parallel: asks for tp {} x cp {}, but the grid is already tp {} x cp {} "
+                  "({}); call ctx.parallel{{...}} before anything uses the grid, and do not "
+                  "also pass --tp / --cp", want.tp, want.cp, have.tp, have.cp,
+                  engine.grid ? "it was used already" : "set by --tp / --cp");
+        engine.grid_shape = want;
+    }
+    const ParallelGrid& g = engine.parallel();
+    lua_createtable(L, 0, 8);
+    const std::pair<const char*, int> fields[] = {
+        {"world", g.world().size()}, {"dp", g.dp()},           {"cp", g.cp()},
+        {"tp", g.tp()},              {"rank", g.world().rank()}, {"dp_rank", g.dp_rank()},
+        {"cp_rank", g.cp_rank()},    {"tp_rank", g.tp_rank()}};
+    for (const auto& [k, v] : fields) {
+        lua_pushinteger(L, v);
+        lua_setfield(L, -2, k);
+    }
+    return 1;
+}
+
 void push_plugin(lua_State* L, const LoadedPlugin& p) {
     lua_createtable(L, 0, 5);
     lua_pushstring(L, p.full_name.c_str());
@@ -187,6 +225,7 @@ void open_ctx_module(lua_State* L, EngineContext* engine) {
                             {"rank", guarded<l_rank>},
                             {"cuda_devices", guarded<l_cuda_devices>},
                             {"world_size", guarded<l_world_size>},
+                            {"parallel", guarded<l_parallel>},
                             {"plugins", guarded<l_plugins>},
                             {"load_plugin", guarded<l_load_plugin>},
                             {"pe", guarded<l_pe>},

@@ -139,7 +139,7 @@ int model_logprobs(lua_State* L) {
     q.window = static_cast<int32_t>(o.integer("window", 0));
     q.logprobs = out.data();
     BatchBuffers rows;
-    score_rows(*h.model, *lua_detail::engine(L).comm, rows, q);
+    score_rows(*h.model, lua_detail::engine(L).data_comm(), rows, q);
     if (!batch) {
         push_floats(L, out.data(), T);
         return 1;
@@ -237,7 +237,7 @@ int model_generate(lua_State* L) {
                   prompts[0].size());
     }
     // Prompt i on rank i % world; the results travel as floats (count, finish, tokens), summed.
-    Comm& comm = *lua_detail::engine(L).comm;
+    Comm& comm = lua_detail::engine(L).data_comm();  // prompts split over data-parallel ranks
     const size_t P = prompts.size(), stride = static_cast<size_t>(g.max_new_tokens) + 2;
     std::vector<float> packed(P * stride, 0.0f);
     std::vector<std::vector<int32_t>> mine;

@@ -485,21 +485,31 @@ void Model::set_attention_window(int window) {
 std::vector<float> Model::logits(const Batch& b) const {
     CTX_CHECK(acts_ && b.B <= reserved_B_ && b.T <= reserved_T_,
               "logits: no forward pass of a {} x {} batch to read", b.B, b.T);
-    const size_t N = static_cast<size_t>(b.B) * b.T, V = config_.vocab_size, Vs = shard_.V;
+    const size_t N = static_cast<size_t>(b.B) * b.T, V = config_.vocab_size;
     std::vector<float> out(N * V);
     if (!tp_.active()) {
         backend_->copy_to_host(out.data(), acts_->logits, out.size());
         return out;
     }
-    // vocabulary-parallel: every rank's (N, V / tp) columns, side by side
-    std::vector<float> mine(N * Vs), all(N * Vs * shard_.size);
-    backend_->copy_to_host(mine.data(), acts_->logits, mine.size());
-    tp_.comm()->allgather(mine.data(), mine.size() * sizeof(float), all.data());
-    for (int r = 0; r < shard_.size; ++r)
-        for (size_t n = 0; n < N; ++n)
-            std::memcpy(out.data() + n * V + r * Vs, all.data() + (r * N + n) * Vs,
-                        Vs * sizeof(float));
+    gather_vocab_columns(acts_->logits, N, out.data());
     return out;
+}
+
+void Model::gather_vocab_columns(const float* local, size_t rows, float* out) const {
+    // every rank's (rows, V_r) block padded to the largest, then its columns into place
+    const size_t V = config_.vocab_size, Vmax = shard_slice(V, 0, shard_.size).count;
+    const size_t Vr = shard_.V;
+    std::vector<float> host(rows * Vr), mine(rows * Vmax, 0.0f), all(rows * Vmax * shard_.size);
+    backend_->copy_to_host(host.data(), local, host.size());
+    for (size_t n = 0; n < rows; ++n)
+        std::memcpy(mine.data() + n * Vmax, host.data() + n * Vr, Vr * sizeof(float));
+    tp_.comm()->allgather(mine.data(), mine.size() * sizeof(float), all.data());
+    for (int r = 0; r < shard_.size; ++r) {
+        const Slice cols = shard_slice(V, r, shard_.size);
+        for (size_t n = 0; n < rows; ++n)
+            std::memcpy(out + n * V + cols.first, all.data() + (r * rows + n) * Vmax,
+                        cols.count * sizeof(float));
+    }
 }
 
 void Model::backward_impl(const Batch& b) {

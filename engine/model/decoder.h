@@ -99,8 +99,12 @@ public:
     // Per-token masked losses of the last forward, (B, T), host memory.
     const float* losses() const { return losses_host_.data(); }
     // Logits (B, T, V) of the last forward(), copied to the host. Not valid after
-    // forward_backward(), which turns them into their gradients in place.
+    // forward_backward(), which turns them into their gradients in place. Collective under
+    // tensor parallelism (each rank holds its vocabulary columns).
     std::vector<float> logits(const Batch& batch) const;
+    // out (rows, V) host = the whole vocabulary's columns of `local` (rows, this rank's V),
+    // backend memory; collective over the tensor-parallel group.
+    void gather_vocab_columns(const float* local, size_t rows, float* out) const;
 
     // Attention limited to the last `window` tokens of each row by index (0: full causal). For
     // the "windowed" evaluation control; applies to forward and backward until changed.
@@ -184,6 +188,8 @@ private:
     TensorGroup tp_;
     ArenaLayout layout_;
     ArenaLayout full_layout_;
+    std::vector<ArenaLayout> rank_layouts_;  // every tensor-parallel rank's layout (sizes differ
+                                             // when tp does not divide the vocabulary)
     std::vector<ShardSpec> shard_specs_;  // per view of layout_
     std::vector<std::pair<size_t, size_t>> norm_ranges_;
     Arena params_, grads_;

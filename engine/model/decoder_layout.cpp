@@ -1,5 +1,6 @@
 // The model's parameter layout, this rank's part of it under tensor parallelism, and the moves
 // between the two (checkpoints, HF export and initialisation see the whole model).
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -25,7 +26,8 @@ void Model::build_layout_for(const TensorShard& s, ArenaLayout& out,
         out.add(name, std::move(shape), decay);
         if (specs) specs->push_back(std::move(spec));
     };
-    add("wte", {V, C}, true, {0, {V * tp}});  // vocabulary-parallel
+    const int64_t Vall = config_.vocab_size;
+    add("wte", {V, C}, true, {0, {Vall}});  // vocabulary-parallel
     if (config_.embedding_layernorm) {
         add("emb_ln.weight", {C}, false);
         if (nb) add("emb_ln.bias", {C}, false);
@@ -47,7 +49,7 @@ void Model::build_layout_for(const TensorShard& s, ArenaLayout& out,
     }
     add("lnf.weight", {C}, false);
     if (nb) add("lnf.bias", {C}, false);
-    if (!config_.tied_embeddings) add("lm_head.weight", {V, C}, true, {0, {V * tp}});
+    if (!config_.tied_embeddings) add("lm_head.weight", {V, C}, true, {0, {Vall}});
     if (pe_index) pe_index->clear();
     if (pe_) {  // replicated: small, and per-head ones are indexed by global head
         for (const PeParamDecl& p : pe_->params()) {
@@ -60,6 +62,10 @@ void Model::build_layout_for(const TensorShard& s, ArenaLayout& out,
 void Model::build_layout() {
     build_layout_for(shard_, layout_, &shard_specs_, &pe_view_index_);
     build_layout_for(tensor_shard(config_, 0, 1), full_layout_, nullptr, nullptr);
+    rank_layouts_.assign(tp_.active() ? shard_.size : 0, ArenaLayout());
+    for (size_t r = 0; r < rank_layouts_.size(); ++r)
+        build_layout_for(tensor_shard(config_, static_cast<int>(r), shard_.size),
+                         rank_layouts_[r], nullptr, nullptr);
     layer_offsets_.clear();
     for (int l = 0; l < config_.n_layer; ++l)
         layer_offsets_.push_back(layout_.view(fmt::format("layers.{}.ln1.weight", l)).offset);
@@ -84,16 +90,20 @@ size_t Model::num_params() const {
 std::vector<float> Model::gather_full_host(const float* local) const {
     const size_t P = layout_.total();
     if (!tp_.active()) return std::vector<float>(local, local + P);
+    // every rank's arena, padded to the largest (ranks' vocabulary rows may differ)
     const int W = tp_.size();
-    std::vector<float> parts(P * W);
-    tp_.comm()->allgather(local, P * sizeof(float), parts.data());
+    size_t Pmax = 0;
+    for (const ArenaLayout& l : rank_layouts_) Pmax = std::max(Pmax, l.total());
+    std::vector<float> mine(Pmax, 0.0f), parts(Pmax * W);
+    std::copy(local, local + P, mine.begin());
+    tp_.comm()->allgather(mine.data(), Pmax * sizeof(float), parts.data());
     std::vector<float> whole(full_layout_.total(), 0.0f);
-    const auto& lv = layout_.views();
     const auto& fv = full_layout_.views();
-    for (size_t i = 0; i < lv.size(); ++i)
+    for (size_t i = 0; i < fv.size(); ++i)
         for (int r = 0; r < W; ++r)
-            copy_shard(whole.data() + fv[i].offset, parts.data() + r * P + lv[i].offset,
-                       fv[i].shape, shard_specs_[i], r, W, false);
+            copy_shard(whole.data() + fv[i].offset,
+                       parts.data() + r * Pmax + rank_layouts_[r].views()[i].offset, fv[i].shape,
+                       shard_specs_[i], r, W, false);
     return whole;
 }
 

@@ -22,7 +22,6 @@ struct KvGenerator::Buffers {
     Arena table;                         // generic bias: (rows, H, Tq, S)
     GenericBiasPairs pairs;
     bool dynamic_rotary = false;  // the rotation depends on the row length (dynamic NTK)
-    std::vector<float> gather_mine, gather_all;  // tensor parallelism: logits of every rank
     CachedAttention attention;
 
     // Tensor parallelism: the cache holds this rank's heads (sh.A wide).
@@ -203,18 +202,7 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
         be.copy_to_host(out, b.logits, static_cast<size_t>(nb) * V);
         return;
     }
-    // vocabulary-parallel: every rank's columns of each row, side by side
-    const TensorShard& sh = m.shard();
-    const size_t Vs = sh.V, part = static_cast<size_t>(nb) * Vs;
-    b.gather_mine.resize(part);
-    b.gather_all.resize(part * sh.size);
-    be.copy_to_host(b.gather_mine.data(), b.logits, part);
-    m.tensor_group().comm()->allgather(b.gather_mine.data(), part * sizeof(float),
-                                       b.gather_all.data());
-    for (int rk = 0; rk < sh.size; ++rk)
-        for (int i = 0; i < nb; ++i)
-            std::copy_n(b.gather_all.data() + rk * part + static_cast<size_t>(i) * Vs, Vs,
-                        out + static_cast<size_t>(i) * V + rk * Vs);
+    m.gather_vocab_columns(b.logits, static_cast<size_t>(nb), out);  // vocabulary-parallel
 }
 
 // ---------------------------------------------------------------- greedy generation

@@ -1,5 +1,6 @@
 #include "model/tensor_parallel.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -17,9 +18,10 @@ TensorShard tensor_shard(const ModelConfig& c, int rank, int size) {
               Hkv);
     CTX_CHECK(F % size == 0, "tensor parallelism: tp = {} does not divide the MLP width {} "
               "(ffn_hidden)", size, F);
-    CTX_CHECK(V % size == 0, "tensor parallelism: tp = {} does not divide vocab_size = {} (the "
-              "embedding and the output layer are split by vocabulary; pad the vocabulary to a "
-              "multiple of tp)", size, V);
+    const int per = (V + size - 1) / size;
+    CTX_CHECK(static_cast<int64_t>(per) * (size - 1) < V, "tensor parallelism: vocab_size = {} "
+              "is too small to give each of tp = {} ranks a row of the vocabulary-parallel "
+              "embedding", V, size);
     TensorShard s;
     s.rank = rank;
     s.size = size;
@@ -32,10 +34,17 @@ TensorShard tensor_shard(const ModelConfig& c, int rank, int size) {
     s.Q = (s.H + 2 * s.Hkv) * s.D;
     s.F = F / size;
     s.F2 = c.gated_mlp() ? 2 * s.F : s.F;
-    s.V = V / size;
-    s.vocab_begin = rank * s.V;
+    const Slice vocab = shard_slice(V, rank, size);
+    s.V = static_cast<int>(vocab.count);
+    s.vocab_begin = static_cast<int>(vocab.first);
     s.vocab_total = V;
     return s;
+}
+
+Slice shard_slice(int64_t n, int rank, int size) {
+    const int64_t per = (n + size - 1) / size;
+    const int64_t first = std::min<int64_t>(n, per * rank);
+    return Slice{first, std::min<int64_t>(n, first + per) - first};
 }
 
 void copy_shard(float* whole, float* part, const std::vector<int64_t>& shape,
@@ -54,26 +63,27 @@ void copy_shard(float* whole, float* part, const std::vector<int64_t>& shape,
               "internal: shard of a {}-d tensor along dim {}", shape.size(), spec.dim);
     const size_t rows = static_cast<size_t>(shape[0]);
     const size_t cols = shape.size() == 2 ? static_cast<size_t>(shape[1]) : 1;
-    if (spec.dim == 0) {  // each part: rows [off + rank p/size, off + (rank+1) p/size)
+    if (spec.dim == 0) {  // each part: its rank-th slice of rows
         size_t off = 0, out = 0;
         for (int64_t p : spec.parts) {
-            const size_t slice = static_cast<size_t>(p) / size;
-            move(whole + (off + rank * slice) * cols, part + out * cols, slice * cols);
+            const Slice sl = shard_slice(p, rank, size);
+            move(whole + (off + sl.first) * cols, part + out * cols, sl.count * cols);
             off += static_cast<size_t>(p);
-            out += slice;
+            out += static_cast<size_t>(sl.count);
         }
         CTX_CHECK(off == rows, "internal: shard parts cover {} of {} rows", off, rows);
         return;
     }
     // dim 1: the same column slices of every row
-    const size_t part_cols = cols / size;
+    size_t part_cols = 0;
+    for (int64_t p : spec.parts) part_cols += static_cast<size_t>(shard_slice(p, rank, size).count);
     for (size_t r = 0; r < rows; ++r) {
         size_t off = 0, out = 0;
         for (int64_t p : spec.parts) {
-            const size_t slice = static_cast<size_t>(p) / size;
-            move(whole + r * cols + off + rank * slice, part + r * part_cols + out, slice);
+            const Slice sl = shard_slice(p, rank, size);
+            move(whole + r * cols + off + sl.first, part + r * part_cols + out, sl.count);
             off += static_cast<size_t>(p);
-            out += slice;
+            out += static_cast<size_t>(sl.count);
         }
     }
 }

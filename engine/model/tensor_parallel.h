@@ -6,7 +6,9 @@
 //     qkv (column-parallel) and the columns of attn.proj (row-parallel);
 //   MLP hidden units [r F/tp, (r+1) F/tp): rows of fc (of gate and up each when gated;
 //     column-parallel) and columns of mlp.proj (row-parallel);
-//   vocabulary ids [r V/tp, (r+1) V/tp): rows of wte and lm_head (vocabulary-parallel).
+//   vocabulary ids [r ceil(V/tp), min(V, (r+1) ceil(V/tp))): rows of wte and lm_head
+//     (vocabulary-parallel; the last rank holds fewer when tp does not divide V, e.g. GPT-2's
+//     50257, so no padding rows change the softmax).
 // Norm weights, the biases of row-parallel outputs and the PE parameters are replicated. The
 // same seed initialises the same whole model at any tp: every rank draws the whole model and
 // keeps its part.
@@ -38,18 +40,26 @@ struct TensorShard {
     VocabShard vocab() const { return split() ? VocabShard{vocab_begin, vocab_total} : VocabShard{}; }
 };
 
-// Throws ctx::Error naming what tp does not divide (heads, key/value heads, MLP width,
-// vocabulary).
+// Throws ctx::Error naming what tp does not divide (heads, key/value heads, MLP width) or a
+// vocabulary too small to give every rank a row.
 TensorShard tensor_shard(const ModelConfig& c, int rank, int size);
 
 // How one view of a rank is cut from the whole tensor: along `dim` (-1: replicated, the whole
 // tensor), the whole tensor's extent is `parts` consecutive pieces (qkv rows: [q | k | v]; gated
-// fc rows: [gate | up]) and each piece is split evenly, rank r taking the r-th slice of each.
+// fc rows: [gate | up]) and each piece is split in slices of ceil(piece / tp) (shard_slice),
+// rank r taking the r-th slice of each.
 struct ShardSpec {
     int dim = -1;
     std::vector<int64_t> parts;
     bool replicated() const { return dim < 0; }
 };
+
+// Rank r's slice [first, first + count) of an extent n split over `size` ranks: slices of
+// ceil(n / size), the last ones shorter (or empty) when size does not divide n.
+struct Slice {
+    int64_t first = 0, count = 0;
+};
+Slice shard_slice(int64_t n, int rank, int size);
 
 // Copies rank's part of a whole tensor (whole_shape, row-major, 1 or 2 dims) into `part`
 // (to_part) or back into `whole` (!to_part). Host memory.

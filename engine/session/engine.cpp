@@ -4,6 +4,15 @@
 
 namespace ctx {
 
+ParallelGrid& EngineContext::parallel() {
+    if (!grid) {
+        grid = std::make_unique<ParallelGrid>(*comm, grid_shape);
+        if (grid->tp() > 1 || grid->cp() > 1)
+            spdlog::info("parallel grid: {}", grid->describe());
+    }
+    return *grid;
+}
+
 Backend& EngineContext::backend(DeviceChoice device, Precision precision) {
     const DeviceKind kind = resolve_device(device);
     check_precision(kind, precision);
@@ -27,7 +36,7 @@ GradReducer& EngineContext::grad_reducer(Backend& backend, const GradReduceOptio
                                          o.deterministic);
     auto it = reducers.find(key);
     if (it == reducers.end())
-        it = reducers.emplace(key, make_grad_reducer(backend, *comm, o)).first;
+        it = reducers.emplace(key, make_grad_reducer(backend, data_comm(), o)).first;
     return *it->second;
 }
 

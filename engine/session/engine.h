@@ -15,6 +15,7 @@
 #include "model/device_select.h"
 #include "parallel/comm.h"
 #include "parallel/grad_reducer.h"
+#include "parallel/grid.h"
 #include "plugin/registry.h"
 
 namespace ctx {
@@ -22,7 +23,18 @@ namespace ctx {
 // What the run needs from the executable; outlives everything built with it.
 struct EngineContext {
     PluginRegistry* registry = nullptr;
-    Comm* comm = nullptr;
+    Comm* comm = nullptr;  // the world: rank 0 writes files and logs
+    // The process grid (parallel/grid.h), from --tp / --cp or ctx.parallel{}; built on first use
+    // (collective: every rank runs the same recipe), fixed afterwards.
+    GridShape grid_shape;
+    bool grid_from_cli = false;
+    std::unique_ptr<ParallelGrid> grid;
+    ParallelGrid& parallel();
+    // The data-parallel group: ranks that train on different rows and sum their gradients
+    // (the world when tp = cp = 1). Data streams, evaluation items and reducers use it.
+    Comm& data_comm() { return parallel().dp_group(); }
+    // The tensor-parallel group for a model (null at tp 1).
+    Comm* tensor_comm() { return parallel().tp() > 1 ? &parallel().tp_group() : nullptr; }
     int threads = 0;  // CPU threads for the CPU backend (0: OpenMP's default)
     std::string recipe_text;  // the running recipe's source, stored in checkpoints
     // --device / --precision: what models use unless the recipe names its own.

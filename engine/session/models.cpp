@@ -61,7 +61,10 @@ ModelRef build_model(EngineContext& engine, const ModelConfig& c, const std::str
     handle->trained_length = c.context_length;
     handle->pe_options_json = pe_options_to_json(*engine.registry, pe_plugin, pe_options);
     Backend& backend = engine.backend(device.device, device.precision);
-    handle->model = std::make_unique<Model>(c, backend, std::move(pe), seed);
+    CTX_CHECK(engine.parallel().cp() == 1, "context parallelism (cp = {}) is not implemented "
+              "yet: launch with --cp 1 (tensor and data parallelism work)", engine.parallel().cp());
+    handle->model = std::make_unique<Model>(c, backend, std::move(pe), seed,
+                                            engine.tensor_comm());
     handle->model->set_attention_choice(device.attention);
     return handle;
 }
@@ -185,9 +188,9 @@ TrainingState model_checkpoint_state(EngineContext& engine, const ModelHandle& h
     s.pe_options_json = h.pe_options_json;
     if (h.model->pe()) s.pe_state = h.model->pe()->save_state();
     s.tokens_seen = h.tokens_seen;
-    if (data) data->save(s, *engine.comm);
+    if (data) data->save(s, engine.data_comm());
     json meta = {{"style", h.style}, {"trained_length", h.trained_length},
-                 {"world_size", engine.comm->size()}};
+                 {"world_size", engine.data_comm().size()}};
     for (const auto& [k, v] : metadata.items()) meta[k] = v;
     s.metadata_json = meta.dump();
     return s;
@@ -245,8 +248,15 @@ HfSpec hf_spec_of(const ModelHandle& h) {
     return hf_spec_for_model(h.model->config(), h.style, h.pe_name, options, state);
 }
 
-void save_hf_model(const ModelHandle& h, const std::string& dir,
+void save_hf_model(Comm& comm, const ModelHandle& h, const std::string& dir,
                    const std::string& tokenizer_source, const Tokenizer* tok) {
+    // every rank: the whole tensors (gathered under tensor parallelism); rank 0 writes
+    const HostTensors tensors = model_tensors(*h.model, h.model->params());
+    on_rank0(comm, [&] { write_hf_model(h, dir, tensors, tokenizer_source, tok); });
+}
+
+void write_hf_model(const ModelHandle& h, const std::string& dir, const HostTensors& tensors,
+                    const std::string& tokenizer_source, const Tokenizer* tok) {
     HfSpec spec = hf_spec_of(h);
     if (tok) {
         if (auto id = tok->bos_id()) spec.bos_token_id = *id;
@@ -255,7 +265,7 @@ void save_hf_model(const ModelHandle& h, const std::string& dir,
                   "save_hf: the tokenizer has {} tokens but the model only {}", tok->vocab_size(),
                   spec.config.vocab_size);
     }
-    write_hf_checkpoint(dir, spec, model_tensors(*h.model, h.model->params()), tokenizer_source);
+    write_hf_checkpoint(dir, spec, tensors, tokenizer_source);
     spdlog::info("wrote {} as {} (context {}{})", dir, spec.model_type,
                  h.model->config().context_length,
                  tokenizer_source.empty() ? ", no tokenizer files" : "");

@@ -89,7 +89,12 @@ ModelRef model_from_hf(EngineContext& engine, const std::string& dir, const Devi
 HfSpec hf_spec_of(const ModelHandle& h);
 // Writes the model as an HF directory. tokenizer_source: "" (no tokenizer files), a directory,
 // or a tokenizer.json / vocab.json; tok (may be null) supplies bos/eos ids for config.json.
-void save_hf_model(const ModelHandle& h, const std::string& dir,
+// Collective over comm (the whole tensors are gathered from a tensor-parallel model's ranks);
+// rank 0 writes and its error is raised on every rank.
+void save_hf_model(Comm& comm, const ModelHandle& h, const std::string& dir,
                    const std::string& tokenizer_source, const Tokenizer* tok);
+// The writing part, on one rank, from the whole tensors (model_tensors()).
+void write_hf_model(const ModelHandle& h, const std::string& dir, const HostTensors& tensors,
+                    const std::string& tokenizer_source, const Tokenizer* tok);
 
 }  // namespace ctx

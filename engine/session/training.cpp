@@ -60,7 +60,7 @@ int64_t resume_from(EngineContext& engine, ModelHandle& h, BatchSource& data,
                   model_config_to_json(h.model->config()) && loaded->pe_name == h.pe_name,
               "{} ctx.train: {} holds a different model than this recipe builds", where, path);
     h = std::move(*loaded);
-    data.restore(s, *engine.comm);
+    data.restore(s, engine.data_comm());
     if (engine.comm->rank() == 0)
         spdlog::info("resumed from {} (optimizer step {}, {} of this call's steps done)", path,
                      s.step, s.step - start);
@@ -83,7 +83,7 @@ TrainResult train_model(EngineContext& engine, ModelHandle& h, BatchSource& data
     }
     OptimizerConfig& oc = request.optimizer;
     oc.schedule_start = h.optimizer ? h.optimizer->step() : 0;
-    Comm* zero_comm = request.zero ? engine.comm : nullptr;
+    Comm* zero_comm = request.zero ? &engine.data_comm() : nullptr;  // shards over dp ranks
     if (!h.optimizer)
         h.optimizer = std::make_unique<Optimizer>(*h.model, oc, zero_comm);
     else if (request.new_schedule)
@@ -119,7 +119,8 @@ TrainResult train_model(EngineContext& engine, ModelHandle& h, BatchSource& data
     }
     TrainResult r;
     try {
-        r = train(*h.model, *h.optimizer, data, t, *engine.comm, 0, on_step);
+        t.world = engine.comm;  // stop decisions over the whole grid
+        r = train(*h.model, *h.optimizer, data, t, engine.data_comm(), 0, on_step);
     } catch (...) {
         // A step that failed mid-backward leaves the reducer mid-step: do not reuse it.
         engine.drop_grad_reducer(t.reducer);

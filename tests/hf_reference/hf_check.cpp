@@ -120,7 +120,7 @@ int run(const std::string& dir) {
 
     // exports: as loaded, and extended to twice the context with our logits on longer rows
     const auto tok = load_tokenizer(dir + "/hf");
-    save_hf_model(*h, dir + "/export_hf", dir + "/hf", tok.get());
+    save_hf_model(*engine.comm, *h, dir + "/export_hf", dir + "/hf", tok.get());
     const int Le = 2 * m.config().context_length;
     m.extend(Le, nullptr, nullptr);
     const StTensor* tl = ref.find("tokens_long");
@@ -132,7 +132,7 @@ int run(const std::string& dir) {
     write_safetensors(dir + "/extended_logits.safetensors",
                       {{"logits", {tl->shape[0], Le, m.config().vocab_size}, long_logits.data()}},
                       {{"format", "pt"}});
-    save_hf_model(*h, dir + "/extended_hf", dir + "/hf", tok.get());
+    save_hf_model(*engine.comm, *h, dir + "/extended_hf", dir + "/hf", tok.get());
 
     const bool ok = d_logits < kTol && d_loss < kTol && d_variants < kTol &&
                     d_grad < kTol * std::max(1.0, g_max);

@@ -1,0 +1,37 @@
+-- Tensor parallelism end to end (tests/cli/tensor_parallel.sh runs it on several grids).
+-- arg: OUT_DIR BATCH [MODE]; MODE "train" (default): 4 steps, printing each step's loss, the
+-- held-out loss and the fingerprint of the whole state, then ctx.save and ctx.save_hf;
+-- "resume": ctx.load of OUT_DIR/tp.h5 (written on another grid) and 2 more steps;
+-- "hf": ctx.load_hf of OUT_DIR/hf and the held-out loss.
+local out, B, mode = arg[1], tonumber(arg[2]), arg[3] or "train"
+local g = ctx.parallel()
+local function say(fmt, ...) if ctx.rank() == 0 then print(string.format(fmt, ...)) end end
+say("grid world %d dp %d cp %d tp %d", g.world, g.dp, g.cp, g.tp)
+local function data(seed)
+  return ctx.data.synthetic{ length = 4000, period = 23, vocab_size = 49, seed = seed }
+end
+local held_out = data(9)
+local function eval(m) return ctx.evaluate{ model = m, data = held_out, batch_size = 4, batches = 2 } end
+
+if mode == "train" then
+  -- vocabulary 49: tp 2 splits it 25 + 24; BLOOM's ALiBi slopes are split with the heads
+  local m = ctx.model{ style = "bloom", vocab_size = 49, d_model = 32, n_layer = 2, n_head = 4,
+                       context_length = 32, seed = 3, pe = ctx.pe("alibi") }
+  local d = data(5)
+  local r = ctx.train{ model = m, data = d, steps = 4, batch_size = B, log_every = 0,
+                       optimizer = { lr = 3e-3, warmup_steps = 1, total_steps = 8 } }
+  for i, l in ipairs(r.losses) do say("step %d loss %.9g", i, l) end
+  say("eval %.9g", eval(m))
+  ctx.save(out .. "/tp.h5", { model = m, data = d })
+  ctx.save_hf(m, out .. "/hf")
+  say("fingerprint %s", m:fingerprint())
+elseif mode == "resume" then
+  local d = data(5)
+  local m = ctx.load(out .. "/tp.h5", { data = d })
+  say("resumed fingerprint %s", m:fingerprint())
+  local r = ctx.train{ model = m, data = d, steps = 2, batch_size = B, log_every = 0 }
+  for i, l in ipairs(r.losses) do say("resume step %d loss %.9g", i, l) end
+else
+  local m = ctx.load_hf(out .. "/hf")
+  say("hf eval %.9g", eval(m))
+end

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# tensor_parallel.sh MPIEXEC CTXENGINE RECIPE DIR
+# Tensor parallelism end to end (tests/cli/tensor_parallel.lua):
+#   1 process vs tp 2 (same rows): the same losses and held-out loss to float tolerance;
+#   dp 2 vs dp 2 x tp 2 (same rows per data-parallel rank): the same;
+#   resharding: the checkpoint saved at dp 2 x tp 2 loads at dp 2 x tp 1 and at dp 2 x tp 2 into
+#   the same whole state (same fingerprint) and both continue with the same losses (the
+#   in-memory data source resumes at the same dp only; row streams resume at any); the HF export from
+#   tp 2 loads in one process with the held-out loss tp 2 measured.
+set -u
+mpi=$1; exe=$2; recipe=$3; dir=$4
+rm -rf "$dir"; mkdir -p "$dir"
+run() {  # run NAME NP [--tp N] -- ARGS...
+  local name=$1 np=$2; shift 2
+  local log="$dir/$name.log"
+  if [[ $np == 1 ]]; then "$exe" --threads 1 "$@" >"$log" 2>&1
+  else "$mpi" --allow-run-as-root --oversubscribe -np "$np" "$exe" --threads 1 "$@" >"$log" 2>&1
+  fi || { echo "run $name failed:"; cat "$log"; exit 1; }
+}
+run single 1 "$recipe" "$dir/single" 4
+run tp2 2 --tp 2 "$recipe" "$dir/tp2" 4
+run dp2 2 "$recipe" "$dir/dp2" 2
+run dp2tp2 4 --tp 2 "$recipe" "$dir/dp2tp2" 2
+run resume_tp1 2 "$recipe" "$dir/dp2tp2" 2 resume
+run resume_tp2 4 --tp 2 "$recipe" "$dir/dp2tp2" 2 resume
+run hf_single 1 "$recipe" "$dir/tp2" 4 hf
+python3 - "$dir" <<'PY'
+import re, sys
+d = sys.argv[1]
+def read(name):
+    return open(f"{d}/{name}.log").read()
+def losses(name, key="step"):
+    return [float(x) for x in re.findall(rf"^{key} \d+ loss (\S+)$", read(name), re.M)]
+def value(name, key):
+    m = re.search(rf"^{key} (\S+)$", read(name), re.M)
+    assert m, f"{name}: no '{key}' line:\n{read(name)}"
+    return m.group(1)
+def close(a, b, what, tol=2e-5):
+    assert len(a) == len(b) and a, f"{what}: {a} vs {b}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        rel = abs(x - y) / abs(y)
+        assert rel < tol, f"{what} [{i}]: {x} vs {y} (rel {rel:.2e})"
+    print(f"{what}: {len(a)} values agree (max rel "
+          f"{max(abs(x - y) / abs(y) for x, y in zip(a, b)):.1e})")
+assert "dp 1 cp 1 tp 2" in read("tp2") and "dp 2 cp 1 tp 2" in read("dp2tp2"), "grids not as asked"
+close(losses("tp2"), losses("single"), "tp 2 vs 1 process: losses")
+close([float(value("tp2", "eval"))], [float(value("single", "eval"))], "tp 2 vs 1 process: held-out")
+close(losses("dp2tp2"), losses("dp2"), "dp 2 x tp 2 vs dp 2: losses")
+a, b = value("resume_tp1", "resumed fingerprint"), value("resume_tp2", "resumed fingerprint")
+assert a == b == value("dp2tp2", "fingerprint"), f"resharded states differ: {a} {b}"
+print(f"checkpoint of dp 2 x tp 2 loads at tp 1 and tp 2 bit-identically ({a})")
+close(losses("resume_tp2", "resume step"), losses("resume_tp1", "resume step"),
+      "resumed at tp 2 vs tp 1: losses")
+close([float(value("hf_single", "hf eval"))], [float(value("tp2", "eval"))],
+      "HF export of tp 2, loaded in 1 process: held-out")
+print("tensor parallel ok")
+PY
