@@ -81,7 +81,7 @@ return function(C, corpus, out, opts)
     local rows = ctx.data.rows{ docs = corpus.train, window = C.Le, row_len = C.Lt,
                                 sampler = ctx.sampler("chunk", { alpha = 0.25, boundary = "concat" }),
                                 batch_size = C.batch_size, seed = 21 }
-    local parity = (C.Le // C.Lt) * rows:num_windows() // (C.batch_size * ctx.world_size())
+    local parity = (C.Le // C.Lt) * rows:num_windows() // (C.batch_size * ctx.parallel().dp)
     local steps = math.max(1, math.min(parity, opts.max_steps or parity))
     if opts.continued_control then
       local ctl = ctx.load(ctx.latest_checkpoint(C.base_dir(pe)))

@@ -52,7 +52,7 @@ end
 local rows = ctx.data.rows{ docs = corpus.train, window = C.Le, row_len = C.Lt,
                             sampler = ctx.sampler("chunk", { alpha = 0.25, boundary = "concat" }),
                             batch_size = C.batch_size, seed = 21 }
-local parity = (C.Le // C.Lt) * rows:num_windows() // (C.batch_size * ctx.world_size())
+local parity = (C.Le // C.Lt) * rows:num_windows() // (C.batch_size * ctx.parallel().dp)
 local results = {}
 for _, mult in ipairs(multiples) do
   local steps = math.max(1, math.floor(mult * parity + 0.5))

@@ -77,7 +77,7 @@ return function(family, default_out)
   local rows = ctx.data.rows{ docs = train, window = Le, row_len = Lt,
                               sampler = ctx.sampler("chunk", { alpha = 0.25, boundary = "concat" }),
                               batch_size = batch_size, seed = 21 }
-  local parity = (Le // Lt) * rows:num_windows() // (batch_size * ctx.world_size())
+  local parity = (Le // Lt) * rows:num_windows() // (batch_size * ctx.parallel().dp)
   local steps = math.max(1, math.min(parity, max_steps or parity))
   ctx.log(string.format("chunk-0.25: %d steps (%d windows of %d tokens; %d would be compute parity)",
                         steps, rows:num_windows(), Le, parity))

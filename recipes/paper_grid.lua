@@ -224,7 +224,7 @@ local parity_rows = ctx.data.rows{ docs = corpus.train, window = Le, row_len = L
                                    sampler = ctx.sampler("chunk", { alpha = 0.25 }), seed = 1 }
 local parity_tokens = (Le // Lt) * parity_rows:num_windows() * Lt
 local function parity_steps(row_len)
-  local steps = parity_tokens // (row_len * C.batch_size * ctx.world_size())
+  local steps = parity_tokens // (row_len * C.batch_size * ctx.parallel().dp)
   return math.max(1, quick and math.min(steps, 6) or steps)
 end
 

@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_peak.h"
 #include "backend/profiling_backend.h"
+#include "parallel/grid.h"
 #include "parallel/profiling_comm.h"
 #include "core/error.h"
 #include "core/options.h"
@@ -50,7 +51,7 @@ void usage() {
         "usage: ctxengine bench [--config NAME] [--device auto|cpu|cuda] [--precision fp32|bf16]\n"
         "                       [--attention auto|flash|materialised] [--pe NAME] [--batch B]\n"
         "                       [--seq T] [--steps N] [--warmup N] [--threads N]\n"
-        "                       [--peak-tflops X | --peak-gflops X] [--profile]\n"
+        "                       [--peak-tflops X | --peak-gflops X] [--profile] [--tp N]\n"
         "       ctxengine bench attention ...   the attention ops alone (bench attention --help)\n"
         "       ctxengine bench peak ...        the peak table MFU uses (bench peak --help)\n\n"
         "Trains the named config on random tokens and prints tokens/s, achieved TFLOP/s and MFU\n"
@@ -60,7 +61,9 @@ void usage() {
         "config's positional encoding (any PE plugin, or none); --attention picks the attention\n"
         "implementation (auto: flash on CUDA, materialised on the CPU). --profile adds a table of\n"
         "the timed steps' milliseconds by op and shape. Under mpirun -np N the ranks train data\n"
-        "parallel (tokens/s and the peak are the world's; the profile adds the collectives).\n"
+        "parallel (tokens/s and the peak are the world's; the profile adds the collectives); --tp N\n"
+        "splits each model over N of them (tensor parallelism, data parallel over the rest) and\n"
+        "the memory lines are per rank.\n"
         "docs/BENCHMARKS.md.\n"
         "Configs:\n");
     for (const auto& [name, c] : kConfigs)
@@ -86,6 +89,7 @@ struct TrainArgs {
     int batch = 0, seq = 0;  // 0: the config's
     int64_t steps = 10, warmup = 2;
     int threads = 0;
+    int tp = 1;             // tensor-parallel ranks per model
     double peak_flops = 0;  // 0: the device's
     bool profile = false;   // time every backend op of the timed steps
     bool help = false;
@@ -114,6 +118,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& args, int threads) {
         else if (a == "--peak-tflops") o.peak_flops = bench_parse_double(a, value()) * 1e12;
         else if (a == "--peak-gflops") o.peak_flops = bench_parse_double(a, value()) * 1e9;
         else if (a == "--profile") o.profile = true;
+        else if (a == "--tp") o.tp = static_cast<int>(bench_parse_int(a, value()));
         else fail("bench: unknown argument '{}' (see ctxengine bench --help)", a);
     }
     if (o.help) return o;
@@ -208,7 +213,9 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     std::unique_ptr<ProfilingBackend> profiler;
     if (o.profile) profiler = std::make_unique<ProfilingBackend>(*backend);
     Backend& model_backend = profiler ? static_cast<Backend&>(*profiler) : *backend;
-    Model model(c, model_backend, std::move(pe), 1);
+    // --tp: the model split over tensor-parallel groups, data parallel over the rest
+    ParallelGrid grid(world, GridShape{o.tp, 1});
+    Model model(c, model_backend, std::move(pe), 1, o.tp > 1 ? &grid.tp_group() : nullptr);
     model.set_attention_choice(o.attention);
     model.reserve(B, T);
     OptimizerConfig oc;
@@ -222,10 +229,10 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     std::vector<int32_t> stream(1 << 20);
     for (auto& t : stream) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(bc.vocab)));
     auto source = std::make_shared<TokenSource>(std::move(stream), bc.vocab);
-    TokenStream batches(source, 1, world.rank());
-    // --profile: the collectives run through a timing wrapper too.
-    ProfilingComm profiled_comm(world);
-    Comm& comm = o.profile ? static_cast<Comm&>(profiled_comm) : world;
+    TokenStream batches(source, 1, grid.dp_rank());  // a tensor-parallel group shares rows
+    // --profile: the data-parallel collectives run through a timing wrapper too.
+    ProfilingComm profiled_comm(grid.dp_group());
+    Comm& comm = o.profile ? static_cast<Comm&>(profiled_comm) : grid.dp_group();
     // The gradient reducer training would make, kept across the calls (and timed with --profile);
     // made on the backend itself, not its timing wrapper (NCCL's needs the CUDA backend's stream).
     auto reducer = make_grad_reducer(*backend, comm, GradReduceOptions{});
@@ -235,6 +242,7 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     t.batch_size = B;
     t.seq_len = T;
     t.log_every = 0;
+    t.world = &world;
     if (o.warmup > 0) {
         t.steps = o.warmup;
         train(model, opt, batches, t, comm);
@@ -259,8 +267,15 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     const TrainResult r = train(model, opt, batches, t, comm);
     backend->copy_to_host(&sync, model.params().data(), 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double tokens_per_s = static_cast<double>(o.steps) * B * T * world.size() / seconds;
+    const double tokens_per_s = static_cast<double>(o.steps) * B * T * grid.dp() / seconds;
     const double flops = tokens_per_s * model.flops_per_token(T);
+    // per rank: this rank's part of the model state, and the largest peak RSS of any rank
+    const double state_mib = 16.0 * static_cast<double>(model.layout().total()) / (1 << 20);
+    double rss[1] = {0};
+    const double my_rss = peak_rss_mib();
+    std::vector<double> all_rss(world.size());
+    world.allgather(&my_rss, sizeof my_rss, all_rss.data());
+    for (double x : all_rss) rss[0] = std::max(rss[0], x);
     if (world.rank() != 0) return 0;
 
     std::printf("config=%s params=%zu L=%d C=%d H=%d V=%d T=%d B=%d pe=%s\n", o.config.c_str(),
@@ -270,6 +285,7 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
                 backend->name().c_str(), precision_name(backend->precision()),
                 attention_mode_name(model.attention_mode()), used_threads, world.size(),
                 static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
+    std::printf("grid=%s\n", grid.describe().c_str());
     if (!cpu && !o.precision_given)
         std::printf("hint: fp32 (the default) runs the matrix products without tensor cores or "
                     "TF32; --precision bf16 measures the tensor-core path (MFU then against the "
@@ -284,13 +300,13 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     else
         std::printf("mfu=n/a (%s; pass --peak-tflops)\n", note.c_str());
     // Parameters, gradients and the two AdamW moments, fp32: 16 bytes per parameter.
-    std::printf("model_state_mib=%.1f (params, grads, AdamW m and v)\n",
-                16.0 * static_cast<double>(model.num_params()) / (1 << 20));
+    std::printf("model_state_mib=%.1f per rank (params, grads, AdamW m and v; whole model %.1f)\n",
+                state_mib, 16.0 * static_cast<double>(model.num_params()) / (1 << 20));
     if (cpu)
-        std::printf("peak_memory_mib=%.1f (process peak RSS)\n", peak_rss_mib());
+        std::printf("peak_memory_mib=%.1f (largest process peak RSS of the ranks)\n", rss[0]);
     else
         std::printf("peak_memory_mib=n/a (the Backend interface has no device memory statistics; "
-                    "host peak RSS %.1f MiB)\n", peak_rss_mib());
+                    "largest host peak RSS of the ranks %.1f MiB)\n", rss[0]);
     std::printf("final_loss=%.4f\n", r.steps.back().loss);
     if (profiler) print_profile(*profiler, profiled_comm, profiled_reducer, seconds, o.steps);
     return 0;

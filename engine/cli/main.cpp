@@ -222,7 +222,8 @@ int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
             // The global --device / --precision apply unless bench names its own.
             std::vector<std::string> args = o.args;
             for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--device", o.device},
-                                              {"--precision", o.precision}})
+                                              {"--precision", o.precision},
+                                              {"--tp", o.grid.tp > 1 ? std::to_string(o.grid.tp) : ""}})
                 if (!value.empty() && std::find(args.begin(), args.end(), flag) == args.end())
                     args.insert(args.end(), {flag, value});
             return ctx::run_bench(args, registry, o.threads, *comm);
