@@ -15,6 +15,7 @@
 #include "model_fixtures.h"
 #include "mpi_gtest.h"
 #include "parallel/grid.h"
+#include "remote_backend.h"
 
 namespace ctx {
 namespace {
@@ -306,6 +307,52 @@ INSTANTIATE_TEST_SUITE_P(StylesAndPes, TensorParallelMpi, ::testing::ValuesIn(al
                          [](const auto& info) {
                              return info.param.style + "_" + info.param.pe.pe;
                          });
+
+// The device-backend paths under tensor parallelism (the group's collectives staged through the
+// host, PE parameters, generic bias tables and input PEs through HostSpan) on a backend whose
+// memory the host cannot touch (tests/remote_backend.h): bit-equal to the CPU backend's run.
+class TensorParallelDeviceMpi : public ::testing::TestWithParam<PeCase> {};
+
+TEST_P(TensorParallelDeviceMpi, MatchesTheCpuBackendBitForBit) {
+    if (world().size() < 2 || world().size() % 2) GTEST_SKIP() << "needs mpirun with 2 or 4 ranks";
+    const PeCase& pc = GetParam();
+    ParallelGrid grid(world(), GridShape{2, 1});
+    const ModelConfig c = config_for("gpt2");  // vocabulary 13: uneven split
+    test::RemoteBackend remote(1);
+    Model host(c, cpu(), test::make_pe(pc.pe, c, pc.opts), 5, &grid.tp_group());
+    Model dev(c, remote, test::make_pe(pc.pe, c, pc.opts), 5, &grid.tp_group());
+    BatchBuffers local;
+    local.resize(2, 6);
+    for (int r = 0; r < 2; ++r) fill_row(local, r, grid.dp_rank() * 2 + r, c.vocab_size);
+    OptimizerConfig oc;
+    oc.warmup_steps = 0;
+    Optimizer host_opt(host, oc), dev_opt(dev, oc);
+    for (int step = 0; step < 2; ++step) {
+        for (Model* m : {&host, &dev}) m->backend().zero(m->grads().data(), m->grads().size());
+        const double a = host.forward_backward(local.batch(), 0.05f).loss_sum;
+        const double b = dev.forward_backward(local.batch(), 0.05f).loss_sum;
+        EXPECT_EQ(a, b) << "step " << step;
+        EXPECT_TRUE(test::bit_equal(host.gather_full(host.grads()), dev.gather_full(dev.grads())))
+            << "step " << step;
+        host_opt.update(host_opt.grad_norm());
+        dev_opt.update(dev_opt.grad_norm());
+    }
+    EXPECT_TRUE(test::bit_equal(host.gather_full(host.params()), dev.gather_full(dev.params())));
+    host.forward(local.batch());
+    dev.forward(local.batch());
+    EXPECT_TRUE(test::bit_equal(host.logits(local.batch()), dev.logits(local.batch())));
+    KvGenerator gh(host, 1, 8), gd(dev, 1, 8);
+    gh.prefill(0, local.tokens.data(), local.positions.data(), 6);
+    gd.prefill(0, local.tokens.data(), local.positions.data(), 6);
+    EXPECT_TRUE(test::bit_equal(std::vector<float>(gh.logits(0), gh.logits(0) + c.vocab_size),
+                                std::vector<float>(gd.logits(0), gd.logits(0) + c.vocab_size)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Pes, TensorParallelDeviceMpi,
+                         ::testing::Values(PeCase{"learned", {}}, PeCase{"sinusoidal", {}},
+                                           PeCase{"alibi", {}}, PeCase{"kerple_log", {}},
+                                           PeCase{"fire", {}}),
+                         [](const auto& info) { return info.param.pe; });
 
 TEST(ParallelGridMpi, RefusesAWorldThatDoesNotFactor) {
     const int W = world().size();
