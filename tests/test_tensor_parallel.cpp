@@ -169,8 +169,12 @@ Comm& world() {
 struct TpCase {
     std::string style;
     PeCase pe;
+    bool sequence_parallel = false;
 };
-void PrintTo(const TpCase& c, std::ostream* os) { *os << c.style << "_" << c.pe.pe; }
+std::string case_name(const TpCase& c) {
+    return c.style + "_" + c.pe.pe + (c.sequence_parallel ? "_sp" : "");
+}
+void PrintTo(const TpCase& c, std::ostream* os) { *os << case_name(c); }
 
 ModelConfig config_for(const std::string& style) {
     ModelConfig c = test::tiny_config();
@@ -219,6 +223,7 @@ TEST_P(TensorParallelMpi, TrainsAsOneProcess) {
     Model ref(c, cpu(), test::make_pe(tc.pe.pe, c, tc.pe.opts), seed);
     Model tp(c, cpu(), test::make_pe(tc.pe.pe, c, tc.pe.opts), seed, &grid.tp_group());
     ASSERT_TRUE(tp.tensor_parallel());
+    tp.set_sequence_parallel(tc.sequence_parallel);
     EXPECT_EQ(tp.num_params(), ref.num_params());
     EXPECT_LT(tp.layout().total(), ref.layout().total());
     // the same whole model from the same seed
@@ -298,15 +303,14 @@ std::vector<TpCase> all_cases() {
         {"rope", {}},         {"alibi", {}},        {"kerple_log", {}},
         {"kerple_power", {}}, {"t5_bias", {}},      {"fire", {}}};
     std::vector<TpCase> out;
-    for (const std::string style : {"gpt2", "neox", "bloom", "llama"})
-        for (const PeCase& pe : pes) out.push_back({style, pe});
+    for (bool sp : {false, true})
+        for (const std::string style : {"gpt2", "neox", "bloom", "llama"})
+            for (const PeCase& pe : pes) out.push_back({style, pe, sp});
     return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(StylesAndPes, TensorParallelMpi, ::testing::ValuesIn(all_cases()),
-                         [](const auto& info) {
-                             return info.param.style + "_" + info.param.pe.pe;
-                         });
+                         [](const auto& info) { return case_name(info.param); });
 
 // The device-backend paths under tensor parallelism (the group's collectives staged through the
 // host, PE parameters, generic bias tables and input PEs through HostSpan) on a backend whose

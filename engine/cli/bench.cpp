@@ -52,6 +52,7 @@ void usage() {
         "                       [--attention auto|flash|materialised] [--pe NAME] [--batch B]\n"
         "                       [--seq T] [--steps N] [--warmup N] [--threads N]\n"
         "                       [--peak-tflops X | --peak-gflops X] [--profile] [--tp N]\n"
+        "                       [--sequence-parallel]\n"
         "       ctxengine bench attention ...   the attention ops alone (bench attention --help)\n"
         "       ctxengine bench peak ...        the peak table MFU uses (bench peak --help)\n\n"
         "Trains the named config on random tokens and prints tokens/s, achieved TFLOP/s and MFU\n"
@@ -90,6 +91,7 @@ struct TrainArgs {
     int64_t steps = 10, warmup = 2;
     int threads = 0;
     int tp = 1;             // tensor-parallel ranks per model
+    bool sequence_parallel = false;
     double peak_flops = 0;  // 0: the device's
     bool profile = false;   // time every backend op of the timed steps
     bool help = false;
@@ -119,6 +121,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& args, int threads) {
         else if (a == "--peak-gflops") o.peak_flops = bench_parse_double(a, value()) * 1e9;
         else if (a == "--profile") o.profile = true;
         else if (a == "--tp") o.tp = static_cast<int>(bench_parse_int(a, value()));
+        else if (a == "--sequence-parallel") o.sequence_parallel = true;
         else fail("bench: unknown argument '{}' (see ctxengine bench --help)", a);
     }
     if (o.help) return o;
@@ -216,6 +219,7 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     // --tp: the model split over tensor-parallel groups, data parallel over the rest
     ParallelGrid grid(world, GridShape{o.tp, 1});
     Model model(c, model_backend, std::move(pe), 1, o.tp > 1 ? &grid.tp_group() : nullptr);
+    model.set_sequence_parallel(o.sequence_parallel);
     model.set_attention_choice(o.attention);
     model.reserve(B, T);
     OptimizerConfig oc;
@@ -285,7 +289,8 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
                 backend->name().c_str(), precision_name(backend->precision()),
                 attention_mode_name(model.attention_mode()), used_threads, world.size(),
                 static_cast<long long>(o.steps), static_cast<long long>(o.warmup));
-    std::printf("grid=%s\n", grid.describe().c_str());
+    std::printf("grid=%s%s\n", grid.describe().c_str(),
+                model.sequence_parallel() ? ", sequence parallel" : "");
     if (!cpu && !o.precision_given)
         std::printf("hint: fp32 (the default) runs the matrix products without tensor cores or "
                     "TF32; --precision bf16 measures the tensor-core path (MFU then against the "

@@ -54,6 +54,8 @@ void print_help() {
         "                         dp x cp x tp, data parallel over the rest (docs/PARALLEL.md)\n"
         "  --cp N                 context-parallel ranks per row (default 1; not implemented\n"
         "                         yet: models refuse cp > 1)\n"
+        "  --sequence-parallel    with --tp: norms and residuals on N/tp rows per rank\n"
+        "                         (all-gather / reduce-scatter instead of all-reduce)\n"
         "  --device D             auto (default: the GPU of this rank's local rank when one\n"
         "                         is visible, else the CPU), cpu or cuda; recipes may name\n"
         "                         their own (ctx.model{device = ...})\n"
@@ -82,6 +84,7 @@ struct CliOptions {
     int threads = 0;
     ctx::GridShape grid;            // --tp, --cp
     bool grid_from_cli = false;
+    bool sequence_parallel = false;
     std::string device, precision;  // empty: not given
     std::vector<std::string> plugins, plugin_dirs;
     std::string log_level = "info";
@@ -118,6 +121,7 @@ CliOptions parse_args(int argc, char** argv) {
         else if (a == "--threads") o.threads = static_cast<int>(parse_count(a, value()));
         else if (a == "--tp") o.grid.tp = static_cast<int>(parse_count(a, value())), o.grid_from_cli = true;
         else if (a == "--cp") o.grid.cp = static_cast<int>(parse_count(a, value())), o.grid_from_cli = true;
+        else if (a == "--sequence-parallel") o.sequence_parallel = true;
         else if (a == "--device") o.device = value(), ctx::device_choice_from_name(o.device);
         else if (a == "--precision") o.precision = value(), ctx::precision_from_name(o.precision);
         else if (a == "--plugin") o.plugins.push_back(value());
@@ -239,6 +243,7 @@ int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
     engine.threads = o.threads;
     engine.grid_shape = o.grid;
     engine.grid_from_cli = o.grid_from_cli;
+    engine.sequence_parallel = o.sequence_parallel;
     if (!o.device.empty()) {
         engine.default_device = ctx::device_choice_from_name(o.device);
         engine.device_from_cli = true;

@@ -75,7 +75,8 @@ int l_world_size(lua_State* L) {
     return 1;
 }
 
-// ctx.parallel([{tp = N, cp = N}]) -> {world, dp, cp, tp, rank, dp_rank, cp_rank, tp_rank}:
+// ctx.parallel([{tp = N, cp = N, sequence_parallel = B}]) -> {world, dp, cp, tp, rank, dp_rank,
+// cp_rank, tp_rank, sequence_parallel}:
 // the process grid and this rank's coordinates (docs/PARALLEL.md). With a table, first sets the
 // grid's shape, which is fixed once anything used it (a model, data, ctx.parallel()) or the
 // command line gave --tp / --cp: asking for another shape then is an error.
@@ -84,7 +85,9 @@ int l_parallel(lua_State* L) {
     if (!lua_isnoneornil(L, 1)) {
         const lua::Options o = lua::Options::parse(
             L, 1, {{"tp", OptType::Integer, false, "tensor-parallel ranks per model"},
-                   {"cp", OptType::Integer, false, "context-parallel ranks per row"}},
+                   {"cp", OptType::Integer, false, "context-parallel ranks per row"},
+                   {"sequence_parallel", OptType::Bool, false,
+                    "models built from now on keep N/tp rows of the residual stream per rank"}},
             "ctx.parallel", lua::caller_where(L));
         GridShape want = engine.grid ? GridShape{engine.grid->tp(), engine.grid->cp()}
                                      : engine.grid_shape;
@@ -99,9 +102,12 @@ int l_parallel(lua_State* L) {
                   "also pass --tp / --cp", want.tp, want.cp, have.tp, have.cp,
                   engine.grid ? "it was used already" : "set by --tp / --cp");
         engine.grid_shape = want;
+        if (o.has("sequence_parallel")) engine.sequence_parallel = o.boolean("sequence_parallel", false);
     }
     const ParallelGrid& g = engine.parallel();
-    lua_createtable(L, 0, 8);
+    lua_createtable(L, 0, 9);
+    lua_pushboolean(L, engine.sequence_parallel && g.tp() > 1);
+    lua_setfield(L, -2, "sequence_parallel");
     const std::pair<const char*, int> fields[] = {
         {"world", g.world().size()}, {"dp", g.dp()},           {"cp", g.cp()},
         {"tp", g.tp()},              {"rank", g.world().rank()}, {"dp_rank", g.dp_rank()},

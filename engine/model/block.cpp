@@ -26,6 +26,22 @@ void norm_backward(Backend& be, const ModelConfig& c, float* dinp, float* dw, fl
         be.layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, c.d_model);
 }
 
+void norm_backward_rows(Backend& be, const ModelConfig& c, TensorGroup& tp, float* scratch,
+                        float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int rows) {
+    if (!tp.sequence_parallel()) {
+        norm_backward(be, c, dinp, dw, db, dout, inp, w, mean, rstd, rows);
+        return;
+    }
+    const size_t C = static_cast<size_t>(c.d_model);
+    be.zero(scratch, 2 * C);
+    norm_backward(be, c, dinp, scratch, db ? scratch + C : nullptr, dout, inp, w, mean, rstd,
+                  rows);
+    tp.allreduce_sum(scratch, 2 * C);
+    be.accumulate(dw, scratch, C);
+    if (db) be.accumulate(db, scratch + C, C);
+}
+
 void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_out,
                                const BlockActs& a, float* tmp, int N, int layer,
                                AttentionStep& attention) const {
@@ -33,13 +49,15 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
     const ModelConfig& c = config_;
     const TensorShard& s = shard_;
     const int C = c.d_model, A = s.A, F = s.F, Q = s.Q;
-    const size_t NC = static_cast<size_t>(N) * C;
+    const int Nr = tp_.rows_here(N);  // rows of the residual stream on this rank
+    const size_t NrC = static_cast<size_t>(Nr) * C, slot = tp_.row_offset(N) * C;
     // A row-parallel output's bias is added once: by tensor-parallel rank 0, before the sum.
     const bool add_out_bias = s.rank == 0;
 
     // attention branch: ln1 -> qkv (column-parallel) [-> kv heads repeated] -> attention ->
-    // proj (row-parallel; all-reduce over tp)
-    norm_forward(be, c, a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N);
+    // proj (row-parallel; summed over tp)
+    norm_forward(be, c, a.ln1 + slot, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, Nr);
+    tp_.gather_rows(a.ln1, NrC);  // sequence parallel: every rank's rows
     if (c.grouped_kv()) {
         be.matmul_forward(a.qkv_grouped, a.ln1, w.qkv_w, w.qkv_b, N, C, Q);
         be.kv_repeat_forward(a.qkv, a.qkv_grouped, N, s.H, s.Hkv, s.D);
@@ -49,13 +67,14 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
     attention.forward(layer, a.qkv, a.atty, a.att);
     be.matmul_forward(tmp, a.atty, w.attn_proj_w, add_out_bias ? w.attn_proj_b : nullptr, N, A,
                       C);
-    tp_.allreduce_sum(tmp, NC);
-    be.add(a.res2, x, tmp, NC);  // sequential: x + attn; parallel: also x + attn
+    tp_.sum_rows(tmp, NrC);      // all-reduce, or reduce-scatter into tmp[0, NrC)
+    be.add(a.res2, x, tmp, NrC);  // sequential: x + attn; parallel: also x + attn
 
     // MLP branch: ln2 of (x + attn) sequentially, of x in parallel; fc (column-parallel) ->
-    // activation (or SwiGLU of [gate | up]) -> fc_proj (row-parallel; all-reduce over tp)
+    // activation (or SwiGLU of [gate | up]) -> fc_proj (row-parallel; summed over tp)
     const float* mlp_in = c.parallel_residual ? x : a.res2;
-    norm_forward(be, c, a.ln2, a.ln2_mean, a.ln2_rstd, mlp_in, w.ln2_w, w.ln2_b, N);
+    norm_forward(be, c, a.ln2 + slot, a.ln2_mean, a.ln2_rstd, mlp_in, w.ln2_w, w.ln2_b, Nr);
+    tp_.gather_rows(a.ln2, NrC);
     be.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, s.F2);
     if (c.gated_mlp())
         be.swiglu_forward(a.fch_act, a.fch, N, F);
@@ -63,8 +82,8 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
         be.activation_forward(a.fch_act, a.fch, static_cast<size_t>(N) * F, c.activation);
     be.matmul_forward(tmp, a.fch_act, w.fc_proj_w, add_out_bias ? w.fc_proj_b : nullptr, N, F,
                       C);
-    tp_.allreduce_sum(tmp, NC);
-    be.add(x_out, a.res2, tmp, NC);
+    tp_.sum_rows(tmp, NrC);
+    be.add(x_out, a.res2, tmp, NrC);
 }
 
 void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, const float* x,
@@ -74,16 +93,19 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     const ModelConfig& c = config_;
     const TensorShard& s = shard_;
     const int C = c.d_model, A = s.A, F = s.F, F2 = s.F2, Q = s.Q;
+    const int Nr = tp_.rows_here(N);
     const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
-    const size_t NA = static_cast<size_t>(N) * A;
+    const size_t NA = static_cast<size_t>(N) * A, NrC = static_cast<size_t>(Nr) * C;
     const float* mlp_in = c.parallel_residual ? x : a.res2;
 
-    // dx holds d(loss)/d(x_out), the same on every tensor-parallel rank. MLP branch first:
-    // x_out = res2 + mlp(ln2(mlp_in)). Row-parallel fc_proj: this rank's columns of dW and its
-    // hidden units' gradient need no communication (nor does the replicated bias's gradient).
+    // dx holds d(loss)/d(x_out) (this rank's rows under sequence parallelism, else all, the
+    // same on every tensor-parallel rank). MLP branch first: x_out = res2 + mlp(ln2(mlp_in)).
+    // Row-parallel fc_proj: this rank's columns of dW and its hidden units' gradient need no
+    // communication beyond every rank's rows of dx (nor does the replicated bias's gradient).
+    const float* dx_all = tp_.gather_rows_from(dx, d.dx_full, NrC);
     be.zero(d.dfch_act, NF);
-    be.matmul_backward(d.dfch_act, g.fc_proj_w, g.fc_proj_b, dx, a.fch_act, w.fc_proj_w, N, F,
-                       C);
+    be.matmul_backward(d.dfch_act, g.fc_proj_w, g.fc_proj_b, dx_all, a.fch_act, w.fc_proj_w, N,
+                       F, C);
     be.zero(d.dfch, static_cast<size_t>(N) * F2);
     if (c.gated_mlp())
         be.swiglu_backward(d.dfch, a.fch, d.dfch_act, N, F);
@@ -92,16 +114,17 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     float* dln2 = c.parallel_residual ? d.dln2 : d.dln;
     be.zero(dln2, NC);
     be.matmul_backward(dln2, g.fc_w, g.fc_b, d.dfch, a.ln2, w.fc_w, N, C, F2);
-    tp_.allreduce_sum(dln2, NC);  // column-parallel fc: each rank's hidden units' share
+    tp_.sum_rows(dln2, NrC);  // column-parallel fc: each rank's hidden units' share
     if (!c.parallel_residual) {
         // dx becomes d/d(res2): the residual path plus the MLP norm's input gradient.
-        norm_backward(be, c, dx, g.ln2_w, g.ln2_b, dln2, mlp_in, w.ln2_w, a.ln2_mean,
-                      a.ln2_rstd, N);
+        norm_backward_rows(be, c, tp_, d.norm_scratch, dx, g.ln2_w, g.ln2_b, dln2, mlp_in,
+                           w.ln2_w, a.ln2_mean, a.ln2_rstd, Nr);
+        dx_all = tp_.gather_rows_from(dx, d.dx_full, NrC);
     }
     // attention branch: res2 = x + proj(attention(qkv(ln1(x))))
     be.zero(d.datty, NA);
-    be.matmul_backward(d.datty, g.attn_proj_w, g.attn_proj_b, dx, a.atty, w.attn_proj_w, N, A,
-                       C);
+    be.matmul_backward(d.datty, g.attn_proj_w, g.attn_proj_b, dx_all, a.atty, w.attn_proj_w, N,
+                       A, C);
     be.zero(d.dqkv, NA * 3);
     attention.backward(layer, d.dqkv, d.datty, a.qkv, a.att, a.atty);
     const float* dproj = d.dqkv;  // d(loss)/d(the projection's output)
@@ -112,13 +135,14 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     }
     be.zero(d.dln, NC);
     be.matmul_backward(d.dln, g.qkv_w, g.qkv_b, dproj, a.ln1, w.qkv_w, N, C, Q);
-    tp_.allreduce_sum(d.dln, NC);  // column-parallel qkv: each rank's heads' share
+    tp_.sum_rows(d.dln, NrC);  // column-parallel qkv: each rank's heads' share
     if (c.parallel_residual) {
         // Both branches read x: their norm gradients join the residual in dx.
-        norm_backward(be, c, dx, g.ln2_w, g.ln2_b, dln2, mlp_in, w.ln2_w, a.ln2_mean,
-                      a.ln2_rstd, N);
+        norm_backward_rows(be, c, tp_, d.norm_scratch, dx, g.ln2_w, g.ln2_b, dln2, mlp_in,
+                           w.ln2_w, a.ln2_mean, a.ln2_rstd, Nr);
     }
-    norm_backward(be, c, dx, g.ln1_w, g.ln1_b, d.dln, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, N);
+    norm_backward_rows(be, c, tp_, d.norm_scratch, dx, g.ln1_w, g.ln1_b, d.dln, x, w.ln1_w,
+                       a.ln1_mean, a.ln1_rstd, Nr);
 }
 
 }  // namespace ctx

@@ -17,7 +17,10 @@
 // (this rank's heads and hidden units), proj and fc_proj row-parallel, so each branch costs one
 // all-reduce of its (N, C) output in forward ("g") and one of its input gradient in backward
 // ("f", the conjugate). Shapes below are this rank's: A = the attention width of its heads, F
-// its hidden units (A = C and F = ffn() at tp = 1).
+// its hidden units (A = C and F = ffn() at tp = 1). With sequence parallelism the residual
+// stream (x, x_out, res2) holds this rank's Nr = N / tp rows only, the norms run on them, and
+// the all-reduces become an all-gather entering each region and a reduce-scatter leaving it;
+// the norm weights' gradients (from this rank's rows) are then summed over the group.
 #pragma once
 
 #include "backend/backend.h"
@@ -42,14 +45,14 @@ struct BlockWeights {
 // One block's activations for N tokens. Training keeps a set per layer for the backward pass;
 // generation points every layer at the same buffers (ln1 and ln2 may then be one buffer).
 struct BlockActs {
-    float* ln1;                  // (N, C)
-    float *ln1_mean, *ln1_rstd;  // (N)   (mean unused by RMSNorm)
+    float* ln1;                  // (N, C) (sequence parallel: gathered from every rank's rows)
+    float *ln1_mean, *ln1_rstd;  // (Nr)  (mean unused by RMSNorm)
     float* qkv;                  // (N, 3A)  q, k as the attention step left them (rotated)
     float* atty;                 // (N, A)   attention output before the projection
     float* att;                  // what the attention step saves for backward (or nullptr)
-    float* res2;                 // (N, C)   x + attn
+    float* res2;                 // (Nr, C)  x + attn
     float* ln2;                  // (N, C)
-    float *ln2_mean, *ln2_rstd;  // (N)
+    float *ln2_mean, *ln2_rstd;  // (Nr)
     float* fch;                  // (N, F2)
     float* fch_act;              // (N, F)
     float* qkv_grouped;          // (N, Q) grouped-query only (else null): the projection before
@@ -65,6 +68,8 @@ struct BlockGradBuffers {
     float* dfch;      // (N, F2)
     float* dfch_act;  // (N, F)
     float* dqkv_grouped;  // (N, Q) grouped-query only (else null); may be BlockActs::qkv_grouped
+    float* dx_full;   // (N, C) sequence parallel only (else null): every rank's rows of dx
+    float* norm_scratch;  // (2C) sequence parallel only: one norm's weight gradients
 };
 
 // The style's normalisation over rows of C: layernorm (mean and rstd saved, bias optional) or
@@ -75,6 +80,13 @@ void norm_forward(Backend& be, const ModelConfig& c, float* out, float* mean, fl
 void norm_backward(Backend& be, const ModelConfig& c, float* dinp, float* dw, float* db,
                    const float* dout, const float* inp, const float* w, const float* mean,
                    const float* rstd, int N);
+
+// norm_backward over `rows` rows of this rank. Under sequence parallelism each rank's rows give
+// a share of dw, db: they are computed into scratch (2C), summed over the group and then
+// accumulated, so what dw and db held before is not summed again.
+void norm_backward_rows(Backend& be, const ModelConfig& c, TensorGroup& tp, float* scratch,
+                        float* dinp, float* dw, float* db, const float* dout, const float* inp,
+                        const float* w, const float* mean, const float* rstd, int rows);
 
 // How a block's attention sees the other tokens: q, k, v in, the attention output out.
 class AttentionStep {
@@ -96,10 +108,11 @@ public:
                      Backend& backend)
         : config_(config), shard_(shard), tp_(tp), backend_(backend) {}
 
-    // x_out (N, C) = block(x (N, C)) (writes; x_out must not alias x). tmp (N, C) scratch.
+    // x_out (Nr, C) = block(x (Nr, C)) (writes; x_out must not alias x). tmp (N, C) scratch.
+    // N: the pass's rows (Nr = N without sequence parallelism).
     void forward(const BlockWeights& w, const float* x, float* x_out, const BlockActs& a,
                  float* tmp, int N, int layer, AttentionStep& attention) const;
-    // dx (N, C): d(loss)/d(x_out) in, d(loss)/d(x) out. Parameter gradients ACCUMULATE into g;
+    // dx (Nr, C): d(loss)/d(x_out) in, d(loss)/d(x) out. Parameter gradients ACCUMULATE into g;
     // x and a are the forward's input and activations.
     void backward(const BlockWeights& w, const BlockWeights& g, const float* x,
                   const BlockActs& a, float* dx, const BlockGradBuffers& d, int N, int layer,

@@ -54,6 +54,9 @@ struct Model::Acts {
     // rank's logits, and every rank's (Backend::crossentropy_shard_stats)
     float* xent_stats;      // (B, T, 3)
     float* xent_stats_all;  // (tp, B, T, 3)
+    // sequence parallelism only: every rank's rows of dx, one norm's weight gradients
+    float* dx_full;       // (B, T, C)
+    float* norm_scratch;  // (2C)
     // the batch of the current pass where the ops read it (Backend::stage_batch): tokens,
     // targets, positions, loss mask, (B, T) each
     BatchInputs batch;
@@ -192,16 +195,20 @@ void Model::reserve(int B, int T) {
     // probabilities are L of them) plus 3 packed pair arrays on the host.
     const size_t table = bias_generic_ ? static_cast<size_t>(B) * H * T * T : 0;
     const size_t xent = W > 1 ? N * 3 : 0;  // vocabulary-parallel loss statistics
+    // Sequence parallelism keeps the residual stream's rows of this rank only.
+    const bool sp = tp_.sequence_parallel();
+    const size_t Nr = sp ? (N + W - 1) / W : N;
     auto acts = std::make_unique<Acts>();
     // Sizes in the order of the struct; each rounded to 16 floats.
     const std::vector<size_t> sizes = {
         N * C, N * C, N, N,                                   // encoded, emb_ln, mean, rstd
-        L * N * C, L * N, L * N, L * N * 3 * A, N * Q,        // ln1, mean, rstd, qkv, grouped
-        L * N * A, L * saved, L * N * C,                      // atty, att (or lse), res2
-        L * N * C, L * N, L * N, L * N * F2, L * N * F,       // ln2, mean, rstd, fch, fch_act
-        (L + 1) * N * C, N * C, N, N, N * V, N, N * C,        // resid, lnf, m, r, logits, losses, tmp
+        L * N * C, L * Nr, L * Nr, L * N * 3 * A, N * Q,      // ln1, mean, rstd, qkv, grouped
+        L * N * A, L * saved, L * Nr * C,                     // atty, att (or lse), res2
+        L * N * C, L * Nr, L * Nr, L * N * F2, L * N * F,     // ln2, mean, rstd, fch, fch_act
+        (L + 1) * Nr * C, N * C, N, N, N * V, N, N * C,       // resid, lnf, m, r, logits, losses, tmp
         N * C, N * C, N * C, N * A, N * 3 * A, N * F2, N * F, N * C, scratch,  // grads, scratch
-        table, table, xent, xent * W};  // bias_table, dbias_table, xent_stats, xent_stats_all
+        table, table, xent, xent * W,  // bias_table, dbias_table, xent_stats, xent_stats_all
+        sp ? N * C : 0, sp ? 2 * C : 0};  // dx_full, norm_scratch (sequence parallel)
     size_t total = 0;
     for (size_t s : sizes) total += (s + 15) / 16 * 16;
     acts->buffer = Arena(*backend_, total);
@@ -213,9 +220,10 @@ void Model::reserve(int B, int T) {
                        &acts->lnf_rstd, &acts->logits, &acts->losses, &acts->tmp, &acts->dx,
                        &acts->dln, &acts->dln2, &acts->datty, &acts->dqkv, &acts->dfch,
                        &acts->dfch_act, &acts->demb, &acts->attn_scratch, &acts->bias_table,
-                       &acts->dbias_table, &acts->xent_stats, &acts->xent_stats_all};
-    static_assert(sizeof(slots) / sizeof(slots[0]) == 37);
-    CTX_CHECK(sizes.size() == 37, "internal: activation slot count mismatch");
+                       &acts->dbias_table, &acts->xent_stats, &acts->xent_stats_all,
+                       &acts->dx_full, &acts->norm_scratch};
+    static_assert(sizeof(slots) / sizeof(slots[0]) == 39);
+    CTX_CHECK(sizes.size() == 39, "internal: activation slot count mismatch");
     size_t off = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
         *slots[i] = acts->buffer.data() + off;
@@ -224,6 +232,7 @@ void Model::reserve(int B, int T) {
     if (!bias_generic_) acts->bias_table = acts->dbias_table = nullptr;
     if (Q == 0) acts->qkv_grouped = nullptr;
     if (xent == 0) acts->xent_stats = acts->xent_stats_all = nullptr;
+    if (!sp) acts->dx_full = acts->norm_scratch = nullptr;
     bias_pairs_.reserve(bias_generic_ ? N * (static_cast<size_t>(T) + 1) / 2 : 0);
     bias_stage_.resize(bias_generic_ && backend_->kind() != DeviceKind::CPU ? table : 0);
     bias_all_heads_.resize(bias_generic_ && tp_.active() ? table * W : 0);
@@ -368,20 +377,26 @@ void Model::embed(float* x, float* encoded, float* mean, float* rstd, const int3
         pe_->input_forward(pe_tensors(params.data()), positions_host, N, enc.data());
         enc.commit();
     }
-    tp_.allreduce_sum(encoded, static_cast<size_t>(N) * C);
+    // summed over the group: all-reduce, or (sequence parallel) reduce-scatter so that
+    // encoded[0, Nr C) holds this rank's rows
+    const int Nr = tp_.rows_here(N);
+    tp_.sum_rows(encoded, static_cast<size_t>(Nr) * C);
     if (config_.embedding_layernorm) {
         be.layernorm_forward(x, mean, rstd, encoded, view_or_null(layout_, params_, "emb_ln.weight"),
-                             view_or_null(layout_, params_, "emb_ln.bias"), N, C,
+                             view_or_null(layout_, params_, "emb_ln.bias"), Nr, C,
                              config_.norm_eps);
     } else {
-        be.copy(x, encoded, static_cast<size_t>(N) * C);
+        be.copy(x, encoded, static_cast<size_t>(Nr) * C);
     }
 }
 
 void Model::head(float* logits, float* ln, float* mean, float* rstd, const float* x, int N) {
-    const int C = config_.d_model;
-    norm_forward(*backend_, config_, ln, mean, rstd, x, view_or_null(layout_, params_, "lnf.weight"),
-                 view_or_null(layout_, params_, "lnf.bias"), N);
+    const int C = config_.d_model, Nr = tp_.rows_here(N);
+    // x: this rank's rows under sequence parallelism; the head needs every row's norm
+    norm_forward(*backend_, config_, ln + tp_.row_offset(N) * C, mean, rstd, x,
+                 view_or_null(layout_, params_, "lnf.weight"),
+                 view_or_null(layout_, params_, "lnf.bias"), Nr);
+    tp_.gather_rows(ln, static_cast<size_t>(Nr) * C);
     const float* w = config_.tied_embeddings ? params_.at(layout_.view("wte"))
                                              : view_or_null(layout_, params_, "lm_head.weight");
     // vocabulary-parallel: this rank's (N, V / tp) columns of the logits
@@ -392,19 +407,21 @@ BlockActs Model::layer_acts(int l, int B, int T) const {
     const Acts& a = *acts_;
     const size_t N = static_cast<size_t>(B) * T, C = config_.d_model, F = shard_.F;
     const size_t NC = N * C, NA = N * shard_.A, NF = N * F, NF2 = N * shard_.F2;
+    const size_t Nr = tp_.rows_here(static_cast<int>(N)), NrC = Nr * C;  // sequence parallel
     const size_t L = static_cast<size_t>(l);
     const size_t saved = attention_saved_floats(attention_mode_, B, T, shard_.H);
-    return BlockActs{a.ln1 + L * NC,      a.ln1_mean + L * N, a.ln1_rstd + L * N,
-                     a.qkv + L * NA * 3,  a.atty + L * NA,    a.att + L * saved,
-                     a.res2 + L * NC,     a.ln2 + L * NC,     a.ln2_mean + L * N,
-                     a.ln2_rstd + L * N,  a.fch + L * NF2,    a.fch_act + L * NF,
+    return BlockActs{a.ln1 + L * NC,      a.ln1_mean + L * Nr, a.ln1_rstd + L * Nr,
+                     a.qkv + L * NA * 3,  a.atty + L * NA,     a.att + L * saved,
+                     a.res2 + L * NrC,    a.ln2 + L * NC,      a.ln2_mean + L * Nr,
+                     a.ln2_rstd + L * Nr, a.fch + L * NF2,     a.fch_act + L * NF,
                      a.qkv_grouped};
 }
 
 void Model::forward_impl(const Batch& b) {
     Acts& a = *acts_;
     const int B = b.B, T = b.T, N = B * T;
-    const size_t NC = static_cast<size_t>(N) * config_.d_model;
+    // the residual stream's rows on this rank (all N unless sequence parallel)
+    const size_t NC = static_cast<size_t>(tp_.rows_here(N)) * config_.d_model;
 
     // ---- embedding + input PE -> the residual stream entering layer 0
     embed(a.resid, a.encoded, a.emb_ln_mean, a.emb_ln_rstd, a.batch.tokens, a.batch.positions,
@@ -432,6 +449,9 @@ void Model::forward_impl(const Batch& b) {
 
 // One pass over a batch: forward and the loss, then (train) the backward pass.
 LossSums Model::run_pass(const Batch& b, bool train, float grad_scale) {
+    CTX_CHECK(!tp_.sequence_parallel() || (b.B * b.T) % tp_.size() == 0,
+              "sequence parallelism: a batch of {} x {} = {} tokens is not divisible by tp = {} "
+              "(each rank keeps an equal share of the rows)", b.B, b.T, b.B * b.T, tp_.size());
     reserve(b.B, b.T);
     check_batch(b);
     stage_batch(b);
@@ -475,6 +495,14 @@ LossSums Model::forward(const Batch& b) { return run_pass(b, false, 0.0f); }
 
 LossSums Model::forward_backward(const Batch& b, float grad_scale) {
     return run_pass(b, true, grad_scale);
+}
+
+void Model::set_sequence_parallel(bool on) {
+    CTX_CHECK(!on || tp_.active(), "sequence parallelism needs tensor parallelism (tp > 1)");
+    if (on == tp_.sequence_parallel()) return;
+    tp_.set_sequence_parallel(on);
+    acts_.reset();  // the residual stream's buffers change size
+    reserved_B_ = reserved_T_ = 0;
 }
 
 void Model::set_attention_window(int window) {
@@ -528,17 +556,22 @@ void Model::backward_impl(const Batch& b) {
                                                 : view_or_null(layout_, params_, "lm_head.weight");
     be.zero(a.dln, NC);
     be.matmul_backward(a.dln, dhead, nullptr, a.logits, a.lnf, head, N, C, V);
-    tp_.allreduce_sum(a.dln, NC);
-    be.zero(a.dx, NC);
-    const float* xL = a.resid + config_.n_layer * NC;
-    norm_backward(be, config_, a.dx, view_or_null(layout_, grads_, "lnf.weight"),
-                  view_or_null(layout_, grads_, "lnf.bias"), a.dln, xL,
-                  view_or_null(layout_, params_, "lnf.weight"), a.lnf_mean, a.lnf_rstd, N);
+    // the residual stream: this rank's Nr rows under sequence parallelism, else all N
+    const int Nr = tp_.rows_here(N);
+    const size_t NrC = static_cast<size_t>(Nr) * C;
+    tp_.sum_rows(a.dln, NrC);
+    be.zero(a.dx, NrC);
+    const float* xL = a.resid + config_.n_layer * NrC;
+    norm_backward_rows(be, config_, tp_, a.norm_scratch, a.dx,
+                       view_or_null(layout_, grads_, "lnf.weight"),
+                       view_or_null(layout_, grads_, "lnf.bias"), a.dln, xL,
+                       view_or_null(layout_, params_, "lnf.weight"), a.lnf_mean, a.lnf_rstd, Nr);
 
-    const BlockGradBuffers d{a.dln, a.dln2, a.datty, a.dqkv, a.dfch, a.dfch_act, a.qkv_grouped};
+    const BlockGradBuffers d{a.dln,  a.dln2,        a.datty,   a.dqkv,        a.dfch,
+                             a.dfch_act, a.qkv_grouped, a.dx_full, a.norm_scratch};
     if (bias_generic_) be.zero(a.dbias_table, static_cast<size_t>(B) * H * T * T);
     for (int l = config_.n_layer - 1; l >= 0; --l) {
-        block_.backward(layer(l, params_), layer(l, grads_), a.resid + l * NC, layer_acts(l, B, T),
+        block_.backward(layer(l, params_), layer(l, grads_), a.resid + l * NrC, layer_acts(l, B, T),
                         a.dx, d, N, l, attention_);  // attention_: the forward pass's step
         announce_grads(layer_offsets_[l], layer_offsets_[l + 1]);  // layer l is done
     }
@@ -566,14 +599,18 @@ void Model::backward_impl(const Batch& b) {
 
     // ---- embedding: dx is now d/d(x_0)
     const float* demb = a.dx;
-    if (config_.embedding_layernorm) {
-        be.zero(a.demb, NC);
-        be.layernorm_backward(a.demb, view_or_null(layout_, grads_, "emb_ln.weight"),
-                              view_or_null(layout_, grads_, "emb_ln.bias"), a.dx, a.encoded,
-                              view_or_null(layout_, params_, "emb_ln.weight"), a.emb_ln_mean,
-                              a.emb_ln_rstd, N, C);
+    if (config_.embedding_layernorm) {  // a layernorm in every style that has one (BLOOM)
+        ModelConfig ln = config_;
+        ln.norm = NormKind::LayerNorm;
+        be.zero(a.demb, NrC);
+        norm_backward_rows(be, ln, tp_, a.norm_scratch, a.demb,
+                           view_or_null(layout_, grads_, "emb_ln.weight"),
+                           view_or_null(layout_, grads_, "emb_ln.bias"), a.dx, a.encoded,
+                           view_or_null(layout_, params_, "emb_ln.weight"), a.emb_ln_mean,
+                           a.emb_ln_rstd, Nr);
         demb = a.demb;
     }
+    demb = tp_.gather_rows_from(demb, a.dx_full, NrC);  // every row's, for the vocabulary rows
     // Tensor parallelism: rank 0 added the input PE, so it alone takes its gradient (summed
     // over the group below with the bias PEs' per-head shares).
     const bool adds_pe = shard_.rank == 0;

@@ -71,6 +71,12 @@ public:
     const TensorShard& shard() const { return shard_; }
     TensorGroup& tensor_group() { return tp_; }
     bool tensor_parallel() const { return tp_.active(); }
+    // Sequence parallelism (Megatron-LM; needs tp > 1): training and evaluation passes keep
+    // this rank's N / tp rows of the residual stream, the norms run on them, and each
+    // tensor-parallel region is entered by an all-gather and left by a reduce-scatter. Passes
+    // need B x T divisible by tp. Generation steps run without it.
+    void set_sequence_parallel(bool on);
+    bool sequence_parallel() const { return tp_.sequence_parallel(); }
     // The whole model's layout: the views of layout() with their whole shapes, in the same order.
     const ArenaLayout& full_layout() const { return full_layout_; }
     const ShardSpec& shard_spec(size_t view) const { return shard_specs_[view]; }

@@ -129,6 +129,8 @@ void KvGenerator::decode(const int32_t* tokens, const float* positions) {
 
 void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
     Model& m = m_;
+    // steps of any length: every rank holds all of the step's rows
+    TensorGroup::SequenceParallelOff whole_rows(m.tensor_group());
     const ModelConfig& cfg = m.config();
     Backend& be = m.backend();
     Buffers& b = *buf_;

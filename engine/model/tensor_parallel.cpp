@@ -100,6 +100,42 @@ void TensorGroup::allreduce_sum(float* x, size_t n) {
     backend_->copy_to_device(x, stage_.data(), n);
 }
 
+void TensorGroup::gather_rows(float* full, size_t n) {
+    if (!sequence_parallel_) return;
+    // MPI's allgather may not read from its own output: this rank's rows go through a copy
+    stage_out_.resize(n);
+    backend_->copy_to_host(stage_out_.data(), full + static_cast<size_t>(rank()) * n, n);
+    if (backend_->kind() == DeviceKind::CPU) {
+        comm_->allgather(stage_out_.data(), n * sizeof(float), full);
+        return;
+    }
+    stage_.resize(n * static_cast<size_t>(size()));
+    comm_->allgather(stage_out_.data(), n * sizeof(float), stage_.data());
+    backend_->copy_to_device(full, stage_.data(), stage_.size());
+}
+
+const float* TensorGroup::gather_rows_from(const float* local, float* full, size_t n) {
+    if (!sequence_parallel_) return local;
+    allgather(local, n, full);
+    return full;
+}
+
+void TensorGroup::sum_rows(float* partial, size_t n) {
+    if (!sequence_parallel_) {
+        allreduce_sum(partial, n);
+        return;
+    }
+    const size_t all = n * static_cast<size_t>(size());
+    if (backend_->kind() == DeviceKind::CPU) {
+        comm_->reduce_scatter_sum(partial, n);
+        return;
+    }
+    stage_.resize(all);
+    backend_->copy_to_host(stage_.data(), partial, all);
+    comm_->reduce_scatter_sum(stage_.data(), n);
+    backend_->copy_to_device(partial, stage_.data(), n);
+}
+
 void TensorGroup::allgather(const float* x, size_t n, float* out) {
     if (n == 0) return;
     if (!active()) {

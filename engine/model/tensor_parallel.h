@@ -82,9 +82,45 @@ public:
     // out (size, n) in backend memory = every rank's x (n), in rank order.
     void allgather(const float* x, size_t n, float* out);
 
+    // ---- sequence parallelism (Megatron-LM): between the tensor-parallel regions (norms,
+    // residual adds, dropout-free here) each rank keeps the rows [rank N/tp, (rank+1) N/tp) of
+    // the (N, C) activations; entering a region all-gathers them, leaving it reduce-scatters the
+    // partial sums (instead of one all-reduce). Off: every rank holds all N rows.
+    void set_sequence_parallel(bool on) { sequence_parallel_ = on && active(); }
+    bool sequence_parallel() const { return sequence_parallel_; }
+    // Rows of the residual stream this rank holds for a pass of N rows, and where they start.
+    int rows_here(int N) const { return sequence_parallel_ ? N / size() : N; }
+    size_t row_offset(int N) const {
+        return sequence_parallel_ ? static_cast<size_t>(rank()) * (N / size()) : 0;
+    }
+    // full (N, C) backend memory, this rank's rows at row_offset(N) written: every rank's rows
+    // (all-gather in place); nothing to do without sequence parallelism. n = rows_here * C.
+    void gather_rows(float* full, size_t n);
+    // The same from a separate local buffer: returns full, or local itself when not sequence
+    // parallel.
+    const float* gather_rows_from(const float* local, float* full, size_t n);
+    // partial (N, C): each rank's share of a sum. Sequence parallel: reduce-scatter, this rank's
+    // summed rows land in partial[0, n); else all-reduce of all of it. n = rows_here * C.
+    void sum_rows(float* partial, size_t n);
+    // Turns sequence parallelism off while it lives (generation steps of any length).
+    class SequenceParallelOff {
+    public:
+        explicit SequenceParallelOff(TensorGroup& g) : g_(g), was_(g.sequence_parallel_) {
+            g_.sequence_parallel_ = false;
+        }
+        ~SequenceParallelOff() { g_.sequence_parallel_ = was_; }
+        SequenceParallelOff(const SequenceParallelOff&) = delete;
+        SequenceParallelOff& operator=(const SequenceParallelOff&) = delete;
+
+    private:
+        TensorGroup& g_;
+        bool was_;
+    };
+
 private:
     Comm* comm_ = nullptr;
     Backend* backend_ = nullptr;
+    bool sequence_parallel_ = false;
     std::vector<float> stage_, stage_out_;
 };
 

@@ -17,6 +17,7 @@ public:
         if (bytes) std::memcpy(recv, send, bytes);
     }
     void broadcast(void*, size_t, int) override {}
+    void reduce_scatter_sum(float*, size_t) override {}
     std::unique_ptr<Comm> split(int, int) override { return std::make_unique<SingleComm>(); }
 };
 

@@ -18,6 +18,9 @@ public:
     virtual void barrier() = 0;
     // Every rank contributes `bytes` bytes; recv (size() * bytes) receives them in rank order.
     virtual void allgather(const void* send, size_t bytes, void* recv) = 0;
+    // In place: data holds size() blocks of n; afterwards its first block is the sum over ranks
+    // of every rank's block number rank() (MPI_Reduce_scatter_block with MPI_IN_PLACE).
+    virtual void reduce_scatter_sum(float* data, size_t n) = 0;
     // Rank `root`'s buffer is copied to every rank.
     virtual void broadcast(void* data, size_t bytes, int root) = 0;
     // The ranks with the same color form one new communicator, ordered by key (MPI_Comm_split).

@@ -55,6 +55,14 @@ public:
                       "MPI_Bcast");
     }
 
+    void reduce_scatter_sum(float* data, size_t n) override {
+        if (size_ == 1) return;
+        CTX_CHECK(n <= static_cast<size_t>(std::numeric_limits<int>::max()),
+                  "reduce-scatter of {} floats per rank is too large", n);
+        check_mpi(MPI_Reduce_scatter_block(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT,
+                                           MPI_SUM, comm_),
+                  "MPI_Reduce_scatter_block");
+    }
     std::unique_ptr<Comm> split(int color, int key) override {
         MPI_Comm sub = MPI_COMM_NULL;
         check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");

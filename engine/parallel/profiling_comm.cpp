@@ -36,6 +36,11 @@ void ProfilingComm::broadcast(void* data, size_t bytes, int root) {
           [&] { inner_.broadcast(data, bytes, root); });
 }
 
+void ProfilingComm::reduce_scatter_sum(float* data, size_t n) {
+    timed(rows_, "reduce_scatter_sum n=" + std::to_string(n),
+          [&] { inner_.reduce_scatter_sum(data, n); });
+}
+
 void ProfilingGradReducer::begin() {
     timed(rows_, "gradients begin", [&] { inner_.begin(); });
 }

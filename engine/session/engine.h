@@ -28,6 +28,7 @@ struct EngineContext {
     // (collective: every rank runs the same recipe), fixed afterwards.
     GridShape grid_shape;
     bool grid_from_cli = false;
+    bool sequence_parallel = false;  // models built with tp > 1 use it (Model::set_sequence_parallel)
     std::unique_ptr<ParallelGrid> grid;
     ParallelGrid& parallel();
     // The data-parallel group: ranks that train on different rows and sum their gradients

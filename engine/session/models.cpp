@@ -65,6 +65,8 @@ ModelRef build_model(EngineContext& engine, const ModelConfig& c, const std::str
               "yet: launch with --cp 1 (tensor and data parallelism work)", engine.parallel().cp());
     handle->model = std::make_unique<Model>(c, backend, std::move(pe), seed,
                                             engine.tensor_comm());
+    if (engine.sequence_parallel && handle->model->tensor_parallel())
+        handle->model->set_sequence_parallel(true);
     handle->model->set_attention_choice(device.attention);
     return handle;
 }

@@ -6,7 +6,8 @@
 local out, B, mode = arg[1], tonumber(arg[2]), arg[3] or "train"
 local g = ctx.parallel()
 local function say(fmt, ...) if ctx.rank() == 0 then print(string.format(fmt, ...)) end end
-say("grid world %d dp %d cp %d tp %d", g.world, g.dp, g.cp, g.tp)
+say("grid world %d dp %d cp %d tp %d sequence_parallel %s", g.world, g.dp, g.cp, g.tp,
+    tostring(g.sequence_parallel))
 local function data(seed)
   return ctx.data.synthetic{ length = 4000, period = 23, vocab_size = 49, seed = seed }
 end
