@@ -87,6 +87,16 @@ inline size_t attention_saved_floats(AttentionMode m, int B, int T, int H) {
     return m == AttentionMode::Flash ? rows : rows * T;
 }
 
+// The tokens of one block of rows for attention across blocks (Backend::attention_block_*):
+// per row b of B, T tokens with their global index in the whole row, their position and (packed
+// rows) the global index of their document's first token. Backend memory.
+struct AttnBlockRows {
+    int T = 0;
+    const int32_t* index = nullptr;      // (B, T) strictly increasing along a row
+    const float* positions = nullptr;    // (B, T)
+    const int32_t* doc_start = nullptr;  // (B, T) or null: one document per row
+};
+
 struct AttentionOptions {
     BiasSpec bias;
     // Keys further back than `window` tokens (by index, j < i - window + 1) are masked; 0 = full
@@ -259,6 +269,38 @@ public:
                                     const AttentionOptions& opt) = 0;
     virtual size_t attention_scratch_floats(int B, int T, int C, int H,
                                             AttentionMode mode) const = 0;
+
+    // ---- attention across blocks of a row (context parallelism: ring attention)
+    // A rank's queries meet the key/value blocks of the ring one at a time; the blocks' results
+    // merge by log-sum-exp, and the backward pass of each block needs only the merged out and
+    // lse (as flash attention's tiles do). Key j is visible to query i when
+    //   k.index[j] <= q.index[i]  (causal by global index in the whole row),
+    //   k.index[j] > q.index[i] - opt.window  (opt.window > 0), and
+    //   k.index[j] >= q.doc_start[i]  (packed rows, q.doc_start non-null),
+    // and Logit(i, j) = q_i . k_j / sqrt(D) + bias_h(q.positions[i] - k.positions[j]) as in
+    // attention_forward (a Table bias is (B, H, Tq, Tk) for this pair of blocks).
+    // Not implemented on every backend yet (the default throws naming the backend).
+    // forward: q (B, Tq, 3C) rows whose q part is read; kv (B, Tk, 2C) = [k | v] of the key
+    // block; out_b (B, Tq, C) = this block's softmax-weighted values, lse_b (B, H, Tq) its
+    // log-sum-exp (writes; a query with no visible key gets 0 and -inf).
+    virtual void attention_block_forward(float* out_b, float* lse_b, const float* q,
+                                         const float* kv, const AttnBlockRows& qrows,
+                                         const AttnBlockRows& krows, int B, int C, int H,
+                                         const AttentionOptions& opt);
+    // (out, lse) (B, Tq, C), (B, H, Tq) <- the merge with one block's (out_b, lse_b):
+    // lse' = log(e^lse + e^lse_b), out' = e^(lse - lse') out + e^(lse_b - lse') out_b. Start
+    // from out = 0, lse = -inf.
+    virtual void attention_block_merge(float* out, float* lse, const float* out_b,
+                                       const float* lse_b, int B, int Tq, int C, int H);
+    // Backward of one block from the merged out and lse: P = exp(logit - lse),
+    // Drow_i = dout_i . out_i, dS = P (dout v^T - Drow): dq (B, Tq, 3C; its q part) +=,
+    // dkv (B, Tk, 2C) +=, the bias parameter gradients (opt.bias.da, db) +=, opt.bias.dtable
+    // (B, H, Tq, Tk) += when given.
+    virtual void attention_block_backward(float* dq, float* dkv, const float* dout,
+                                          const float* q, const float* kv, const float* out,
+                                          const float* lse, const AttnBlockRows& qrows,
+                                          const AttnBlockRows& krows, int B, int C, int H,
+                                          const AttentionOptions& opt);
     // Whether this backend implements `mode` for C / H head dims (flash kernels have a limit).
     virtual bool attention_mode_supported(AttentionMode mode, int C, int H) const = 0;
     // The mode to use when the caller leaves the choice to the backend ("auto").

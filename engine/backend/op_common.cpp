@@ -81,3 +81,29 @@ const char* attention_mode_name(AttentionMode m) {
 const char* precision_name(Precision p) { return p == Precision::Bf16 ? "bf16" : "fp32"; }
 
 }  // namespace ctx
+
+namespace ctx {
+
+// Attention across blocks is implemented by the CPU backend so far; the others say so.
+void Backend::attention_block_forward(float*, float*, const float*, const float*,
+                                      const AttnBlockRows&, const AttnBlockRows&, int, int, int,
+                                      const AttentionOptions&) {
+    fail("attention across blocks (context parallelism) is not implemented on the {} backend "
+         "yet", name());
+}
+
+void Backend::attention_block_merge(float*, float*, const float*, const float*, int, int, int,
+                                    int) {
+    fail("attention across blocks (context parallelism) is not implemented on the {} backend "
+         "yet", name());
+}
+
+void Backend::attention_block_backward(float*, float*, const float*, const float*, const float*,
+                                       const float*, const float*, const AttnBlockRows&,
+                                       const AttnBlockRows&, int, int, int,
+                                       const AttentionOptions&) {
+    fail("attention across blocks (context parallelism) is not implemented on the {} backend "
+         "yet", name());
+}
+
+}  // namespace ctx

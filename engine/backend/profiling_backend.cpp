@@ -215,6 +215,30 @@ void ProfilingBackend::crossentropy_forward_backward(float* logits_to_dlogits, f
               inner_.crossentropy_forward_backward(logits_to_dlogits, losses, targets, mask, N, V,
                                                    grad_scale));
 }
+void ProfilingBackend::attention_block_forward(float* out_b, float* lse_b, const float* q,
+                                               const float* kv, const AttnBlockRows& qrows,
+                                               const AttnBlockRows& krows, int B, int C, int H,
+                                               const AttentionOptions& opt) {
+    CTX_TIMED("attention_block_forward",
+              fmt::format("B={} Tq={} Tk={} C={} H={}", B, qrows.T, krows.T, C, H), 0,
+              inner_.attention_block_forward(out_b, lse_b, q, kv, qrows, krows, B, C, H, opt));
+}
+void ProfilingBackend::attention_block_merge(float* out, float* lse, const float* out_b,
+                                             const float* lse_b, int B, int Tq, int C, int H) {
+    CTX_TIMED("attention_block_merge", fmt::format("B={} Tq={} C={} H={}", B, Tq, C, H), 0,
+              inner_.attention_block_merge(out, lse, out_b, lse_b, B, Tq, C, H));
+}
+void ProfilingBackend::attention_block_backward(float* dq, float* dkv, const float* dout,
+                                                const float* q, const float* kv,
+                                                const float* out, const float* lse,
+                                                const AttnBlockRows& qrows,
+                                                const AttnBlockRows& krows, int B, int C, int H,
+                                                const AttentionOptions& opt) {
+    CTX_TIMED("attention_block_backward",
+              fmt::format("B={} Tq={} Tk={} C={} H={}", B, qrows.T, krows.T, C, H), 0,
+              inner_.attention_block_backward(dq, dkv, dout, q, kv, out, lse, qrows, krows, B, C,
+                                              H, opt));
+}
 void ProfilingBackend::crossentropy_shard_stats(float* stats, const float* logits,
                                                 const int32_t* targets, int N, int V,
                                                 VocabShard shard) {

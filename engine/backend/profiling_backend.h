@@ -98,6 +98,15 @@ public:
     AttentionMode attention_mode_auto(int T, int C, int H) const override {
         return inner_.attention_mode_auto(T, C, H);
     }
+    void attention_block_forward(float* out_b, float* lse_b, const float* q, const float* kv,
+                                 const AttnBlockRows& qrows, const AttnBlockRows& krows, int B,
+                                 int C, int H, const AttentionOptions& opt) override;
+    void attention_block_merge(float* out, float* lse, const float* out_b, const float* lse_b,
+                               int B, int Tq, int C, int H) override;
+    void attention_block_backward(float* dq, float* dkv, const float* dout, const float* q,
+                                  const float* kv, const float* out, const float* lse,
+                                  const AttnBlockRows& qrows, const AttnBlockRows& krows, int B,
+                                  int C, int H, const AttentionOptions& opt) override;
     void attention_cached_forward(float* out, float* scratch, const float* qkv, const float* kc,
                                   const float* vc, const float* kpos, const int32_t* lens, int B,
                                   int Tq, int S, int C, int H,

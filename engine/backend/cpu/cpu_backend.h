@@ -91,6 +91,16 @@ public:
                          const RotarySpec& spec) override;
     void attention_forward(float* out, float* saved, const float* qkv, const float* positions,
                            int B, int T, int C, int H, const AttentionOptions& opt) override;
+    // attention across blocks of a row (cpu_attention_block.cpp)
+    void attention_block_forward(float* out_b, float* lse_b, const float* q, const float* kv,
+                                 const AttnBlockRows& qrows, const AttnBlockRows& krows, int B,
+                                 int C, int H, const AttentionOptions& opt) override;
+    void attention_block_merge(float* out, float* lse, const float* out_b, const float* lse_b,
+                               int B, int Tq, int C, int H) override;
+    void attention_block_backward(float* dq, float* dkv, const float* dout, const float* q,
+                                  const float* kv, const float* out, const float* lse,
+                                  const AttnBlockRows& qrows, const AttnBlockRows& krows, int B,
+                                  int C, int H, const AttentionOptions& opt) override;
     void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                             const float* saved, const float* out, const float* positions, int B,
                             int T, int C, int H, const AttentionOptions& opt) override;
