@@ -370,7 +370,11 @@ int l_train(lua_State* L) {
          {"checkpoint_dir", OptType::String, false,
           "on a stop signal, save here and exit 75; with resume, continue from here"},
          {"resume", OptType::String, false,
-          "auto: continue this call from checkpoint_dir/latest when there is one"}},
+          "auto: continue this call from checkpoint_dir/latest when there is one"},
+         {"checkpoint_every", OptType::Integer, false,
+          "also save checkpoint_dir/step-N.h5 every this many optimizer steps"},
+         {"keep_last", OptType::Integer, false,
+          "with checkpoint_every: keep only the newest this many step checkpoints"}},
         "ctx.train", where);
     ModelHandle& h = *option_userdata<ModelRef>(L, o, "model", kModelType, "a ctx.model");
     DataRef data = option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source");
@@ -410,6 +414,16 @@ int l_train(lua_State* L) {
             o.fail_key("resume", "needs checkpoint_dir (where the checkpoints are)");
         request.resume = true;
     }
+    request.checkpoint_every = o.integer("checkpoint_every", 0);
+    request.keep_last = o.integer("keep_last", 0);
+    if (request.checkpoint_every < 0)
+        o.fail_key("checkpoint_every", fmt::format("must be >= 0, got {}", request.checkpoint_every));
+    if (request.checkpoint_every > 0 && request.checkpoint_dir.empty())
+        o.fail_key("checkpoint_every", "needs checkpoint_dir (where the checkpoints go)");
+    if (request.keep_last < 0)
+        o.fail_key("keep_last", fmt::format("must be >= 0, got {}", request.keep_last));
+    if (request.keep_last > 0 && request.checkpoint_every == 0)
+        o.fail_key("keep_last", "applies to periodic checkpoints: give checkpoint_every too");
     const double bucket_mb = o.number("grad_bucket_mb", 25.0);
     if (!(bucket_mb > 0 && bucket_mb <= 4096))
         o.fail_key("grad_bucket_mb", fmt::format("must be in (0, 4096], got {}", bucket_mb));

@@ -67,6 +67,26 @@ int64_t resume_from(EngineContext& engine, ModelHandle& h, BatchSource& data,
     return s.step - start;
 }
 
+// checkpoint_dir/step-N.h5 of the current state (collective), `latest` pointed at it, then the
+// retention of request.keep_last; returns the file's name.
+std::string save_step_checkpoint(EngineContext& engine, ModelHandle& h, BatchSource& data,
+                                 const TrainRequest& request, const nlohmann::json& meta) {
+    const std::string name = fmt::format("step-{:08d}.h5", h.optimizer->step());
+    write_checkpoint(engine, request.checkpoint_dir + "/" + name,
+                     model_checkpoint_state(engine, h, &data, meta));
+    on_rank0(*engine.comm, [&] {
+        set_latest_checkpoint(request.checkpoint_dir, name);
+        if (request.keep_last > 0) {
+            CheckpointRetention keep;
+            keep.keep_last = request.keep_last;
+            const RetentionResult r = apply_checkpoint_retention(request.checkpoint_dir, keep);
+            for (const std::string& f : r.failed)
+                spdlog::warn("checkpoint retention: could not delete {}", f);
+        }
+    });
+    return name;
+}
+
 }  // namespace
 
 TrainResult train_model(EngineContext& engine, ModelHandle& h, BatchSource& data,
@@ -111,6 +131,20 @@ TrainResult train_model(EngineContext& engine, ModelHandle& h, BatchSource& data
             metrics->jsonl(r);
         };
     }
+    CTX_CHECK(request.checkpoint_every == 0 || !request.checkpoint_dir.empty(),
+              "{} ctx.train: checkpoint_every needs checkpoint_dir", where);
+    // Every step: the tokens seen (so a checkpoint saved during the call has them), then the
+    // periodic checkpoint.
+    StepCallback inner = on_step;
+    on_step = [&engine, &h, &data, &request, inner, start, call_steps](const StepRecord& s) {
+        h.tokens_seen += static_cast<int64_t>(s.tokens);
+        if (inner) inner(s);
+        if (request.checkpoint_every <= 0 || s.skipped ||
+            (s.step - start) % request.checkpoint_every != 0)
+            return;
+        save_step_checkpoint(engine, h, data, request,
+                             {{"train_start", start}, {"train_steps", call_steps}});
+    };
     TrainOptions& t = request.train;
     try {
         t.reducer = &engine.grad_reducer(h.model->backend(), t.reduce);
@@ -126,19 +160,15 @@ TrainResult train_model(EngineContext& engine, ModelHandle& h, BatchSource& data
         engine.drop_grad_reducer(t.reducer);
         throw;
     }
-    for (const StepRecord& s : r.steps) h.tokens_seen += static_cast<int64_t>(s.tokens);
     if (r.stopped_by != 0) {
         const std::string by = r.stopped_by > 0 ? signal_name(r.stopped_by) : "a stop signal";
         set_exit_status_override(kExitStopped);
         if (request.checkpoint_dir.empty())
             fail("{} ctx.train: stopped by {} after optimizer step {}; nothing saved (give "
                  "ctx.train a checkpoint_dir to continue later)", where, by, h.optimizer->step());
-        const std::string name = fmt::format("step-{:08d}.h5", h.optimizer->step());
-        const nlohmann::json meta = {{"train_start", start}, {"train_steps", call_steps},
-                                     {"stopped_by", by}};
-        write_checkpoint(engine, request.checkpoint_dir + "/" + name,
-                         model_checkpoint_state(engine, h, &data, meta));
-        on_rank0(*engine.comm, [&] { set_latest_checkpoint(request.checkpoint_dir, name); });
+        const std::string name = save_step_checkpoint(
+            engine, h, data, request,
+            {{"train_start", start}, {"train_steps", call_steps}, {"stopped_by", by}});
         fail("{} ctx.train: stopped by {} after optimizer step {}: saved {}/{}; run the same "
              "command again to continue (resume = \"auto\")", where, by, h.optimizer->step(),
              request.checkpoint_dir, name);

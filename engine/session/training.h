@@ -23,6 +23,12 @@ struct TrainRequest {
     // resume continues this call from checkpoint_dir/latest when there is one.
     std::string checkpoint_dir;
     bool resume = false;
+    // Also save checkpoint_dir/step-N.h5 (and point `latest` at it) after every this many
+    // optimizer steps of the call (0: only on a stop signal), so a run that dies without a
+    // signal (a lost node) loses at most this many steps; keep_last > 0 then keeps the newest
+    // keep_last step files (CheckpointRetention).
+    int64_t checkpoint_every = 0;
+    int64_t keep_last = 0;
 };
 
 // Trains h on data; adds the step's tokens to h.tokens_seen. `where` prefixes reducer errors.
