@@ -358,6 +358,106 @@ INSTANTIATE_TEST_SUITE_P(Pes, TensorParallelDeviceMpi,
                                            PeCase{"fire", {}}),
                          [](const auto& info) { return info.param.pe; });
 
+// Context parallelism (ring attention, model/ring_attention.h): cp 2 on 2 ranks, cp 2 x tp 2 on
+// 4; every rank of the group takes the same whole batch and runs its zigzag share of each row.
+// Loss, gradients (summed over the group), AdamW steps and the gathered logits must equal the
+// whole model's in one process, for every style and every PE without a generic bias (bloom's
+// rows are packed: two documents each).
+class ContextParallelMpi : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(ContextParallelMpi, TrainsAsOneProcess) {
+    const int W = world().size();
+    if (W != 2 && W != 4) GTEST_SKIP() << "needs mpirun with 2 or 4 ranks";
+    const TpCase& tc = GetParam();
+    ParallelGrid grid(world(), GridShape{W / 2, 2});  // cp 2 (x tp 2 on 4 ranks)
+    const ModelConfig c = config_for(tc.style);
+    Model ref(c, cpu(), test::make_pe(tc.pe.pe, c, tc.pe.opts), 13);
+    Model par(c, cpu(), test::make_pe(tc.pe.pe, c, tc.pe.opts), 13,
+              grid.tp() > 1 ? &grid.tp_group() : nullptr);
+    par.set_context_parallel(&grid.cp_group());
+    ASSERT_TRUE(par.context_parallel());
+    const int B = 2, T = 8;  // 2 x cp chunks of 2 tokens
+    BatchBuffers batch;
+    batch.resize(B, T);
+    for (int i = 0; i < B * T; ++i) {
+        batch.tokens[i] = (i * 7 + 3) % c.vocab_size;
+        batch.targets[i] = (i * 5 + 1) % c.vocab_size;
+        batch.positions[i] = float((i % T) * 1.25 + (i / T) * 0.5);
+        batch.mask[i] = i % 7 == 3 ? 0.0f : 1.0f;
+    }
+    if (tc.style == "bloom") {  // packed: documents [0, 3) and [3, 8) in each row
+        batch.doc_start.assign(B * T, 0);
+        for (int i = 0; i < B * T; ++i) batch.doc_start[i] = i % T < 3 ? 0 : 3;
+    }
+    double count = 0;
+    for (float m : batch.mask) count += m;
+    OptimizerConfig oc;
+    oc.lr = 1e-3f;
+    oc.warmup_steps = 0;
+    oc.eps = 1e-5f;  // as TrainsAsOneProcess: zero-gradient parameters must not move on noise
+    Optimizer ref_opt(ref, oc), par_opt(par, oc);
+    for (int step = 0; step < 3; ++step) {
+        cpu().zero(ref.grads().data(), ref.grads().size());
+        cpu().zero(par.grads().data(), par.grads().size());
+        const LossSums a = ref.forward_backward(batch.batch(), float(1 / count));
+        const LossSums b = par.forward_backward(batch.batch(), float(1 / count));
+        grid.cp_group().allreduce_sum(par.grads().data(), par.grads().size());
+        EXPECT_NEAR(b.loss_sum, a.loss_sum, 1e-5 * std::fabs(a.loss_sum)) << "step " << step;
+        EXPECT_EQ(b.mask_sum, a.mask_sum);
+        if (step == 0) {
+            const std::vector<float> g = par.gather_full(par.grads());
+            const std::vector<float> want = test::host_copy(cpu(), ref.grads());
+            const double floor = 1e-6 * ref_opt.grad_norm();
+            for (const ParamView& v : ref.layout().views()) {
+                double diff = 0, norm = 0;
+                for (size_t i = v.offset; i < v.offset + v.numel; ++i) {
+                    diff += (g[i] - want[i]) * double(g[i] - want[i]);
+                    norm += double(want[i]) * want[i];
+                }
+                EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm) + floor) << v.name;
+            }
+        }
+        ref_opt.update(ref_opt.grad_norm());
+        par_opt.update(par_opt.grad_norm());
+    }
+    EXPECT_LE(max_abs_diff(par.gather_full(par.params()), test::host_copy(cpu(), ref.params())),
+              1e-5);
+    ref.forward(batch.batch());
+    par.forward(batch.batch());
+    EXPECT_LE(max_abs_diff(par.logits(batch.batch()), ref.logits(batch.batch())), 1e-4);
+}
+
+std::vector<TpCase> cp_cases() {
+    std::vector<TpCase> out;
+    for (const std::string style : {"gpt2", "neox", "bloom", "llama"})
+        for (const char* pe : {"none", "learned", "sinusoidal", "rope", "alibi", "kerple_log",
+                               "kerple_power", "t5_bias"})
+            out.push_back({style, PeCase{pe, {}}, false});
+    return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(StylesAndPes, ContextParallelMpi, ::testing::ValuesIn(cp_cases()),
+                         [](const auto& info) { return case_name(info.param); });
+
+TEST(ContextParallelMpi, RefusesAGenericBiasAndRowsThatDoNotSplit) {
+    if (world().size() != 2 && world().size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+    ParallelGrid grid(world(), GridShape{world().size() / 2, 2});
+    const ModelConfig c = config_for("gpt2");
+    Comm* tp = grid.tp() > 1 ? &grid.tp_group() : nullptr;
+    Model fire(c, cpu(), test::make_pe("fire", c), 1, tp);
+    EXPECT_THROW(fire.set_context_parallel(&grid.cp_group()), Error);
+    Model m(c, cpu(), test::make_pe("rope", c), 1, tp);
+    m.set_context_parallel(&grid.cp_group());
+    BatchBuffers b = test::tiny_batch(c.vocab_size);  // rows of 6: not 4 equal chunks
+    try {
+        m.forward(b.batch());
+        ADD_FAILURE() << "rows of 6 tokens were split over cp 2";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("do not split into 2 x cp = 4"), std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(ParallelGridMpi, RefusesAWorldThatDoesNotFactor) {
     const int W = world().size();
     try {

@@ -355,6 +355,12 @@ public:
 };
 
 std::unique_ptr<Backend> make_cpu_backend(int threads);
+// A cap on the bytes the CPU backends of this process hold at once (0: none, the default):
+// an allocation beyond it fails with a message naming the cap (ctxengine
+// --backend-memory-limit), as a device's memory would. For runs that must fit a budget, and
+// to show what context or tensor parallelism makes fit.
+void set_cpu_memory_limit(size_t bytes);
+size_t cpu_memory_in_use();  // bytes the CPU backends hold now
 // Defined by backend/cuda when built with CUDA; otherwise a stub that throws
 // ctx::Error("ctxengine was built without CUDA ...").
 std::unique_ptr<Backend> make_cuda_backend(int device, Precision precision = Precision::Fp32);

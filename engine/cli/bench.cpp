@@ -52,7 +52,7 @@ void usage() {
         "                       [--attention auto|flash|materialised] [--pe NAME] [--batch B]\n"
         "                       [--seq T] [--steps N] [--warmup N] [--threads N]\n"
         "                       [--peak-tflops X | --peak-gflops X] [--profile] [--tp N]\n"
-        "                       [--sequence-parallel]\n"
+        "                       [--sequence-parallel] [--cp N]\n"
         "       ctxengine bench attention ...   the attention ops alone (bench attention --help)\n"
         "       ctxengine bench peak ...        the peak table MFU uses (bench peak --help)\n\n"
         "Trains the named config on random tokens and prints tokens/s, achieved TFLOP/s and MFU\n"
@@ -64,7 +64,7 @@ void usage() {
         "the timed steps' milliseconds by op and shape. Under mpirun -np N the ranks train data\n"
         "parallel (tokens/s and the peak are the world's; the profile adds the collectives); --tp N\n"
         "splits each model over N of them (tensor parallelism, data parallel over the rest) and\n"
-        "the memory lines are per rank.\n"
+        "the memory lines are per rank; --cp N splits each row over N ranks (ring attention).\n"
         "docs/BENCHMARKS.md.\n"
         "Configs:\n");
     for (const auto& [name, c] : kConfigs)
@@ -91,6 +91,7 @@ struct TrainArgs {
     int64_t steps = 10, warmup = 2;
     int threads = 0;
     int tp = 1;             // tensor-parallel ranks per model
+    int cp = 1;             // context-parallel ranks per row
     bool sequence_parallel = false;
     double peak_flops = 0;  // 0: the device's
     bool profile = false;   // time every backend op of the timed steps
@@ -121,6 +122,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& args, int threads) {
         else if (a == "--peak-gflops") o.peak_flops = bench_parse_double(a, value()) * 1e9;
         else if (a == "--profile") o.profile = true;
         else if (a == "--tp") o.tp = static_cast<int>(bench_parse_int(a, value()));
+        else if (a == "--cp") o.cp = static_cast<int>(bench_parse_int(a, value()));
         else if (a == "--sequence-parallel") o.sequence_parallel = true;
         else fail("bench: unknown argument '{}' (see ctxengine bench --help)", a);
     }
@@ -217,9 +219,10 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     if (o.profile) profiler = std::make_unique<ProfilingBackend>(*backend);
     Backend& model_backend = profiler ? static_cast<Backend&>(*profiler) : *backend;
     // --tp: the model split over tensor-parallel groups, data parallel over the rest
-    ParallelGrid grid(world, GridShape{o.tp, 1});
+    ParallelGrid grid(world, GridShape{o.tp, o.cp});
     Model model(c, model_backend, std::move(pe), 1, o.tp > 1 ? &grid.tp_group() : nullptr);
     model.set_sequence_parallel(o.sequence_parallel);
+    model.set_context_parallel(o.cp > 1 ? &grid.cp_group() : nullptr);
     model.set_attention_choice(o.attention);
     model.reserve(B, T);
     OptimizerConfig oc;
@@ -239,7 +242,8 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     Comm& comm = o.profile ? static_cast<Comm&>(profiled_comm) : grid.dp_group();
     // The gradient reducer training would make, kept across the calls (and timed with --profile);
     // made on the backend itself, not its timing wrapper (NCCL's needs the CUDA backend's stream).
-    auto reducer = make_grad_reducer(*backend, comm, GradReduceOptions{});
+    // gradients are summed over every rank holding the same parameters (dp x cp)
+    auto reducer = make_grad_reducer(*backend, grid.dp_cp_group(), GradReduceOptions{});
     ProfilingGradReducer profiled_reducer(*reducer);
     TrainOptions t;
     t.reducer = o.profile ? static_cast<GradReducer*>(&profiled_reducer) : reducer.get();

@@ -52,8 +52,10 @@ void print_help() {
         "  --threads N            CPU threads for the CPU backend (default: all cores)\n"
         "  --tp N                 tensor-parallel ranks per model (default 1); the world is\n"
         "                         dp x cp x tp, data parallel over the rest (docs/PARALLEL.md)\n"
-        "  --cp N                 context-parallel ranks per row (default 1; not implemented\n"
-        "                         yet: models refuse cp > 1)\n"
+        "  --cp N                 context-parallel ranks per row (default 1; ring attention,\n"
+        "                         CPU backend; rows split in 2 cp chunks, zigzag)\n"
+        "  --backend-memory-limit BYTES  cap on the CPU backend's memory per rank (e.g. 2e9;\n"
+        "                         an allocation beyond it fails, as on a device)\n"
         "  --sequence-parallel    with --tp: norms and residuals on N/tp rows per rank\n"
         "                         (all-gather / reduce-scatter instead of all-reduce)\n"
         "  --device D             auto (default: the GPU of this rank's local rank when one\n"
@@ -122,6 +124,7 @@ CliOptions parse_args(int argc, char** argv) {
         else if (a == "--tp") o.grid.tp = static_cast<int>(parse_count(a, value())), o.grid_from_cli = true;
         else if (a == "--cp") o.grid.cp = static_cast<int>(parse_count(a, value())), o.grid_from_cli = true;
         else if (a == "--sequence-parallel") o.sequence_parallel = true;
+        else if (a == "--backend-memory-limit") ctx::set_cpu_memory_limit(static_cast<size_t>(parse_count(a, value())));
         else if (a == "--device") o.device = value(), ctx::device_choice_from_name(o.device);
         else if (a == "--precision") o.precision = value(), ctx::precision_from_name(o.precision);
         else if (a == "--plugin") o.plugins.push_back(value());
@@ -227,7 +230,8 @@ int run(int argc, char** argv, std::unique_ptr<ctx::Comm>& comm) {
             std::vector<std::string> args = o.args;
             for (const auto& [flag, value] : {std::pair<std::string, std::string>{"--device", o.device},
                                               {"--precision", o.precision},
-                                              {"--tp", o.grid.tp > 1 ? std::to_string(o.grid.tp) : ""}})
+                                              {"--tp", o.grid.tp > 1 ? std::to_string(o.grid.tp) : ""},
+                                              {"--cp", o.grid.cp > 1 ? std::to_string(o.grid.cp) : ""}})
                 if (!value.empty() && std::find(args.begin(), args.end(), flag) == args.end())
                     args.insert(args.end(), {flag, value});
             return ctx::run_bench(args, registry, o.threads, *comm);

@@ -179,10 +179,12 @@ void Model::init_params(uint64_t seed) {
     scatter_full(host.data(), params_);
 }
 
-void Model::reserve(int B, int T) {
-    if (acts_ && B <= reserved_B_ && T <= reserved_T_) return;
+void Model::reserve(int B, int T_whole) {
+    if (acts_ && B <= reserved_B_ && T_whole <= reserved_T_) return;
     B = std::max(B, reserved_B_);
-    T = std::max(T, reserved_T_);
+    T_whole = std::max(T_whole, reserved_T_);
+    // context parallelism: this rank's share of each row
+    const int cp = cp_ ? cp_->size() : 1, T = (T_whole + cp - 1) / cp;
     // this rank's widths (tensor parallelism: its heads, hidden units and vocabulary rows)
     const size_t C = config_.d_model, V = shard_.V, F = shard_.F, A = shard_.A;
     const size_t F2 = shard_.F2, Q = config_.grouped_kv() ? shard_.Q : 0;
@@ -239,7 +241,7 @@ void Model::reserve(int B, int T) {
     losses_host_.assign(N, 0.0f);
     acts_ = std::move(acts);
     reserved_B_ = B;
-    reserved_T_ = T;
+    reserved_T_ = T_whole;
 }
 
 int64_t Model::input_table_rows() const {
@@ -434,7 +436,14 @@ void Model::forward_impl(const Batch& b) {
     attn.window = config_.window_with(attention_window_);
     attn.doc_start = a.batch.doc_start;
     attn.mode = attention_mode_;
-    attention_.begin(B, T, a.batch.positions, rot, attn, a.attn_scratch);
+    if (cp_) {  // the ring sees the whole rows (rotation and bias of the whole length)
+        const Batch& w = *cp_whole_;
+        const RotarySpec rot_w = rotary_spec(w.T);
+        attn.bias = bias_spec(w.T);
+        ring_->begin(B, w.T, w.positions, w.doc_start, a.batch.positions, rot_w, attn);
+    } else {
+        attention_.begin(B, T, a.batch.positions, rot, attn, a.attn_scratch);
+    }
     if (bias_generic_) {  // one table for every layer
         bias_pairs_.pack(B, T, b.positions, static_cast<size_t>(T), nullptr, b.doc_start);
         fill_bias_table(bias_pairs_, a.bias_table, B, T, T);
@@ -442,13 +451,19 @@ void Model::forward_impl(const Batch& b) {
 
     for (int l = 0; l < config_.n_layer; ++l)
         block_.forward(layer(l, params_), a.resid + l * NC, a.resid + (l + 1) * NC,
-                       layer_acts(l, B, T), a.tmp, N, l, attention_);
+                       layer_acts(l, B, T), a.tmp, N, l, attention_step());
 
     head(a.logits, a.lnf, a.lnf_mean, a.lnf_rstd, a.resid + config_.n_layer * NC, N);
 }
 
 // One pass over a batch: forward and the loss, then (train) the backward pass.
+AttentionStep& Model::attention_step() {
+    if (cp_) return *ring_;
+    return attention_;
+}
+
 LossSums Model::run_pass(const Batch& b, bool train, float grad_scale) {
+    if (cp_) return run_pass_cp(b, train, grad_scale);
     CTX_CHECK(!tp_.sequence_parallel() || (b.B * b.T) % tp_.size() == 0,
               "sequence parallelism: a batch of {} x {} = {} tokens is not divisible by tp = {} "
               "(each rank keeps an equal share of the rows)", b.B, b.T, b.B * b.T, tp_.size());
@@ -505,22 +520,99 @@ void Model::set_sequence_parallel(bool on) {
     reserved_B_ = reserved_T_ = 0;
 }
 
+void Model::set_context_parallel(Comm* cp) {
+    if (cp && cp->size() <= 1) cp = nullptr;
+    if (cp == cp_) return;
+    CTX_CHECK(!cp || !tp_.sequence_parallel(), "context parallelism with sequence parallelism is "
+              "not supported yet");
+    CTX_CHECK(!cp || !bias_generic_, "context parallelism: {} has a generic bias (a table per "
+              "pair of tokens), which is not supported across the ring yet", pe_->name());
+    CTX_CHECK(!cp || backend_->kind() == DeviceKind::CPU, "context parallelism runs on the CPU "
+              "backend only so far (the {} backend has no attention across blocks yet)",
+              backend_->name());
+    cp_ = cp;
+    ring_ = cp ? std::make_unique<RingAttention>(*backend_, shard_.A, shard_.H, *cp) : nullptr;
+    set_attention_choice(attention_choice_);  // the ring keeps the lse: flash mode's buffers
+    acts_.reset();
+    reserved_B_ = reserved_T_ = 0;
+}
+
+// Context parallelism: this rank's zigzag share of every row, the model over it, and the
+// whole rows' losses gathered from the group.
+LossSums Model::run_pass_cp(const Batch& b, bool train, float grad_scale) {
+    const int cp = cp_->size(), B = b.B, T = b.T;
+    CTX_CHECK(T % (2 * cp) == 0, "context parallelism: rows of {} tokens do not split into "
+              "2 x cp = {} equal chunks", T, 2 * cp);
+    check_batch(b);
+    const int Tl = T / cp;
+    const std::vector<int32_t> mine = zigzag_indices(T, cp, cp_->rank());
+    BatchBuffers& l = cp_local_;
+    l.resize(B, Tl);
+    for (int r = 0; r < B; ++r)
+        for (int i = 0; i < Tl; ++i) {
+            const size_t g = static_cast<size_t>(r) * T + mine[i], k = static_cast<size_t>(r) * Tl + i;
+            l.tokens[k] = b.tokens[g];
+            l.targets[k] = b.targets[g];
+            l.positions[k] = b.positions[g];
+            l.mask[k] = b.loss_mask[g];
+        }
+    const Batch lb = l.batch();  // documents: the ring reads the whole batch's doc_start
+    reserve(B, T);  // whole rows: the rank keeps T / cp of each
+    stage_batch(lb);
+    cp_whole_ = &b;
+    forward_impl(lb);
+    const int N = B * Tl;
+    cross_entropy(train, N, grad_scale);
+    // every rank's losses (N) into the whole rows' (B, T)
+    std::vector<float> part(N), all(static_cast<size_t>(N) * cp);
+    backend_->copy_to_host(part.data(), acts_->losses, N);
+    cp_->allgather(part.data(), part.size() * sizeof(float), all.data());
+    losses_host_.assign(static_cast<size_t>(B) * T, 0.0f);
+    for (int q = 0; q < cp; ++q) {
+        const std::vector<int32_t> idx = zigzag_indices(T, cp, q);
+        for (int r = 0; r < B; ++r)
+            for (int i = 0; i < Tl; ++i)
+                losses_host_[static_cast<size_t>(r) * T + idx[i]] =
+                    all[static_cast<size_t>(q) * N + static_cast<size_t>(r) * Tl + i];
+    }
+    LossSums s;
+    for (size_t i = 0; i < losses_host_.size(); ++i) {
+        s.loss_sum += losses_host_[i];
+        s.mask_sum += b.loss_mask[i];
+    }
+    if (train) backward_impl(lb);
+    cp_whole_ = nullptr;
+    return s;
+}
+
 void Model::set_attention_window(int window) {
     CTX_CHECK(window >= 0, "attention window must be >= 0 (0: full causal), got {}", window);
     attention_window_ = window;
 }
 
 std::vector<float> Model::logits(const Batch& b) const {
-    CTX_CHECK(acts_ && b.B <= reserved_B_ && b.T <= reserved_T_,
+    const int cp = cp_ ? cp_->size() : 1, T = b.T / cp;  // this rank's tokens of each row
+    CTX_CHECK(acts_ && b.B <= reserved_B_ && T <= reserved_T_ && b.T % cp == 0,
               "logits: no forward pass of a {} x {} batch to read", b.B, b.T);
-    const size_t N = static_cast<size_t>(b.B) * b.T, V = config_.vocab_size;
+    const size_t N = static_cast<size_t>(b.B) * T, V = config_.vocab_size;
     std::vector<float> out(N * V);
-    if (!tp_.active()) {
+    if (!tp_.active())
         backend_->copy_to_host(out.data(), acts_->logits, out.size());
-        return out;
+    else
+        gather_vocab_columns(acts_->logits, N, out.data());
+    if (cp == 1) return out;
+    // context parallelism: every rank's tokens of each row into place
+    std::vector<float> all(out.size() * cp), whole(out.size() * cp);
+    cp_->allgather(out.data(), out.size() * sizeof(float), all.data());
+    for (int q = 0; q < cp; ++q) {
+        const std::vector<int32_t> idx = zigzag_indices(b.T, cp, q);
+        for (int r = 0; r < b.B; ++r)
+            for (int i = 0; i < T; ++i)
+                std::memcpy(whole.data() + (static_cast<size_t>(r) * b.T + idx[i]) * V,
+                            all.data() + (q * N + static_cast<size_t>(r) * T + i) * V,
+                            V * sizeof(float));
     }
-    gather_vocab_columns(acts_->logits, N, out.data());
-    return out;
+    return whole;
 }
 
 void Model::gather_vocab_columns(const float* local, size_t rows, float* out) const {
@@ -572,7 +664,7 @@ void Model::backward_impl(const Batch& b) {
     if (bias_generic_) be.zero(a.dbias_table, static_cast<size_t>(B) * H * T * T);
     for (int l = config_.n_layer - 1; l >= 0; --l) {
         block_.backward(layer(l, params_), layer(l, grads_), a.resid + l * NrC, layer_acts(l, B, T),
-                        a.dx, d, N, l, attention_);  // attention_: the forward pass's step
+                        a.dx, d, N, l, attention_step());  // the forward pass's step
         announce_grads(layer_offsets_[l], layer_offsets_[l + 1]);  // layer l is done
     }
     if (bias_generic_) {  // every layer has added into dbias_table
@@ -651,6 +743,7 @@ void Model::set_attention_choice(AttentionChoice choice) {
         mode = backend_->attention_mode_auto(config_.context_length, C, H);
     else if (choice == AttentionChoice::Flash)
         mode = AttentionMode::Flash;
+    if (cp_) mode = AttentionMode::Flash;  // the ring keeps the (B, H, T / cp) lse per layer
     CTX_CHECK(backend_->attention_mode_supported(mode, C, H),
               "attention = \"{}\": the {} backend has no {} attention for head dim {}",
               attention_choice_name(choice), backend_->name(), attention_mode_name(mode), C / H);

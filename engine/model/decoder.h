@@ -17,6 +17,7 @@
 #include "model/config.h"
 #include "model/generic_bias.h"
 #include "model/host_span.h"
+#include "model/ring_attention.h"
 #include "model/tensor_parallel.h"
 #include "parallel/comm.h"
 #include "plugin/pe_plugin.h"
@@ -77,6 +78,15 @@ public:
     // need B x T divisible by tp. Generation steps run without it.
     void set_sequence_parallel(bool on);
     bool sequence_parallel() const { return tp_.sequence_parallel(); }
+    // Context parallelism (ring attention, model/ring_attention.h; CPU backend): with a group of
+    // cp > 1 ranks, forward() and forward_backward() take the whole batch on every rank of the
+    // group, and each runs its zigzag share of every row's tokens (T / cp of them; T divisible
+    // by 2 cp), so activations per rank shrink by cp. Losses and logits are gathered, so callers
+    // see the whole rows; parameter gradients are each rank's share (sum them over the group
+    // with the data-parallel ones). Null or one rank: off. Not with sequence parallelism or a
+    // generic-bias PE yet.
+    void set_context_parallel(Comm* cp);
+    bool context_parallel() const { return cp_ != nullptr; }
     // The whole model's layout: the views of layout() with their whole shapes, in the same order.
     const ArenaLayout& full_layout() const { return full_layout_; }
     const ShardSpec& shard_spec(size_t view) const { return shard_specs_[view]; }
@@ -92,8 +102,9 @@ public:
     // gradients are the same on every rank). The norm is the sum over the group.
     const std::vector<std::pair<size_t, size_t>>& norm_ranges() const { return norm_ranges_; }
 
-    // Sizes activation buffers for rows of up to B x T tokens. Called by forward when needed;
-    // call it up front so no step allocates.
+    // Sizes activation buffers for rows of up to B x T tokens (whole rows: under context
+    // parallelism this rank keeps T / cp of each). Called by forward when needed; call it up
+    // front so no step allocates.
     void reserve(int B, int T);
 
     // Forward only: per-token losses (B*T) are kept (losses()), logits are not.
@@ -174,6 +185,8 @@ private:
     BlockActs layer_acts(int l, int B, int T) const;
     void check_batch(const Batch& b) const;
     LossSums run_pass(const Batch& b, bool train, float grad_scale);
+    LossSums run_pass_cp(const Batch& b, bool train, float grad_scale);
+    AttentionStep& attention_step();
     void forward_impl(const Batch& b);
     void backward_impl(const Batch& b);
     void stage_batch(const Batch& b);
@@ -207,6 +220,12 @@ private:
     TransformerBlock block_;
     // The attention step of the current forward pass, reused by its backward pass.
     CausalAttention attention_;
+    // Context parallelism: the group, its ring step, this rank's share of the batch, and the
+    // whole batch of the pass (host; every rank of the group has it).
+    Comm* cp_ = nullptr;
+    std::unique_ptr<RingAttention> ring_;
+    BatchBuffers cp_local_;
+    const Batch* cp_whole_ = nullptr;
     // Generic bias (CTX_BIAS_GENERIC): the causal pairs of the batch (sized by reserve()) and
     // host staging of a (rows, H, Tq, S) table for non-CPU backends, and of all heads' table
     // under tensor parallelism (each rank keeps its heads).

@@ -18,6 +18,9 @@ public:
     }
     void broadcast(void*, size_t, int) override {}
     void reduce_scatter_sum(float*, size_t) override {}
+    void sendrecv(const void* send, void* recv, size_t bytes, int, int) override {
+        if (bytes) std::memcpy(recv, send, bytes);  // to and from itself
+    }
     std::unique_ptr<Comm> split(int, int) override { return std::make_unique<SingleComm>(); }
 };
 

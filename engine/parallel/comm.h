@@ -21,6 +21,9 @@ public:
     // In place: data holds size() blocks of n; afterwards its first block is the sum over ranks
     // of every rank's block number rank() (MPI_Reduce_scatter_block with MPI_IN_PLACE).
     virtual void reduce_scatter_sum(float* data, size_t n) = 0;
+    // Sends `bytes` bytes to rank dest and receives as many from rank src into recv (a ring's
+    // step: MPI_Sendrecv). recv must not overlap send.
+    virtual void sendrecv(const void* send, void* recv, size_t bytes, int dest, int src) = 0;
     // Rank `root`'s buffer is copied to every rank.
     virtual void broadcast(void* data, size_t bytes, int root) = 0;
     // The ranks with the same color form one new communicator, ordered by key (MPI_Comm_split).

@@ -63,6 +63,14 @@ public:
                                            MPI_SUM, comm_),
                   "MPI_Reduce_scatter_block");
     }
+    void sendrecv(const void* send, void* recv, size_t bytes, int dest, int src) override {
+        CTX_CHECK(bytes <= static_cast<size_t>(std::numeric_limits<int>::max()),
+                  "sendrecv of {} bytes is too large", bytes);
+        check_mpi(MPI_Sendrecv(send, static_cast<int>(bytes), MPI_BYTE, dest, 0, recv,
+                               static_cast<int>(bytes), MPI_BYTE, src, 0, comm_,
+                               MPI_STATUS_IGNORE),
+                  "MPI_Sendrecv");
+    }
     std::unique_ptr<Comm> split(int color, int key) override {
         MPI_Comm sub = MPI_COMM_NULL;
         check_mpi(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");

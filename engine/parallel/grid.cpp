@@ -22,6 +22,7 @@ ParallelGrid::ParallelGrid(Comm& world, const GridShape& shape) : world_(world),
     tp_comm_ = world.split(dp_rank_ * shape.cp + cp_rank_, tp_rank_);
     cp_comm_ = world.split(dp_rank_ * shape.tp + tp_rank_, cp_rank_);
     dp_comm_ = world.split(cp_rank_ * shape.tp + tp_rank_, dp_rank_);
+    dp_cp_comm_ = world.split(tp_rank_, dp_rank_ * shape.cp + cp_rank_);
 }
 
 std::string ParallelGrid::describe() const {

@@ -35,6 +35,8 @@ public:
     Comm& tp_group() const { return *tp_comm_; }  // same dp and cp coordinates
     Comm& cp_group() const { return *cp_comm_; }  // same dp and tp coordinates
     Comm& dp_group() const { return *dp_comm_; }  // same cp and tp coordinates: different rows
+    // same tp coordinate: every rank holding the same parameters (gradients are summed over it)
+    Comm& dp_cp_group() const { return *dp_cp_comm_; }
 
     // "dp 2 x cp 1 x tp 2 (4 ranks)"
     std::string describe() const;
@@ -43,7 +45,7 @@ private:
     Comm& world_;
     GridShape shape_;
     int dp_ = 1, tp_rank_ = 0, cp_rank_ = 0, dp_rank_ = 0;
-    std::unique_ptr<Comm> tp_comm_, cp_comm_, dp_comm_;
+    std::unique_ptr<Comm> tp_comm_, cp_comm_, dp_comm_, dp_cp_comm_;
 };
 
 }  // namespace ctx

@@ -34,6 +34,9 @@ public:
     void allgather(const void* send, size_t bytes, void* recv) override;
     void broadcast(void* data, size_t bytes, int root) override;
     void reduce_scatter_sum(float* data, size_t n) override;
+    void sendrecv(const void* send, void* recv, size_t bytes, int dest, int src) override {
+        inner_.sendrecv(send, recv, bytes, dest, src);
+    }
     // Sub-communicators are not profiled.
     std::unique_ptr<Comm> split(int color, int key) override { return inner_.split(color, key); }
     const void* mpi_native() const override { return inner_.mpi_native(); }

@@ -36,7 +36,7 @@ GradReducer& EngineContext::grad_reducer(Backend& backend, const GradReduceOptio
                                          o.deterministic);
     auto it = reducers.find(key);
     if (it == reducers.end())
-        it = reducers.emplace(key, make_grad_reducer(backend, data_comm(), o)).first;
+        it = reducers.emplace(key, make_grad_reducer(backend, gradient_comm(), o)).first;
     return *it->second;
 }
 

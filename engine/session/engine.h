@@ -34,6 +34,10 @@ struct EngineContext {
     // The data-parallel group: ranks that train on different rows and sum their gradients
     // (the world when tp = cp = 1). Data streams, evaluation items and reducers use it.
     Comm& data_comm() { return parallel().dp_group(); }
+    // The ranks that hold the same parameters (dp x cp): gradients are summed over them.
+    Comm& gradient_comm() { return parallel().dp_cp_group(); }
+    // The context-parallel group for a model (null at cp 1).
+    Comm* context_comm() { return parallel().cp() > 1 ? &parallel().cp_group() : nullptr; }
     // The tensor-parallel group for a model (null at tp 1).
     Comm* tensor_comm() { return parallel().tp() > 1 ? &parallel().tp_group() : nullptr; }
     int threads = 0;  // CPU threads for the CPU backend (0: OpenMP's default)

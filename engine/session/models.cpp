@@ -61,12 +61,11 @@ ModelRef build_model(EngineContext& engine, const ModelConfig& c, const std::str
     handle->trained_length = c.context_length;
     handle->pe_options_json = pe_options_to_json(*engine.registry, pe_plugin, pe_options);
     Backend& backend = engine.backend(device.device, device.precision);
-    CTX_CHECK(engine.parallel().cp() == 1, "context parallelism (cp = {}) is not implemented "
-              "yet: launch with --cp 1 (tensor and data parallelism work)", engine.parallel().cp());
     handle->model = std::make_unique<Model>(c, backend, std::move(pe), seed,
                                             engine.tensor_comm());
     if (engine.sequence_parallel && handle->model->tensor_parallel())
         handle->model->set_sequence_parallel(true);
+    handle->model->set_context_parallel(engine.context_comm());
     handle->model->set_attention_choice(device.attention);
     return handle;
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tensor_parallel.sh MPIEXEC CTXENGINE RECIPE DIR
 # Tensor parallelism end to end (tests/cli/tensor_parallel.lua):
-#   1 process vs tp 2, with and without sequence parallelism (same rows): the same losses and
-#   held-out loss to float tolerance;
+#   1 process vs tp 2 (with and without sequence parallelism), cp 2 and cp 2 x tp 2 (same
+#   rows): the same losses and held-out loss to float tolerance;
 #   dp 2 vs dp 2 x tp 2 (same rows per data-parallel rank): the same;
 #   resharding: the checkpoint saved at dp 2 x tp 2 loads at dp 2 x tp 1 and at dp 2 x tp 2 into
 #   the same whole state (same fingerprint) and both continue with the same losses (the
@@ -21,6 +21,8 @@ run() {  # run NAME NP [--tp N] -- ARGS...
 run single 1 "$recipe" "$dir/single" 4
 run tp2 2 --tp 2 "$recipe" "$dir/tp2" 4
 run tp2sp 2 --tp 2 --sequence-parallel "$recipe" "$dir/tp2sp" 4
+run cp2 2 --cp 2 "$recipe" "$dir/cp2" 4
+run cp2tp2 4 --cp 2 --tp 2 "$recipe" "$dir/cp2tp2" 4
 run dp2 2 "$recipe" "$dir/dp2" 2
 run dp2tp2 4 --tp 2 "$recipe" "$dir/dp2tp2" 2
 run resume_tp1 2 "$recipe" "$dir/dp2tp2" 2 resume
@@ -48,6 +50,9 @@ assert "dp 1 cp 1 tp 2" in read("tp2") and "dp 2 cp 1 tp 2" in read("dp2tp2"), "
 close(losses("tp2"), losses("single"), "tp 2 vs 1 process: losses")
 assert "sequence_parallel true" in read("tp2sp"), "sequence parallelism not on"
 close(losses("tp2sp"), losses("single"), "tp 2 sequence parallel vs 1 process: losses")
+close(losses("cp2"), losses("single"), "cp 2 vs 1 process: losses")
+close([float(value("cp2", "eval"))], [float(value("single", "eval"))], "cp 2 vs 1 process: held-out")
+close(losses("cp2tp2"), losses("single"), "cp 2 x tp 2 vs 1 process: losses")
 close([float(value("tp2", "eval"))], [float(value("single", "eval"))], "tp 2 vs 1 process: held-out")
 close(losses("dp2tp2"), losses("dp2"), "dp 2 x tp 2 vs dp 2: losses")
 a, b = value("resume_tp1", "resumed fingerprint"), value("resume_tp2", "resumed fingerprint")

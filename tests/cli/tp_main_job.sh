@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tp_main_job.sh MPIEXEC CTXENGINE DIR
-# The main job (recipes/chunk_025.lua, quick mode) on one process and on tp 2: the same rows
-# (dp 1 both), so the printed perplexity and recall tables agree to their printed digits.
+# The main job (recipes/chunk_025.lua, quick mode) on one process, on tp 2 and on cp 2 (ring
+# attention): the same rows (dp 1 all), so the printed perplexity and recall tables agree to
+# their printed digits.
 set -u
 mpi=$1; exe=$2; dir=$3
 recipe=$(dirname "$0")/../../recipes/chunk_025.lua
@@ -10,10 +11,15 @@ rm -rf "$dir"; mkdir -p "$dir"
   || { cat "$dir/single.log"; exit 1; }
 "$mpi" --allow-run-as-root --oversubscribe -np 2 "$exe" --threads 1 --tp 2 "$recipe" "$dir/tp2" quick \
   >"$dir/tp2.log" 2>&1 || { cat "$dir/tp2.log"; exit 1; }
+"$mpi" --allow-run-as-root --oversubscribe -np 2 "$exe" --threads 1 --cp 2 "$recipe" "$dir/cp2" quick \
+  >"$dir/cp2.log" 2>&1 || { cat "$dir/cp2.log"; exit 1; }
 table() { grep -E '^(OOTB|chunk)' "$1"; }
-if ! diff <(table "$dir/single.log") <(table "$dir/tp2.log"); then
-  echo "the main job's tables differ between 1 process and tp 2"; exit 1
-fi
+for g in tp2 cp2; do
+  if ! diff <(table "$dir/single.log") <(table "$dir/$g.log"); then
+    echo "the main job's tables differ between 1 process and $g"; exit 1
+  fi
+done
 grep -q "parallel grid: dp 1 x cp 1 x tp 2" "$dir/tp2.log" || { echo "tp 2 grid not used"; exit 1; }
 [[ $(table "$dir/tp2.log" | wc -l) -ge 8 ]] || { echo "tables missing"; cat "$dir/tp2.log"; exit 1; }
-echo "main job at tp 2 prints the 1-process tables"
+grep -q "parallel grid: dp 1 x cp 2 x tp 1" "$dir/cp2.log" || { echo "cp 2 grid not used"; exit 1; }
+echo "main job at tp 2 and at cp 2 prints the 1-process tables"

@@ -6,6 +6,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -36,17 +37,37 @@ std::string CpuBackend::name() const {
 
 // ---------------------------------------------------------------- memory
 
+namespace {
+std::atomic<size_t> g_limit{0}, g_in_use{0};
+constexpr size_t kHeader = 64;  // each block's size, kept in front of it (alignment kept)
+}  // namespace
+
+
 float* CpuBackend::alloc_floats(size_t n) {
     // aligned_alloc wants a size that is a multiple of the alignment; never 0.
     size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
     if (bytes == 0) bytes = 64;
-    void* p = std::aligned_alloc(64, bytes);
+    const size_t limit = g_limit, in_use = g_in_use;
+    if (limit > 0 && in_use + bytes > limit)
+        fail("cpu backend: allocating {:.1f} MiB would exceed the memory limit of {:.1f} MiB "
+             "(--backend-memory-limit; {:.1f} MiB in use)", double(bytes) / (1 << 20),
+             double(limit) / (1 << 20), double(in_use) / (1 << 20));
+    char* p = static_cast<char*>(std::aligned_alloc(64, bytes + kHeader));
     if (p == nullptr) fail("cpu backend: out of memory allocating {} floats", n);
-    std::memset(p, 0, bytes);
-    return static_cast<float*>(p);
+    std::memcpy(p, &bytes, sizeof bytes);
+    g_in_use += bytes;
+    std::memset(p + kHeader, 0, bytes);
+    return reinterpret_cast<float*>(p + kHeader);
 }
 
-void CpuBackend::free_floats(float* p) { std::free(p); }
+void CpuBackend::free_floats(float* p) {
+    if (p == nullptr) return;
+    char* base = reinterpret_cast<char*>(p) - kHeader;
+    size_t bytes = 0;
+    std::memcpy(&bytes, base, sizeof bytes);
+    g_in_use -= bytes;
+    std::free(base);
+}
 
 void CpuBackend::copy_to_device(float* dst, const float* host_src, size_t n) {
     if (n > 0 && dst != host_src) std::memcpy(dst, host_src, n * sizeof(float));
@@ -86,6 +107,9 @@ double CpuBackend::sum_squares(const float* x, size_t n) {
 }
 
 }  // namespace cpu
+
+void set_cpu_memory_limit(size_t bytes) { cpu::g_limit = bytes; }
+size_t cpu_memory_in_use() { return cpu::g_in_use; }
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) {
     return std::make_unique<cpu::CpuBackend>(threads);

@@ -1,0 +1,65 @@
+// Context parallelism (docs/PARALLEL.md): ring attention over a row split across the cp ranks
+// of a group. Each rank holds its tokens of every row (the zigzag split: 2 cp chunks, rank r
+// takes chunks r and 2 cp - 1 - r, so causal work is balanced), with their global indices and
+// positions. Per layer:
+//   forward : q, k rotated by this rank's positions; the ring passes the [k | v] blocks on, one
+//             step at a time; each step attends this rank's queries to the block it holds
+//             (Backend::attention_block_forward: causal by global index, bias by positions) and
+//             merges by log-sum-exp; out and lse are kept.
+//   backward: the ring again, each block travelling with the gradient of its keys and values,
+//             which every rank adds to; after cp steps each block is home with its whole dk, dv.
+// Every rank of the group has the whole batch on the host, so the positions and indices of any
+// rank's block are known locally and only [k | v] (and its gradient) travel.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/attention_step.h"
+#include "parallel/comm.h"
+
+namespace ctx {
+
+// Global indices of rank r's tokens in a row of T (T divisible by 2 cp), ascending.
+std::vector<int32_t> zigzag_indices(int T, int cp, int r);
+
+class RingAttention final : public AttentionStep {
+public:
+    // C, H: this rank's attention width and heads (tensor parallelism may split them).
+    RingAttention(Backend& backend, int C, int H, Comm& cp) : be_(backend), C_(C), H_(H), cp_(cp) {}
+    // A pass over B rows of T tokens (the whole row): positions and doc_start (B, T) host
+    // memory of the whole batch (doc_start may be null); local_positions (B, T / cp) this rank's
+    // tokens' positions in backend memory (rotary reads them).
+    void begin(int B, int T, const float* positions, const int32_t* doc_start,
+               const float* local_positions, const RotarySpec& rotary,
+               const AttentionOptions& opt);
+    // qkv (B, T / cp, 3C) of this rank's tokens; saved: lse (B, H, T / cp).
+    void forward(int layer, float* qkv, float* out, float* saved) override;
+    void backward(int layer, float* dqkv, const float* dout, const float* qkv,
+                  const float* saved, const float* out) override;
+
+private:
+    struct BlockMeta {  // one rank's tokens: (B, Tl) each
+        std::vector<int32_t> index, doc_start;
+        std::vector<float> positions;
+        AttnBlockRows rows(int Tl) const {
+            return AttnBlockRows{Tl, index.data(), positions.data(),
+                                 doc_start.empty() ? nullptr : doc_start.data()};
+        }
+    };
+    void take_kv(const float* qkv, float* kv) const;  // kv (B, Tl, 2C) = [k | v] of qkv
+    void pass(std::vector<float>& cur, std::vector<float>& next);  // one ring step
+
+    Backend& be_;
+    int C_, H_;
+    Comm& cp_;
+    int B_ = 0, Tl_ = 0;
+    std::vector<BlockMeta> meta_;  // per cp rank
+    const float* local_positions_ = nullptr;
+    OwnedRotarySpec rotary_;
+    AttentionOptions opt_;
+    std::vector<float> kv_, kv_next_, dkv_, dkv_next_, out_b_, lse_b_;
+};
+
+}  // namespace ctx
