@@ -4,7 +4,8 @@
 #   1 process vs tp 2 (with and without sequence parallelism), cp 2 and cp 2 x tp 2 (same
 #   rows): the same losses and held-out loss to float tolerance;
 #   dp 2 vs dp 2 x tp 2 (same rows per data-parallel rank): the same;
-#   resharding: the checkpoint saved at dp 2 x tp 2 loads at dp 2 x tp 1 and at dp 2 x tp 2 into
+#   resharding: the checkpoint saved at dp 2 x tp 2 loads at dp 2 x tp 1, dp 2 x tp 2 and
+#   dp 2 x cp 2 into
 #   the same whole state (same fingerprint) and both continue with the same losses (the
 #   in-memory data source resumes at the same dp only; row streams resume at any); the HF export from
 #   tp 2 loads in one process with the held-out loss tp 2 measured.
@@ -27,6 +28,7 @@ run dp2 2 "$recipe" "$dir/dp2" 2
 run dp2tp2 4 --tp 2 "$recipe" "$dir/dp2tp2" 2
 run resume_tp1 2 "$recipe" "$dir/dp2tp2" 2 resume
 run resume_tp2 4 --tp 2 "$recipe" "$dir/dp2tp2" 2 resume
+run resume_cp2 4 --cp 2 "$recipe" "$dir/dp2tp2" 2 resume
 run hf_single 1 "$recipe" "$dir/tp2" 4 hf
 python3 - "$dir" <<'PY'
 import re, sys
@@ -56,10 +58,14 @@ close(losses("cp2tp2"), losses("single"), "cp 2 x tp 2 vs 1 process: losses")
 close([float(value("tp2", "eval"))], [float(value("single", "eval"))], "tp 2 vs 1 process: held-out")
 close(losses("dp2tp2"), losses("dp2"), "dp 2 x tp 2 vs dp 2: losses")
 a, b = value("resume_tp1", "resumed fingerprint"), value("resume_tp2", "resumed fingerprint")
-assert a == b == value("dp2tp2", "fingerprint"), f"resharded states differ: {a} {b}"
-print(f"checkpoint of dp 2 x tp 2 loads at tp 1 and tp 2 bit-identically ({a})")
+c = value("resume_cp2", "resumed fingerprint")
+assert a == b == c == value("dp2tp2", "fingerprint"), f"resharded states differ: {a} {b} {c}"
+print(f"checkpoint of dp 2 x tp 2 loads at dp 2 x tp 1, dp 2 x tp 2 and dp 2 x cp 2 "
+      f"bit-identically ({a})")
 close(losses("resume_tp2", "resume step"), losses("resume_tp1", "resume step"),
       "resumed at tp 2 vs tp 1: losses")
+close(losses("resume_cp2", "resume step"), losses("resume_tp1", "resume step"),
+      "resumed at cp 2 vs tp 1: losses")
 close([float(value("hf_single", "hf eval"))], [float(value("tp2", "eval"))],
       "HF export of tp 2, loaded in 1 process: held-out")
 print("tensor parallel ok")
