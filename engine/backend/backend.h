@@ -97,6 +97,15 @@ struct AttnBlockRows {
     const int32_t* doc_start = nullptr;  // (B, T) or null: one document per row
 };
 
+// Whether key kj of block k is visible to query qi of block q (Backend::attention_block_*).
+inline bool attn_block_visible(const AttnBlockRows& q, const AttnBlockRows& k, size_t qi,
+                               size_t kj, int window) {
+    const int32_t iq = q.index[qi], ik = k.index[kj];
+    if (ik > iq) return false;
+    if (window > 0 && ik <= iq - window) return false;
+    return q.doc_start == nullptr || ik >= q.doc_start[qi];
+}
+
 struct AttentionOptions {
     BiasSpec bias;
     // Keys further back than `window` tokens (by index, j < i - window + 1) are masked; 0 = full

@@ -444,7 +444,7 @@ void Model::forward_impl(const Batch& b) {
     } else {
         attention_.begin(B, T, a.batch.positions, rot, attn, a.attn_scratch);
     }
-    if (bias_generic_) {  // one table for every layer
+    if (bias_generic_ && !cp_) {  // one table for every layer
         bias_pairs_.pack(B, T, b.positions, static_cast<size_t>(T), nullptr, b.doc_start);
         fill_bias_table(bias_pairs_, a.bias_table, B, T, T);
     }
@@ -525,16 +525,70 @@ void Model::set_context_parallel(Comm* cp) {
     if (cp == cp_) return;
     CTX_CHECK(!cp || !tp_.sequence_parallel(), "context parallelism with sequence parallelism is "
               "not supported yet");
-    CTX_CHECK(!cp || !bias_generic_, "context parallelism: {} has a generic bias (a table per "
-              "pair of tokens), which is not supported across the ring yet", pe_->name());
     CTX_CHECK(!cp || backend_->kind() == DeviceKind::CPU, "context parallelism runs on the CPU "
               "backend only so far (the {} backend has no attention across blocks yet)",
               backend_->name());
     cp_ = cp;
     ring_ = cp ? std::make_unique<RingAttention>(*backend_, shard_.A, shard_.H, *cp) : nullptr;
+    if (ring_ && bias_generic_) ring_->set_block_bias(block_bias());
     set_attention_choice(attention_choice_);  // the ring keeps the lse: flash mode's buffers
     acts_.reset();
     reserved_B_ = reserved_T_ = 0;
+}
+
+// A generic-bias PE across the ring: the plugin's values for the visible pairs of a query block
+// and a key block, this rank's heads (tensor parallelism: heads head0 ..), and back.
+BlockBias Model::block_bias() {
+    auto pairs = [this](const AttnBlockRows& q, const AttnBlockRows& k, int B,
+                        std::vector<float>& dist, std::vector<float>& qpos,
+                        std::vector<size_t>& at) {
+        const int window = config_.window_with(attention_window_);
+        dist.clear();
+        qpos.clear();
+        at.clear();
+        for (int b = 0; b < B; ++b)
+            for (int i = 0; i < q.T; ++i)
+                for (int j = 0; j < k.T; ++j) {
+                    const size_t qi = static_cast<size_t>(b) * q.T + i;
+                    const size_t kj = static_cast<size_t>(b) * k.T + j;
+                    if (!attn_block_visible(q, k, qi, kj, window)) continue;
+                    dist.push_back(static_cast<float>(double(q.positions[qi]) - k.positions[kj]));
+                    qpos.push_back(q.positions[qi]);
+                    at.push_back((static_cast<size_t>(b) * shard_.H * q.T + i) * k.T + j);
+                }
+    };
+    BlockBias bb;
+    bb.fill = [this, pairs](float* table, const AttnBlockRows& q, const AttnBlockRows& k, int B) {
+        std::vector<float> dist, qpos, val;
+        std::vector<size_t> at;
+        pairs(q, k, B, dist, qpos, at);
+        val.resize(dist.size());
+        HostSpan params = pe_span(params_);
+        const size_t head = static_cast<size_t>(q.T) * k.T;
+        for (int h = 0; h < shard_.H; ++h) {  // entry (b, h, i, j) = at + h Tq Tk
+            pe_->bias_forward(pe_tensors(params.data()), shard_.head0 + h, dist.data(),
+                              qpos.data(), static_cast<int64_t>(dist.size()), val.data());
+            for (size_t p = 0; p < at.size(); ++p) table[at[p] + h * head] = val[p];
+        }
+    };
+    bb.grad = [this, pairs](const float* dtable, const AttnBlockRows& q, const AttnBlockRows& k,
+                            int B) {
+        std::vector<float> dist, qpos, dval;
+        std::vector<size_t> at;
+        pairs(q, k, B, dist, qpos, at);
+        dval.resize(dist.size());
+        HostSpan params = pe_span(params_);
+        HostSpan grads = pe_span(grads_);
+        std::vector<ctx_tensor> g = pe_tensors(grads.data());
+        const size_t head = static_cast<size_t>(q.T) * k.T;
+        for (int h = 0; h < shard_.H; ++h) {
+            for (size_t p = 0; p < at.size(); ++p) dval[p] = dtable[at[p] + h * head];
+            pe_->bias_backward(pe_tensors(params.data()), g, shard_.head0 + h, dist.data(),
+                               qpos.data(), static_cast<int64_t>(dist.size()), dval.data());
+        }
+        grads.commit();
+    };
+    return bb;
 }
 
 // Context parallelism: this rank's zigzag share of every row, the model over it, and the
@@ -661,13 +715,14 @@ void Model::backward_impl(const Batch& b) {
 
     const BlockGradBuffers d{a.dln,  a.dln2,        a.datty,   a.dqkv,        a.dfch,
                              a.dfch_act, a.qkv_grouped, a.dx_full, a.norm_scratch};
-    if (bias_generic_) be.zero(a.dbias_table, static_cast<size_t>(B) * H * T * T);
+    if (bias_generic_ && !cp_) be.zero(a.dbias_table, static_cast<size_t>(B) * H * T * T);
     for (int l = config_.n_layer - 1; l >= 0; --l) {
         block_.backward(layer(l, params_), layer(l, grads_), a.resid + l * NrC, layer_acts(l, B, T),
                         a.dx, d, N, l, attention_step());  // the forward pass's step
         announce_grads(layer_offsets_[l], layer_offsets_[l + 1]);  // layer l is done
     }
-    if (bias_generic_) {  // every layer has added into dbias_table
+    if (bias_generic_ && cp_) ring_->finish_backward();  // the blocks' tables, every layer's
+    if (bias_generic_ && !cp_) {  // every layer has added into dbias_table
         const float* dtable = a.dbias_table;  // (B, H, T, T)
         if (be.kind() != DeviceKind::CPU) {
             be.copy_to_host(bias_stage_.data(), dtable, static_cast<size_t>(B) * H * T * T);

@@ -83,8 +83,7 @@ public:
     // group, and each runs its zigzag share of every row's tokens (T / cp of them; T divisible
     // by 2 cp), so activations per rank shrink by cp. Losses and logits are gathered, so callers
     // see the whole rows; parameter gradients are each rank's share (sum them over the group
-    // with the data-parallel ones). Null or one rank: off. Not with sequence parallelism or a
-    // generic-bias PE yet.
+    // with the data-parallel ones). Null or one rank: off. Not with sequence parallelism yet.
     void set_context_parallel(Comm* cp);
     bool context_parallel() const { return cp_ != nullptr; }
     // The whole model's layout: the views of layout() with their whole shapes, in the same order.
@@ -187,6 +186,7 @@ private:
     LossSums run_pass(const Batch& b, bool train, float grad_scale);
     LossSums run_pass_cp(const Batch& b, bool train, float grad_scale);
     AttentionStep& attention_step();
+    BlockBias block_bias();
     void forward_impl(const Batch& b);
     void backward_impl(const Batch& b);
     void stage_batch(const Batch& b);

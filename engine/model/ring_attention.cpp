@@ -24,8 +24,8 @@ void RingAttention::begin(int B, int T, const float* positions, const int32_t* d
                           const AttentionOptions& opt) {
     CTX_CHECK(be_.kind() == DeviceKind::CPU, "context parallelism runs on the CPU backend only so "
               "far (the {} backend has no attention across blocks yet)", be_.name());
-    CTX_CHECK(opt.bias.kind != BiasKind::Table, "context parallelism: a generic bias (a Table, "
-              "e.g. FIRE) is not supported yet");
+    CTX_CHECK(opt.bias.kind != BiasKind::Table || block_bias_.fill, "internal: a Table bias "
+              "across the ring needs set_block_bias");
     const int cp = cp_.size();
     B_ = B;
     Tl_ = T / cp;
@@ -51,6 +51,32 @@ void RingAttention::begin(int B, int T, const float* positions, const int32_t* d
     dkv_next_.resize(kv);
     out_b_.resize(static_cast<size_t>(B) * Tl_ * C_);
     lse_b_.resize(static_cast<size_t>(B) * H_ * Tl_);
+    tables_.clear();
+    dtables_.clear();
+    if (opt.bias.kind == BiasKind::Table) {  // one table per key block, for every layer
+        const size_t n = static_cast<size_t>(B) * H_ * Tl_ * Tl_;
+        for (int src = 0; src < cp; ++src) {
+            tables_.emplace_back(n, 0.0f);
+            dtables_.emplace_back(n, 0.0f);
+            block_bias_.fill(tables_.back().data(), meta_[cp_.rank()].rows(Tl_),
+                             meta_[src].rows(Tl_), B);
+        }
+    }
+}
+
+AttentionOptions RingAttention::options_for(int src, bool with_grad) {
+    AttentionOptions o = opt_;
+    if (o.bias.kind == BiasKind::Table) {
+        o.bias.table = tables_[src].data();
+        o.bias.dtable = with_grad ? dtables_[src].data() : nullptr;
+    }
+    return o;
+}
+
+void RingAttention::finish_backward() {
+    for (size_t src = 0; src < dtables_.size(); ++src)
+        block_bias_.grad(dtables_[src].data(), meta_[cp_.rank()].rows(Tl_), meta_[src].rows(Tl_),
+                         B_);
 }
 
 void RingAttention::take_kv(const float* qkv, float* kv) const {
@@ -78,7 +104,8 @@ void RingAttention::forward(int, float* qkv, float* out, float* saved) {
     for (int s = 0; s < cp; ++s) {  // at step s this rank holds rank r - s's block
         const int src = (r - s + cp) % cp;
         be_.attention_block_forward(out_b_.data(), lse_b_.data(), qkv, kv_.data(),
-                                    meta_[r].rows(Tl_), meta_[src].rows(Tl_), B_, C_, H_, opt_);
+                                    meta_[r].rows(Tl_), meta_[src].rows(Tl_), B_, C_, H_,
+                                    options_for(src, false));
         be_.attention_block_merge(out, lse, out_b_.data(), lse_b_.data(), B_, Tl_, C_, H_);
         if (s + 1 < cp) pass(kv_, kv_next_);
     }
@@ -92,7 +119,8 @@ void RingAttention::backward(int, float* dqkv, const float* dout, const float* q
     for (int s = 0; s < cp; ++s) {
         const int src = (r - s + cp) % cp;
         be_.attention_block_backward(dqkv, dkv_.data(), dout, qkv, kv_.data(), out, saved,
-                                     meta_[r].rows(Tl_), meta_[src].rows(Tl_), B_, C_, H_, opt_);
+                                     meta_[r].rows(Tl_), meta_[src].rows(Tl_), B_, C_, H_,
+                                     options_for(src, true));
         // the block and its gradient move on; after cp moves the gradient is home
         if (s + 1 < cp) pass(kv_, kv_next_);
         pass(dkv_, dkv_next_);

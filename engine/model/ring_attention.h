@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -24,6 +25,16 @@ namespace ctx {
 // Global indices of rank r's tokens in a row of T (T divisible by 2 cp), ascending.
 std::vector<int32_t> zigzag_indices(int T, int cp, int r);
 
+// A generic-bias PE (its own function of each pair of tokens, e.g. FIRE) across the ring:
+// fill writes a (B, H, Tq, Tk) table (B rows) for the visible pairs of a query block and a key block,
+// grad takes the gradient of such a table back to the PE parameters (accumulating).
+struct BlockBias {
+    std::function<void(float* table, const AttnBlockRows& q, const AttnBlockRows& k, int B)> fill;
+    std::function<void(const float* dtable, const AttnBlockRows& q, const AttnBlockRows& k,
+                       int B)>
+        grad;
+};
+
 class RingAttention final : public AttentionStep {
 public:
     // C, H: this rank's attention width and heads (tensor parallelism may split them).
@@ -34,6 +45,11 @@ public:
     void begin(int B, int T, const float* positions, const int32_t* doc_start,
                const float* local_positions, const RotarySpec& rotary,
                const AttentionOptions& opt);
+    // A generic bias for the passes that follow (empty: the bias of begin's options). Its tables
+    // are the same for every layer: begin fills one per key block, the layers' gradients add up,
+    // and finish_backward hands them to the PE.
+    void set_block_bias(BlockBias b) { block_bias_ = std::move(b); }
+    void finish_backward();
     // qkv (B, T / cp, 3C) of this rank's tokens; saved: lse (B, H, T / cp).
     void forward(int layer, float* qkv, float* out, float* saved) override;
     void backward(int layer, float* dqkv, const float* dout, const float* qkv,
@@ -59,6 +75,9 @@ private:
     const float* local_positions_ = nullptr;
     OwnedRotarySpec rotary_;
     AttentionOptions opt_;
+    BlockBias block_bias_;
+    std::vector<std::vector<float>> tables_, dtables_;  // per key block (generic bias)
+    AttentionOptions options_for(int src, bool with_grad);
     std::vector<float> kv_, kv_next_, dkv_, dkv_next_, out_b_, lse_b_;
 };
 

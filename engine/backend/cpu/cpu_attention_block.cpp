@@ -26,10 +26,7 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 bool visible(const AttnBlockRows& q, const AttnBlockRows& k, size_t qi, size_t kj, int window) {
-    const int32_t iq = q.index[qi], ik = k.index[kj];
-    if (ik > iq) return false;
-    if (window > 0 && ik <= iq - window) return false;
-    return q.doc_start == nullptr || ik >= q.doc_start[qi];
+    return attn_block_visible(q, k, qi, kj, window);
 }
 
 // bias_h(pi - pj) of BiasSpec (backend.h). table: the pair's entry of a Table bias.
