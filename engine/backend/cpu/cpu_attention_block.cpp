@@ -1,6 +1,7 @@
-// CPU backend: attention across blocks of a row (backend.h, context parallelism). Plain loops
-// over (b, h, i, j) that read like the math; the visibility rule works on global indices, so a
-// block may hold any set of a row's tokens (the zigzag split gives each rank two chunks).
+// CPU backend: attention across blocks of a row (backend.h, context parallelism). Per (b, h)
+// pair and tile of kAttnBlock queries, the products are sgemms over the whole key block and the
+// mask, bias and softmax plain loops; the visibility rule works on global indices, so a block
+// may hold any set of a row's tokens (the zigzag split gives each rank two chunks).
 //   forward : s_ij = q_i . k_j / sqrt(D) + bias_h(p_i - p_j) over visible j;
 //             lse_i = log sum_j exp(s_ij), out_i = sum_j exp(s_ij - lse_i) v_j
 //   merge   : the online softmax of flash attention, one block at a time
@@ -9,6 +10,7 @@
 //             dk_j += dS_ij q_i / sqrt(D), dv_j += P_ij dout_i, bias gradients from dS.
 // Every (b, h) pair runs on one thread with its own bias-gradient slots, reduced in a fixed
 // order, so results do not depend on the thread count.
+#include <cblas.h>
 #include <omp.h>
 
 #include <cmath>
@@ -82,6 +84,33 @@ void check_block(const float* q, const float* kv, const AttnBlockRows& qr,
               "attention_block: a Table bias needs its (B, H, Tq, Tk) table");
 }
 
+// Logits of query rows [i0, i0 + M) of pair (b, h) against every key of the block into
+// S (M, Tk): q k^T / sqrt(D) by sgemm, then the bias on visible pairs and -inf on the others.
+void block_logits(float* S, int M, int i0, int b, int h, int bh, const float* q, const float* kv,
+                  const AttnBlockRows& qr, const AttnBlockRows& kr, int C, int D, float scale,
+                  const AttentionOptions& opt) {
+    const int Tq = qr.T, Tk = kr.T;
+    const float* qb = q + (size_t(b) * Tq + i0) * 3 * C + size_t(h) * D;  // (M, D), ld 3C
+    const float* kb = kv + size_t(b) * Tk * 2 * C + size_t(h) * D;          // (Tk, D), ld 2C
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Tk, D, scale, qb, 3 * C, kb, 2 * C,
+                0.0f, S, Tk);
+    for (int m = 0; m < M; m++) {
+        const size_t qi = size_t(b) * Tq + i0 + m;
+        float* row = S + size_t(m) * Tk;
+        for (int j = 0; j < Tk; j++) {
+            const size_t kj = size_t(b) * Tk + j;
+            if (!visible(qr, kr, qi, kj, opt.window)) {
+                row[j] = kNegInf;
+                continue;
+            }
+            const float table = opt.bias.kind == BiasKind::Table
+                                    ? opt.bias.table[(size_t(bh) * Tq + i0 + m) * Tk + j]
+                                    : 0.0f;
+            row[j] += bias_value(opt.bias, h, qr.positions[qi], kr.positions[kj], table);
+        }
+    }
+}
+
 }  // namespace
 
 void CpuBackend::attention_block_forward(float* out_b, float* lse_b, const float* q,
@@ -93,46 +122,40 @@ void CpuBackend::attention_block_forward(float* out_b, float* lse_b, const float
     const float scale = 1.0f / std::sqrt(float(D));
 #pragma omp parallel num_threads(threads_)
     {
-        std::vector<float> s(static_cast<size_t>(Tk));  // (Tk) one query's logits
+        std::vector<float> S(size_t(kAttnBlock) * Tk);  // (M, Tk) one query tile's logits
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
             const int b = bh / H, h = bh % H;
-            for (int i = 0; i < Tq; i++) {
-                const size_t qi = size_t(b) * Tq + i;
-                const float* qv = q + qi * 3 * C + size_t(h) * D;  // (D)
-                float* o = out_b + qi * C + size_t(h) * D;         // (D)
-                float mx = kNegInf;
-                for (int j = 0; j < Tk; j++) {
-                    const size_t kj = size_t(b) * Tk + j;
-                    s[j] = kNegInf;
-                    if (!visible(qr, kr, qi, kj, opt.window)) continue;
-                    const float* kvec = kv + kj * 2 * C + size_t(h) * D;  // (D)
-                    float dot = 0.0f;
-                    for (int d = 0; d < D; d++) dot += qv[d] * kvec[d];
-                    const float table = opt.bias.kind == BiasKind::Table
-                                            ? opt.bias.table[(size_t(bh) * Tq + i) * Tk + j]
-                                            : 0.0f;
-                    s[j] = dot * scale + bias_value(opt.bias, h, qr.positions[qi],
-                                                    kr.positions[kj], table);
-                    mx = std::max(mx, s[j]);
+            for (int i0 = 0; i0 < Tq; i0 += kAttnBlock) {
+                const int M = std::min(kAttnBlock, Tq - i0);
+                block_logits(S.data(), M, i0, b, h, bh, q, kv, qr, kr, C, D, scale, opt);
+                float inv[kAttnBlock];
+                for (int m = 0; m < M; m++) {  // P = exp(S - max) in place, its row sums
+                    float* row = S.data() + size_t(m) * Tk;
+                    float mx = kNegInf;
+                    for (int j = 0; j < Tk; j++) mx = std::max(mx, row[j]);
+                    float* lse = lse_b + size_t(bh) * Tq + i0 + m;
+                    if (mx == kNegInf) {  // no visible key in this block
+                        for (int j = 0; j < Tk; j++) row[j] = 0.0f;
+                        *lse = kNegInf;
+                        inv[m] = 0.0f;
+                        continue;
+                    }
+                    double sum = 0.0;
+                    for (int j = 0; j < Tk; j++) {
+                        row[j] = row[j] == kNegInf ? 0.0f : std::exp(row[j] - mx);
+                        sum += row[j];
+                    }
+                    *lse = mx + float(std::log(sum));
+                    inv[m] = float(1.0 / sum);
                 }
-                for (int d = 0; d < D; d++) o[d] = 0.0f;
-                float* lse = lse_b + size_t(bh) * Tq + i;
-                if (mx == kNegInf) {  // no visible key in this block
-                    *lse = kNegInf;
-                    continue;
-                }
-                double sum = 0.0;
-                for (int j = 0; j < Tk; j++) {
-                    if (s[j] == kNegInf) continue;
-                    const float e = std::exp(s[j] - mx);
-                    sum += e;
-                    const float* v = kv + (size_t(b) * Tk + j) * 2 * C + C + size_t(h) * D;
-                    for (int d = 0; d < D; d++) o[d] += e * v[d];
-                }
-                const float inv = float(1.0 / sum);
-                for (int d = 0; d < D; d++) o[d] *= inv;
-                *lse = mx + float(std::log(sum));
+                // out (M, D) = P v / rowsum
+                float* o = out_b + (size_t(b) * Tq + i0) * C + size_t(h) * D;  // ld C
+                const float* v = kv + size_t(b) * Tk * 2 * C + C + size_t(h) * D;  // ld 2C
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, Tk, 1.0f, S.data(),
+                            Tk, v, 2 * C, 0.0f, o, C);
+                for (int m = 0; m < M; m++)
+                    for (int d = 0; d < D; d++) o[size_t(m) * C + d] *= inv[m];
             }
         }
     }
@@ -172,44 +195,58 @@ void CpuBackend::attention_block_backward(float* dq, float* dkv, const float* do
     const int slots = bs.kind == BiasKind::T5 ? bs.num_buckets : 2;
     std::vector<double> g(param_grads ? size_t(B) * H * slots : 0, 0.0);  // per (b, h)
     // Each (b, h) pair writes only its head's D columns of dq and dkv: pairs run in parallel.
-#pragma omp parallel for schedule(static) num_threads(threads_)
-    for (int bh = 0; bh < B * H; bh++) {
-        const int b = bh / H, h = bh % H;
-        double* gh = param_grads ? g.data() + size_t(bh) * slots : nullptr;
-        for (int i = 0; i < Tq; i++) {
-            const size_t qi = size_t(b) * Tq + i;
-            const float l = lse[size_t(bh) * Tq + i];
-            if (l == kNegInf) continue;
-            const float* qv = q + qi * 3 * C + size_t(h) * D;
-            const float* go = dout + qi * C + size_t(h) * D;
-            const float* o = out + qi * C + size_t(h) * D;
-            float* gq = dq + qi * 3 * C + size_t(h) * D;
-            float Drow = 0.0f;
-            for (int d = 0; d < D; d++) Drow += go[d] * o[d];
-            for (int j = 0; j < Tk; j++) {
-                const size_t kj = size_t(b) * Tk + j;
-                if (!visible(qr, kr, qi, kj, opt.window)) continue;
-                const float* kvec = kv + kj * 2 * C + size_t(h) * D;
-                const float* v = kvec + C;
-                float dot = 0.0f, dp = 0.0f;
-                for (int d = 0; d < D; d++) {
-                    dot += qv[d] * kvec[d];
-                    dp += go[d] * v[d];
+#pragma omp parallel num_threads(threads_)
+    {
+        std::vector<float> P(size_t(kAttnBlock) * Tk), dS(size_t(kAttnBlock) * Tk);
+#pragma omp for schedule(static)
+        for (int bh = 0; bh < B * H; bh++) {
+            const int b = bh / H, h = bh % H;
+            double* gh = param_grads ? g.data() + size_t(bh) * slots : nullptr;
+            const float* kb = kv + size_t(b) * Tk * 2 * C + size_t(h) * D;  // (Tk, D) ld 2C
+            const float* vb = kb + C;
+            float* dkb = dkv + size_t(b) * Tk * 2 * C + size_t(h) * D;
+            float* dvb = dkb + C;
+            for (int i0 = 0; i0 < Tq; i0 += kAttnBlock) {
+                const int M = std::min(kAttnBlock, Tq - i0);
+                const size_t q0 = size_t(b) * Tq + i0;
+                const float* qb = q + q0 * 3 * C + size_t(h) * D;       // (M, D) ld 3C
+                const float* gob = dout + q0 * C + size_t(h) * D;       // (M, D) ld C
+                float* dqb = dq + q0 * 3 * C + size_t(h) * D;           // (M, D) ld 3C
+                // P = exp(S - lse) (0 where masked or no key was visible)
+                block_logits(P.data(), M, i0, b, h, bh, q, kv, qr, kr, C, D, scale, opt);
+                for (int m = 0; m < M; m++) {
+                    const float l = lse[size_t(bh) * Tq + i0 + m];
+                    float* row = P.data() + size_t(m) * Tk;
+                    for (int j = 0; j < Tk; j++)
+                        row[j] = (row[j] == kNegInf || l == kNegInf) ? 0.0f : std::exp(row[j] - l);
                 }
-                const size_t t = (size_t(bh) * Tq + i) * Tk + j;  // the pair's Table entry
-                const float table = bs.kind == BiasKind::Table ? bs.table[t] : 0.0f;
-                const float pi = qr.positions[qi], pj = kr.positions[kj];
-                const float p = std::exp(dot * scale + bias_value(bs, h, pi, pj, table) - l);
-                const float ds = p * (dp - Drow);
-                float* gk = dkv + kj * 2 * C + size_t(h) * D;
-                float* gv = gk + C;
-                for (int d = 0; d < D; d++) {
-                    gq[d] += ds * scale * kvec[d];
-                    gk[d] += ds * scale * qv[d];
-                    gv[d] += p * go[d];
+                // dP (M, Tk) = dout v^T; dS = P (dP - Drow), Drow_i = dout_i . out_i
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Tk, D, 1.0f, gob, C, vb,
+                            2 * C, 0.0f, dS.data(), Tk);
+                for (int m = 0; m < M; m++) {
+                    const float* go = gob + size_t(m) * C;
+                    const float* o = out + (q0 + m) * C + size_t(h) * D;
+                    float Drow = 0.0f;
+                    for (int d = 0; d < D; d++) Drow += go[d] * o[d];
+                    const size_t qi = q0 + m;
+                    float* ds = dS.data() + size_t(m) * Tk;
+                    const float* p = P.data() + size_t(m) * Tk;
+                    for (int j = 0; j < Tk; j++) {
+                        ds[j] = p[j] * (ds[j] - Drow);
+                        if (p[j] == 0.0f) continue;  // masked (or underflowed: no gradient)
+                        const size_t kj = size_t(b) * Tk + j;
+                        if (gh) bias_grad(gh, bs, h, qr.positions[qi], kr.positions[kj], ds[j]);
+                        if (bs.kind == BiasKind::Table && bs.dtable)
+                            bs.dtable[(size_t(bh) * Tq + i0 + m) * Tk + j] += ds[j];
+                    }
                 }
-                if (gh) bias_grad(gh, bs, h, pi, pj, ds);
-                if (bs.kind == BiasKind::Table && bs.dtable) bs.dtable[t] += ds;
+                // dq += dS k / sqrt(D); dk += dS^T q / sqrt(D); dv += P^T dout
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, Tk, scale, dS.data(),
+                            Tk, kb, 2 * C, 1.0f, dqb, 3 * C);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, D, M, scale, dS.data(),
+                            Tk, qb, 3 * C, 1.0f, dkb, 2 * C);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, D, M, 1.0f, P.data(), Tk,
+                            gob, C, 1.0f, dvb, 2 * C);
             }
         }
     }
