@@ -212,6 +212,22 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     return d;
 }
 
+// The parallel model's gradients (gathered to whole tensors) against the whole model's, view by
+// view, relative to the view's size and, for views whose true gradient is zero (a key bias),
+// to the whole gradient's norm.
+void expect_same_gradients(const Model& par, const Model& ref, double ref_norm) {
+    const std::vector<float> g = par.gather_full(par.grads());
+    const std::vector<float> want = test::host_copy(cpu(), ref.grads());
+    for (const ParamView& v : ref.layout().views()) {
+        double diff = 0, norm = 0;
+        for (size_t i = v.offset; i < v.offset + v.numel; ++i) {
+            diff += (g[i] - want[i]) * double(g[i] - want[i]);
+            norm += double(want[i]) * want[i];
+        }
+        EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm) + 1e-6 * ref_norm) << v.name;
+    }
+}
+
 class TensorParallelMpi : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(TensorParallelMpi, TrainsAsOneProcess) {
@@ -256,19 +272,8 @@ TEST_P(TensorParallelMpi, TrainsAsOneProcess) {
         grid.dp_group().allreduce_sum(tp_loss, 1);
         grid.dp_group().allreduce_sum(tp.grads().data(), tp.grads().size());
         EXPECT_NEAR(tp_loss[0], ref_loss, 1e-5 * std::fabs(ref_loss)) << "step " << step;
-        if (step == 0) {  // gradients, view by view, relative to the view's size (and, for
-                          // views whose true gradient is zero, to the whole gradient's)
-            const std::vector<float> g = tp.gather_full(tp.grads());
-            const std::vector<float> want = test::host_copy(cpu(), ref.grads());
-            const double floor = 1e-6 * ref_opt.grad_norm();
-            for (const ParamView& v : ref.layout().views()) {
-                double diff = 0, norm = 0;
-                for (size_t i = v.offset; i < v.offset + v.numel; ++i) {
-                    diff += (g[i] - want[i]) * double(g[i] - want[i]);
-                    norm += double(want[i]) * want[i];
-                }
-                EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm) + floor) << v.name;
-            }
+        if (step == 0) {
+            expect_same_gradients(tp, ref, ref_opt.grad_norm());
             EXPECT_NEAR(tp_opt.grad_norm(), ref_opt.grad_norm(), 1e-5 * ref_opt.grad_norm());
         }
         ref_opt.update(ref_opt.grad_norm());
@@ -404,19 +409,7 @@ TEST_P(ContextParallelMpi, TrainsAsOneProcess) {
         grid.cp_group().allreduce_sum(par.grads().data(), par.grads().size());
         EXPECT_NEAR(b.loss_sum, a.loss_sum, 1e-5 * std::fabs(a.loss_sum)) << "step " << step;
         EXPECT_EQ(b.mask_sum, a.mask_sum);
-        if (step == 0) {
-            const std::vector<float> g = par.gather_full(par.grads());
-            const std::vector<float> want = test::host_copy(cpu(), ref.grads());
-            const double floor = 1e-6 * ref_opt.grad_norm();
-            for (const ParamView& v : ref.layout().views()) {
-                double diff = 0, norm = 0;
-                for (size_t i = v.offset; i < v.offset + v.numel; ++i) {
-                    diff += (g[i] - want[i]) * double(g[i] - want[i]);
-                    norm += double(want[i]) * want[i];
-                }
-                EXPECT_LE(std::sqrt(diff), 1e-5 * std::sqrt(norm) + floor) << v.name;
-            }
-        }
+        if (step == 0) expect_same_gradients(par, ref, ref_opt.grad_norm());
         ref_opt.update(ref_opt.grad_norm());
         par_opt.update(par_opt.grad_norm());
     }
