@@ -5,62 +5,10 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/decoder_acts.h"
 #include "model/host_span.h"
 
 namespace ctx {
-
-// ---------------------------------------------------------------- activations
-// One backend buffer holds everything the backward pass needs; offsets are computed for the
-// reserved (B, T). Per-layer buffers are stacked by layer.
-struct Model::Acts {
-    Arena buffer;
-    float* encoded;      // (B, T, C)     embedding (+ input PE), before the embedding layernorm
-    float* emb_ln;       // (B, T, C)     after the embedding layernorm (BLOOM), else unused
-    float *emb_ln_mean, *emb_ln_rstd;  // (B, T)
-    // per layer, stacked as (L, ...)
-    float* ln1;          // (L, B, T, C)
-    float *ln1_mean, *ln1_rstd;  // (L, B, T)
-    // Widths are this rank's (tensor parallelism): A attention, F and F2 MLP, V vocabulary.
-    float* qkv;          // (L, B, T, 3A)  q, k after rotary
-    float* qkv_grouped;  // (B, T, Q)      grouped-query only: the projection before kv_repeat,
-                         //                and its gradient in the backward pass
-    float* atty;         // (L, B, T, A)
-    float* att;          // (L, B, H, T, T) probabilities, or (L, B, H, T) lse in flash mode
-    float* res2;         // (L, B, T, C)   x + attn (sequential residual only)
-    float* ln2;          // (L, B, T, C)
-    float *ln2_mean, *ln2_rstd;  // (L, B, T)
-    float* fch;          // (L, B, T, F2)   F2 = 2F when gated ([gate | up])
-    float* fch_act;      // (L, B, T, F)
-    float* resid;        // (L+1, B, T, C) residual stream entering each block (and the final)
-    float* lnf;          // (B, T, C)
-    float *lnf_mean, *lnf_rstd;  // (B, T)
-    float* logits;       // (B, T, V)      becomes dlogits in the backward pass
-    float* losses;       // (B, T)
-    float* tmp;          // (B, T, C)      attention / mlp branch output before the residual add
-    // gradients of activations (reused by every layer)
-    float* dx;           // (B, T, C)  gradient of the residual stream
-    float* dln;          // (B, T, C)
-    float* dln2;         // (B, T, C)  parallel residual: the MLP branch's layernorm gradient
-    float* datty;        // (B, T, A)
-    float* dqkv;         // (B, T, 3A)
-    float* dfch;         // (B, T, F2)
-    float* dfch_act;     // (B, T, F)
-    float* demb;         // (B, T, C)
-    float* attn_scratch;
-    // generic bias (CTX_BIAS_GENERIC) only, else empty: shared by every layer
-    float* bias_table;   // (B, H, T, T)  f_h(p_i - p_j, p_i) for j <= i
-    float* dbias_table;  // (B, H, T, T)  d(loss)/d(bias), summed over layers
-    // vocabulary-parallel cross-entropy (tensor parallelism) only: per-row statistics of this
-    // rank's logits, and every rank's (Backend::crossentropy_shard_stats)
-    float* xent_stats;      // (B, T, 3)
-    float* xent_stats_all;  // (tp, B, T, 3)
-    // sequence parallelism only: every rank's rows of dx, one norm's weight gradients
-    float* dx_full;       // (B, T, C)
-    float* norm_scratch;  // (2C)
-    // the batch of the current pass where the ops read it (Backend::stage_batch): tokens,
-    // targets, positions, loss mask, (B, T) each
-    BatchInputs batch;
-};
 
 namespace {
 TensorShard validated_shard(const ModelConfig& c, Comm* tp) {
@@ -512,133 +460,6 @@ LossSums Model::forward_backward(const Batch& b, float grad_scale) {
     return run_pass(b, true, grad_scale);
 }
 
-void Model::set_sequence_parallel(bool on) {
-    CTX_CHECK(!on || tp_.active(), "sequence parallelism needs tensor parallelism (tp > 1)");
-    if (on == tp_.sequence_parallel()) return;
-    tp_.set_sequence_parallel(on);
-    acts_.reset();  // the residual stream's buffers change size
-    reserved_B_ = reserved_T_ = 0;
-}
-
-void Model::set_context_parallel(Comm* cp) {
-    if (cp && cp->size() <= 1) cp = nullptr;
-    if (cp == cp_) return;
-    CTX_CHECK(!cp || !tp_.sequence_parallel(), "context parallelism with sequence parallelism is "
-              "not supported yet");
-    CTX_CHECK(!cp || backend_->kind() == DeviceKind::CPU, "context parallelism runs on the CPU "
-              "backend only so far (the {} backend has no attention across blocks yet)",
-              backend_->name());
-    cp_ = cp;
-    ring_ = cp ? std::make_unique<RingAttention>(*backend_, shard_.A, shard_.H, *cp) : nullptr;
-    if (ring_ && bias_generic_) ring_->set_block_bias(block_bias());
-    set_attention_choice(attention_choice_);  // the ring keeps the lse: flash mode's buffers
-    acts_.reset();
-    reserved_B_ = reserved_T_ = 0;
-}
-
-// A generic-bias PE across the ring: the plugin's values for the visible pairs of a query block
-// and a key block, this rank's heads (tensor parallelism: heads head0 ..), and back.
-BlockBias Model::block_bias() {
-    auto pairs = [this](const AttnBlockRows& q, const AttnBlockRows& k, int B,
-                        std::vector<float>& dist, std::vector<float>& qpos,
-                        std::vector<size_t>& at) {
-        const int window = config_.window_with(attention_window_);
-        dist.clear();
-        qpos.clear();
-        at.clear();
-        for (int b = 0; b < B; ++b)
-            for (int i = 0; i < q.T; ++i)
-                for (int j = 0; j < k.T; ++j) {
-                    const size_t qi = static_cast<size_t>(b) * q.T + i;
-                    const size_t kj = static_cast<size_t>(b) * k.T + j;
-                    if (!attn_block_visible(q, k, qi, kj, window)) continue;
-                    dist.push_back(static_cast<float>(double(q.positions[qi]) - k.positions[kj]));
-                    qpos.push_back(q.positions[qi]);
-                    at.push_back((static_cast<size_t>(b) * shard_.H * q.T + i) * k.T + j);
-                }
-    };
-    BlockBias bb;
-    bb.fill = [this, pairs](float* table, const AttnBlockRows& q, const AttnBlockRows& k, int B) {
-        std::vector<float> dist, qpos, val;
-        std::vector<size_t> at;
-        pairs(q, k, B, dist, qpos, at);
-        val.resize(dist.size());
-        HostSpan params = pe_span(params_);
-        const size_t head = static_cast<size_t>(q.T) * k.T;
-        for (int h = 0; h < shard_.H; ++h) {  // entry (b, h, i, j) = at + h Tq Tk
-            pe_->bias_forward(pe_tensors(params.data()), shard_.head0 + h, dist.data(),
-                              qpos.data(), static_cast<int64_t>(dist.size()), val.data());
-            for (size_t p = 0; p < at.size(); ++p) table[at[p] + h * head] = val[p];
-        }
-    };
-    bb.grad = [this, pairs](const float* dtable, const AttnBlockRows& q, const AttnBlockRows& k,
-                            int B) {
-        std::vector<float> dist, qpos, dval;
-        std::vector<size_t> at;
-        pairs(q, k, B, dist, qpos, at);
-        dval.resize(dist.size());
-        HostSpan params = pe_span(params_);
-        HostSpan grads = pe_span(grads_);
-        std::vector<ctx_tensor> g = pe_tensors(grads.data());
-        const size_t head = static_cast<size_t>(q.T) * k.T;
-        for (int h = 0; h < shard_.H; ++h) {
-            for (size_t p = 0; p < at.size(); ++p) dval[p] = dtable[at[p] + h * head];
-            pe_->bias_backward(pe_tensors(params.data()), g, shard_.head0 + h, dist.data(),
-                               qpos.data(), static_cast<int64_t>(dist.size()), dval.data());
-        }
-        grads.commit();
-    };
-    return bb;
-}
-
-// Context parallelism: this rank's zigzag share of every row, the model over it, and the
-// whole rows' losses gathered from the group.
-LossSums Model::run_pass_cp(const Batch& b, bool train, float grad_scale) {
-    const int cp = cp_->size(), B = b.B, T = b.T;
-    CTX_CHECK(T % (2 * cp) == 0, "context parallelism: rows of {} tokens do not split into "
-              "2 x cp = {} equal chunks", T, 2 * cp);
-    check_batch(b);
-    const int Tl = T / cp;
-    const std::vector<int32_t> mine = zigzag_indices(T, cp, cp_->rank());
-    BatchBuffers& l = cp_local_;
-    l.resize(B, Tl);
-    for (int r = 0; r < B; ++r)
-        for (int i = 0; i < Tl; ++i) {
-            const size_t g = static_cast<size_t>(r) * T + mine[i], k = static_cast<size_t>(r) * Tl + i;
-            l.tokens[k] = b.tokens[g];
-            l.targets[k] = b.targets[g];
-            l.positions[k] = b.positions[g];
-            l.mask[k] = b.loss_mask[g];
-        }
-    const Batch lb = l.batch();  // documents: the ring reads the whole batch's doc_start
-    reserve(B, T);  // whole rows: the rank keeps T / cp of each
-    stage_batch(lb);
-    cp_whole_ = &b;
-    forward_impl(lb);
-    const int N = B * Tl;
-    cross_entropy(train, N, grad_scale);
-    // every rank's losses (N) into the whole rows' (B, T)
-    std::vector<float> part(N), all(static_cast<size_t>(N) * cp);
-    backend_->copy_to_host(part.data(), acts_->losses, N);
-    cp_->allgather(part.data(), part.size() * sizeof(float), all.data());
-    losses_host_.assign(static_cast<size_t>(B) * T, 0.0f);
-    for (int q = 0; q < cp; ++q) {
-        const std::vector<int32_t> idx = zigzag_indices(T, cp, q);
-        for (int r = 0; r < B; ++r)
-            for (int i = 0; i < Tl; ++i)
-                losses_host_[static_cast<size_t>(r) * T + idx[i]] =
-                    all[static_cast<size_t>(q) * N + static_cast<size_t>(r) * Tl + i];
-    }
-    LossSums s;
-    for (size_t i = 0; i < losses_host_.size(); ++i) {
-        s.loss_sum += losses_host_[i];
-        s.mask_sum += b.loss_mask[i];
-    }
-    if (train) backward_impl(lb);
-    cp_whole_ = nullptr;
-    return s;
-}
-
 void Model::set_attention_window(int window) {
     CTX_CHECK(window >= 0, "attention window must be >= 0 (0: full causal), got {}", window);
     attention_window_ = window;
@@ -667,23 +488,6 @@ std::vector<float> Model::logits(const Batch& b) const {
                             V * sizeof(float));
     }
     return whole;
-}
-
-void Model::gather_vocab_columns(const float* local, size_t rows, float* out) const {
-    // every rank's (rows, V_r) block padded to the largest, then its columns into place
-    const size_t V = config_.vocab_size, Vmax = shard_slice(V, 0, shard_.size).count;
-    const size_t Vr = shard_.V;
-    std::vector<float> host(rows * Vr), mine(rows * Vmax, 0.0f), all(rows * Vmax * shard_.size);
-    backend_->copy_to_host(host.data(), local, host.size());
-    for (size_t n = 0; n < rows; ++n)
-        std::memcpy(mine.data() + n * Vmax, host.data() + n * Vr, Vr * sizeof(float));
-    tp_.comm()->allgather(mine.data(), mine.size() * sizeof(float), all.data());
-    for (int r = 0; r < shard_.size; ++r) {
-        const Slice cols = shard_slice(V, r, shard_.size);
-        for (size_t n = 0; n < rows; ++n)
-            std::memcpy(out + n * V + cols.first, all.data() + (r * rows + n) * Vmax,
-                        cols.count * sizeof(float));
-    }
 }
 
 void Model::backward_impl(const Batch& b) {
