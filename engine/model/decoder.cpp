@@ -377,18 +377,18 @@ void Model::forward_impl(const Batch& b) {
     embed(a.resid, a.encoded, a.emb_ln_mean, a.emb_ln_rstd, a.batch.tokens, a.batch.positions,
           b.positions, N);
 
-    // ---- the attention step of this pass (its specs serve the backward pass too)
-    const RotarySpec rot = rotary_spec(T);
+    // ---- the attention step of this pass (its specs serve the backward pass too); under
+    // context parallelism the rotation and bias are those of the whole rows' length
+    const int row_len = cp_ ? cp_whole_->T : T;
+    const RotarySpec rot = rotary_spec(row_len);
     AttentionOptions attn;
-    attn.bias = bias_spec(T);
+    attn.bias = bias_spec(row_len);
     attn.window = config_.window_with(attention_window_);
     attn.doc_start = a.batch.doc_start;
     attn.mode = attention_mode_;
-    if (cp_) {  // the ring sees the whole rows (rotation and bias of the whole length)
+    if (cp_) {  // the ring reads the whole batch's positions and documents
         const Batch& w = *cp_whole_;
-        const RotarySpec rot_w = rotary_spec(w.T);
-        attn.bias = bias_spec(w.T);
-        ring_->begin(B, w.T, w.positions, w.doc_start, a.batch.positions, rot_w, attn);
+        ring_->begin(B, w.T, w.positions, w.doc_start, a.batch.positions, rot, attn);
     } else {
         attention_.begin(B, T, a.batch.positions, rot, attn, a.attn_scratch);
     }

@@ -225,6 +225,7 @@ private:
     Comm* cp_ = nullptr;
     std::unique_ptr<RingAttention> ring_;
     BatchBuffers cp_local_;
+    std::vector<float> cp_losses_, cp_losses_all_;  // this rank's losses, every rank's
     const Batch* cp_whole_ = nullptr;
     // Generic bias (CTX_BIAS_GENERIC): the causal pairs of the batch (sized by reserve()) and
     // host staging of a (rows, H, Tq, S) table for non-CPU backends, and of all heads' table

@@ -91,7 +91,9 @@ LossSums Model::run_pass_cp(const Batch& b, bool train, float grad_scale) {
     const int N = B * Tl;
     cross_entropy(train, N, grad_scale);
     // every rank's losses (N) into the whole rows' (B, T)
-    std::vector<float> part(N), all(static_cast<size_t>(N) * cp);
+    std::vector<float>& part = cp_losses_, &all = cp_losses_all_;  // kept: no allocation per step
+    part.resize(N);
+    all.resize(static_cast<size_t>(N) * cp);
     backend_->copy_to_host(part.data(), acts_->losses, N);
     cp_->allgather(part.data(), part.size() * sizeof(float), all.data());
     losses_host_.assign(static_cast<size_t>(B) * T, 0.0f);

@@ -29,10 +29,15 @@ void RingAttention::begin(int B, int T, const float* positions, const int32_t* d
     const int cp = cp_.size();
     B_ = B;
     Tl_ = T / cp;
-    meta_.assign(cp, BlockMeta());
+    // Buffers keep their capacity from pass to pass: a training step allocates nothing here
+    // after the first.
+    meta_.resize(cp);
     for (int r = 0; r < cp; ++r) {  // every rank's tokens: the batch is the same on all of them
         const std::vector<int32_t> idx = zigzag_indices(T, cp, r);
         BlockMeta& m = meta_[r];
+        m.index.clear();
+        m.positions.clear();
+        m.doc_start.clear();
         for (int b = 0; b < B; ++b)
             for (int32_t t : idx) {
                 m.index.push_back(t);
@@ -51,16 +56,15 @@ void RingAttention::begin(int B, int T, const float* positions, const int32_t* d
     dkv_next_.resize(kv);
     out_b_.resize(static_cast<size_t>(B) * Tl_ * C_);
     lse_b_.resize(static_cast<size_t>(B) * H_ * Tl_);
-    tables_.clear();
-    dtables_.clear();
-    if (opt.bias.kind == BiasKind::Table) {  // one table per key block, for every layer
-        const size_t n = static_cast<size_t>(B) * H_ * Tl_ * Tl_;
-        for (int src = 0; src < cp; ++src) {
-            tables_.emplace_back(n, 0.0f);
-            dtables_.emplace_back(n, 0.0f);
-            block_bias_.fill(tables_.back().data(), meta_[cp_.rank()].rows(Tl_),
-                             meta_[src].rows(Tl_), B);
-        }
+    const bool table = opt.bias.kind == BiasKind::Table;  // one per key block, for every layer
+    tables_.resize(table ? cp : 0);
+    dtables_.resize(table ? cp : 0);
+    const size_t n = static_cast<size_t>(B) * H_ * Tl_ * Tl_;
+    for (size_t src = 0; src < tables_.size(); ++src) {
+        tables_[src].assign(n, 0.0f);
+        dtables_[src].assign(n, 0.0f);
+        block_bias_.fill(tables_[src].data(), meta_[cp_.rank()].rows(Tl_),
+                         meta_[src].rows(Tl_), B);
     }
 }
 
