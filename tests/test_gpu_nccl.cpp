@@ -87,15 +87,17 @@ std::vector<Mode> all_modes() {
 // Two steps of `red` on a device copy of the layout; before each ready() the backend scales the
 // range by `pre` on its stream (the reducer must see the scaled values), after finish() the whole
 // buffer by `post` (the backend must see the sums). Returns the buffers read back per step.
+// shard > 0: ZeRO-1 shards of that many floats from the buffer's start.
 template <class F>
 std::vector<std::vector<float>> reduce_steps(ctx::Backend& be, ctx::GradReducer& red,
                                              const grcase::Layout& l, int rank, F value,
-                                             float pre, float post) {
+                                             float pre, float post, size_t shard = 0) {
     float* d = be.alloc_floats(l.total);
     std::vector<std::vector<float>> out;
     for (int step = 0; step < 2; step++) {
         const std::vector<float> h = grcase::fill(l, rank, step, value);
         be.copy_to_device(d, h.data(), h.size());
+        red.set_shards(shard > 0 ? ctx::GradShards{d, shard} : ctx::GradShards{});
         red.begin();
         for (auto [off, n] : l.ranges) {
             if (pre != 1.0f) be.scale(d + off, pre, n);
@@ -119,10 +121,12 @@ TEST(NcclGpu, OneRankIsTheIdentityOrTheBf16RoundingInEveryMode) {
     auto single = ctx::make_single_comm();
     const grcase::Layout l = grcase::make_layout();
     const float pre = 3.0f, post = 0.5f;  // 3x rounds differently from x in bf16; 0.5 is exact
-    for (const Mode& mode : all_modes()) {
+    const size_t one_shard = (l.tail + 15) / 16 * 16;  // ZeRO-1 over one rank: its reduce
+    for (const Mode& mode : all_modes())
+      for (size_t shard : {size_t(0), one_shard}) {
         auto red = ctx::make_nccl_grad_reducer(*be, *single, mode.options());
         EXPECT_NE(red->name().find("nccl (1 ranks"), std::string::npos) << red->name();
-        const auto got = reduce_steps(*be, *red, l, 0, grcase::rough_value, pre, post);
+        const auto got = reduce_steps(*be, *red, l, 0, grcase::rough_value, pre, post, shard);
         for (int step = 0; step < 2; step++) {
             std::vector<float> want = grcase::fill(l, 0, step, grcase::rough_value);
             for (size_t i = 0; i < l.total; i++) {
@@ -134,9 +138,19 @@ TEST(NcclGpu, OneRankIsTheIdentityOrTheBf16RoundingInEveryMode) {
                 want[i] = v * post;
             }
             EXPECT_EQ(grcase::first_bit_difference(got[step], want), -1)
-                << mode.str() << " step " << step;
+                << mode.str() << " shard " << shard << " step " << step;
         }
     }
+    // The parameter all-gather of one rank leaves its values.
+    auto red = ctx::make_nccl_grad_reducer(*be, *single, {});
+    std::vector<float> h = grcase::fill(l, 0, 0, grcase::rough_value);
+    float* d = be->alloc_floats(h.size());
+    be->copy_to_device(d, h.data(), h.size());
+    red->allgather_shards(d, h.size(), one_shard);
+    std::vector<float> back(h.size());
+    be->copy_to_host(back.data(), d, h.size());
+    be->free_floats(d);
+    EXPECT_EQ(grcase::first_bit_difference(back, h), -1);
 }
 
 // The bf16 wire on values where rounding modes differ: ties both ways, just above a tie,
@@ -254,6 +268,29 @@ TEST(NcclMpi, SumsOverRanksInEveryMode) {
                     EXPECT_EQ(grcase::first_bit_difference(got[step], want), -1)
                         << mode.str() << " step " << step;
                 }
+            }
+            // ZeRO-1: this rank's shard holds the exact sums (fp32 wire)
+            const size_t S = ((l.tail + W - 1) / W + 15) / 16 * 16;
+            const size_t lo = std::min(l.tail, size_t(rank) * S), hi = std::min(l.tail, lo + S);
+            if (!mode.bf16) {
+                const auto got =
+                    reduce_steps(*be, *red, l, rank, grcase::exact_value, 1, 1, S);
+                for (int step = 0; step < 2; step++)
+                    for (size_t i = lo; i < hi; i++) {
+                        if (!grcase::in_ranges(l, i)) continue;
+                        double s = 0;
+                        for (int r = 0; r < W; r++) s += grcase::exact_value(r, step, i);
+                        ASSERT_EQ(got[step][i], float(s)) << mode.str() << " shard, float " << i;
+                    }
+                std::vector<float> p(l.tail, -1.0f);
+                for (size_t i = lo; i < hi; i++) p[i] = float(rank * 100000 + int(i));
+                float* d = be->alloc_floats(p.size());
+                be->copy_to_device(d, p.data(), p.size());
+                red->allgather_shards(d, p.size(), S);
+                be->copy_to_host(p.data(), d, p.size());
+                be->free_floats(d);
+                for (size_t i = 0; i < p.size(); i++)
+                    ASSERT_EQ(p[i], float(int(i / S) * 100000 + int(i))) << "gathered " << i;
             }
             if (!mode.deterministic) continue;
             // rounded values, deterministic: the rank-ordered fp32 sum of each rank's values

@@ -250,6 +250,24 @@ TEST(GradReducer, FactoryRefusesBadOptions) {
     expect_error(o, "bf16 needs the CUDA backend");
 }
 
+// Where a bucket meets the shards of the ranks: pieces tile it in rank order.
+TEST(GradReducer, ShardPiecesTileTheBucket) {
+    std::vector<float> arena(100);
+    const ctx::GradShards s{arena.data(), 32};
+    std::vector<size_t> off, cnt;
+    ASSERT_TRUE(ctx::shard_pieces(s, 3, arena.data() + 20, 50, off, cnt));  // [20, 70)
+    EXPECT_EQ(off, (std::vector<size_t>{0, 12, 44}));
+    EXPECT_EQ(cnt, (std::vector<size_t>{12, 32, 6}));
+    ASSERT_TRUE(ctx::shard_pieces(s, 3, arena.data() + 40, 8, off, cnt));  // inside shard 1
+    EXPECT_EQ(cnt, (std::vector<size_t>{0, 8, 0}));
+    EXPECT_EQ(off[1], 0u);
+    ASSERT_TRUE(ctx::shard_pieces(s, 3, arena.data() + 64, 32, off, cnt));  // ends at 3 S
+    EXPECT_EQ(cnt, (std::vector<size_t>{0, 0, 32}));
+    EXPECT_FALSE(ctx::shard_pieces(s, 3, arena.data() + 90, 10, off, cnt));  // beyond 3 S
+    EXPECT_FALSE(ctx::shard_pieces(s, 2, arena.data() + 60, 10, off, cnt));  // beyond 2 S
+    EXPECT_FALSE(ctx::shard_pieces({}, 3, arena.data(), 10, off, cnt));      // no sharding
+}
+
 TEST(GradReducer, PrecisionNames) {
     EXPECT_EQ(ctx::reduce_precision_from_name("fp32"), ctx::ReducePrecision::Fp32);
     EXPECT_EQ(ctx::reduce_precision_from_name("bf16"), ctx::ReducePrecision::Bf16);
@@ -336,8 +354,10 @@ std::vector<Mode> all_modes() {
 }
 
 // Runs two steps of a reducer in `mode` on this rank's buffers; returns the buffers after each.
+// shard: ZeRO-1 shards of that many floats from the buffer's start (0: none).
 template <class F>
-std::vector<std::vector<float>> reduce_steps(const Mode& mode, const grcase::Layout& l, F value) {
+std::vector<std::vector<float>> reduce_steps(const Mode& mode, const grcase::Layout& l, F value,
+                                             size_t shard = 0) {
     ctx::GradReduceOptions o;
     o.bucket_bytes = mode.bucket_floats * sizeof(float);
     o.overlap = mode.overlap;
@@ -348,6 +368,7 @@ std::vector<std::vector<float>> reduce_steps(const Mode& mode, const grcase::Lay
     std::vector<std::vector<float>> out;
     for (int step = 0; step < 2; step++) {
         std::vector<float> g = grcase::fill(l, world()->rank(), step, value);
+        if (shard > 0) red->set_shards({g.data(), shard});
         red->begin();
         for (auto [off, n] : l.ranges) red->ready(g.data() + off, n);
         red->finish();
@@ -439,6 +460,45 @@ TEST(GradReducerMpi, RoundedSumsAgreeAcrossRanksAndOverlapModes) {
                         << "rank " << r << " differs from rank 0, bucket " << bucket;
             }
         }
+    });
+}
+
+// ZeRO-1: with shards set, this rank's shard holds the exact sums (every mode; deterministic
+// mode sums everything), and allgather_shards hands every rank's shard to every rank.
+TEST(GradReducerMpi, ReduceScatterSumsThisRanksShard) {
+    REQUIRE_MPI_WORLD();
+    on_every_rank([] {
+        const int W = world()->size(), rank = world()->rank();
+        const grcase::Layout l = grcase::make_layout();
+        const size_t S = ((l.tail + W - 1) / W + 15) / 16 * 16;
+        const size_t lo = std::min(l.tail, size_t(rank) * S), hi = std::min(l.tail, lo + S);
+        size_t checked = 0;
+        for (const Mode& mode : all_modes()) {
+            const auto got = reduce_steps(mode, l, grcase::exact_value, S);
+            for (int step = 0; step < 2; step++) {
+                const auto own = grcase::fill(l, rank, step, grcase::exact_value);
+                for (size_t i = 0; i < l.tail; i++) {
+                    if (!grcase::in_ranges(l, i)) continue;
+                    double sum = 0;
+                    for (int r = 0; r < W; r++) sum += grcase::exact_value(r, step, i);
+                    if ((i >= lo && i < hi) || mode.deterministic) {
+                        ASSERT_EQ(got[step][i], float(sum)) << mode.str() << " float " << i;
+                        checked++;
+                    }
+                }
+                for (size_t i = l.tail; i < l.total; i++)
+                    ASSERT_EQ(got[step][i], own[i]) << mode.str() << " tail " << i;
+            }
+        }
+        EXPECT_GT(checked, 0u);
+        // The parameter all-gather (in place, the last shard shorter).
+        const size_t n = l.tail;
+        std::vector<float> p(n, -1.0f);
+        for (size_t i = lo; i < hi; i++) p[i] = float(rank * 100000 + int(i));
+        auto red = ctx::make_grad_reducer(cpu_backend(), *world(), {});
+        red->allgather_shards(p.data(), n, S);
+        for (size_t i = 0; i < n; i++)
+            ASSERT_EQ(p[i], float(int(i / S) * 100000 + int(i))) << "float " << i;
     });
 }
 

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/error.h"
+#include "parallel/grad_reducer.h"
 
 namespace ctx {
 
@@ -171,18 +172,27 @@ void Optimizer::allgather_params() {
 
 double Optimizer::grad_norm() const {
     const Arena& g = model_.grads();
-    if (!model_.tensor_parallel()) return std::sqrt(model_.backend().sum_squares(g.data(), g.size()));
-    // Tensor parallelism: each split tensor's part on its rank, each replicated one once.
+    Backend& be = model_.backend();
+    if (!comm_ && !model_.tensor_parallel()) return std::sqrt(be.sum_squares(g.data(), g.size()));
+    // Sharded (ZeRO-1): only this rank's shard is known to hold the summed gradient (the
+    // reducer reduce-scatters), so each rank sums the squares of its shard and the shards' sums
+    // are added. Tensor parallelism: each split tensor's part on its rank, each replicated one
+    // once (norm_ranges), then the sum over the tensor-parallel group.
+    track_layout();
+    const std::vector<std::pair<size_t, size_t>> whole{{0, g.size()}};
     double sum[1] = {0};
-    for (const auto& [lo, hi] : model_.norm_ranges())
-        sum[0] += model_.backend().sum_squares(g.data() + lo, hi - lo);
-    model_.tensor_group().comm()->allreduce_sum(sum, 1);
+    for (const auto& [lo, hi] : model_.tensor_parallel() ? model_.norm_ranges() : whole) {
+        const size_t a = std::max(lo, lo_), b = std::min(hi, hi_);
+        if (a < b) sum[0] += be.sum_squares(g.data() + a, b - a);
+    }
+    if (comm_) comm_->allreduce_sum(sum, 1);
+    if (model_.tensor_parallel()) model_.tensor_group().comm()->allreduce_sum(sum, 1);
     return std::sqrt(sum[0]);
 }
 
 Optimizer::StepInfo Optimizer::update() { return update(grad_norm()); }
 
-Optimizer::StepInfo Optimizer::update(double norm) {
+Optimizer::StepInfo Optimizer::update(double norm, GradReducer* gather) {
     Backend& be = model_.backend();
     Arena& p = model_.params();
     Arena& g = model_.grads();
@@ -190,7 +200,7 @@ Optimizer::StepInfo Optimizer::update(double norm) {
     CTX_CHECK(m_.size() == hi_ - lo_ && hi_ <= p.size() && (comm_ || hi_ == p.size()),
               "optimizer moments do not match the parameters (was the model extended without "
               "the optimizer?)");
-    // (Every rank holds the whole all-reduced gradient: its norm is the unsharded one.)
+    // (The norm is the whole gradient's, from every shard: grad_norm().)
     CTX_CHECK(std::isfinite(norm), "the gradient norm is {} at step {}: training diverged "
               "(lower lr, or check the data)", norm, step_ + 1);
     if (config_.grad_clip > 0 && norm > config_.grad_clip)
@@ -211,7 +221,11 @@ Optimizer::StepInfo Optimizer::update(double norm) {
         be.adamw_update(p.data() + a, g.data() + a, m_.data() + (a - lo_), v_.data() + (a - lo_),
                         b - a, hp);
     }
-    if (comm_) allgather_params();
+    if (comm_ && gather) {
+        gather->allgather_shards(p.data(), p.size(), shard_);  // device memory, NCCL on GPUs
+    } else if (comm_) {
+        allgather_params();
+    }
     ++step_;
     model_.after_update();
     return {lr, norm};

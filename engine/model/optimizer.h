@@ -40,14 +40,17 @@ double learning_rate(const OptimizerConfig& c, int64_t step);
 // ZeRO-1 (sharded optimizer state, docs/PARALLEL.md): over the data-parallel ranks of a Comm,
 // rank r keeps the AdamW moments of its shard [shard_begin, shard_end) of the parameter arena
 // only (shards of equal size S, multiples of 16 floats; the last one may be shorter or empty),
-// updates that part of the parameters from the all-reduced gradients, and all-gathers the
-// updated parameters:
-//   g (all ranks: the full all-reduced gradient) -> norm, clip -> AdamW on [lo, hi) -> params
-//   all-gathered (rank order) -> after_update
-// The update of every element is the one the unsharded optimizer makes (same gradient, same
-// clipping factor), so training is bit-identical with and without sharding; moments take 2P/W
-// floats per rank instead of 2P. (The gradient all-reduce stays; reducing each bucket to its
-// owners only is a later step.)
+// updates that part of the parameters from the summed gradients, and all-gathers the updated
+// parameters:
+//   g reduce-scattered by the GradReducer (each rank's shard summed; grad_reducer.h) ->
+//   norm (sum of the shards' squares) -> clip -> AdamW on [lo, hi) -> parameters all-gathered
+//   (rank order; by the reducer: NCCL on GPUs) -> after_update
+// The update of every element is the one the unsharded optimizer makes (same summed gradient,
+// and the clipping factor up to the rounding of the norm's partial sums), so with 2 ranks
+// training is bit-identical with and without sharding; moments take 2P/W floats per rank
+// instead of 2P. The shards cover the gradient communicator (dp x cp ranks of the grid).
+class GradReducer;
+
 class Optimizer {
 public:
     // zero_comm: shard over its ranks (ZeRO-1) when non-null and of more than one rank.
@@ -88,7 +91,11 @@ public:
     };
     StepInfo update();
     // The same with the gradient norm already computed (grad_norm(), the trainer's check).
-    StepInfo update(double grad_norm);
+    // gather: the reducer of the step, which all-gathers the updated shards on the device
+    // (null: staged through host memory over the optimizer's Comm).
+    StepInfo update(double grad_norm, GradReducer* gather = nullptr);
+    // S: floats per shard (multiple of 16; the whole layout unsharded). The reducer's shards.
+    size_t shard_floats() const { return shard_; }
 
 private:
     void allocate();  // m_, v_ for [lo_, hi_) of the current layout (zeroed)

@@ -56,6 +56,9 @@ TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
         CTX_CHECK(counts[0] > 0, "step {}: the batch trains no token (every loss mask is 0)",
                   opt.step() + 1);
         model.backend().zero(model.grads().data(), model.grads().size());
+        // ZeRO-1: each rank needs only its shard's sums (the arena may move between calls).
+        reducer->set_shards(opt.sharded() ? GradShards{model.grads().data(), opt.shard_floats()}
+                                          : GradShards{});
         reducer->begin();
         const LossSums local = model.forward_backward(batch, static_cast<float>(1.0 / counts[0]));
         reducer->finish();
@@ -79,7 +82,7 @@ TrainResult train(Model& model, Optimizer& opt, BatchSource& data,
                   opt.step() + 1, loss, norm, nonfinite_in_a_row, o.skip_nonfinite);
         Optimizer::StepInfo info{learning_rate(opt.config(), opt.step()), norm};
         if (finite) {
-            info = opt.update(norm);
+            info = opt.update(norm, reducer);
         } else {
             ++result.skipped;
             if (comm.rank() == 0)

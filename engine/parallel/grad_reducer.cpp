@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <climits>
+#include <cstring>
 #include <cstdlib>
 #include <deque>
 #include <exception>
@@ -73,6 +74,7 @@ public:
     void begin() override { state_.begin(); }
     void ready(float* data, size_t n) override { state_.ready(data, n); }
     void finish() override { state_.finish(); }
+    void allgather_shards(float*, size_t, size_t) override {}  // one rank holds everything
 
 private:
     StepState state_;
@@ -106,7 +108,9 @@ void sum_in_rank_order(float* bucket, const float* gathered, int world, size_t n
 class MpiReducer final : public GradReducer {
 public:
     MpiReducer(const GradReduceOptions& o, MPI_Comm comm, int world)
-        : o_(o), state_(o), comm_(comm), world_(world) {}
+        : o_(o), state_(o), comm_(comm), world_(world) {
+        MPI_Comm_rank(comm_, &rank_);
+    }
 
     ~MpiReducer() override {
         if (flight_.empty()) return;
@@ -144,6 +148,25 @@ public:
         later_.clear();
     }
 
+    // In place: rank r's part [r S, min((r + 1) S, n)) of params goes to every rank.
+    void allgather_shards(float* params, size_t n, size_t shard_floats) override {
+        CTX_CHECK(flight_.empty() && later_.empty(),
+                  "internal: parameter all-gather while gradient sums are in flight");
+        CTX_CHECK(size_t(world_) * shard_floats <= size_t(INT_MAX),
+                  "ZeRO-1 over MPI: {} ranks x {} floats per shard exceeds MPI's int counts",
+                  world_, shard_floats);
+        std::vector<int> counts(world_), displs(world_);
+        for (int r = 0; r < world_; r++) {
+            const size_t a = std::min(n, size_t(r) * shard_floats);
+            const size_t b = std::min(n, size_t(r + 1) * shard_floats);
+            displs[r] = static_cast<int>(a);
+            counts[r] = static_cast<int>(b - a);
+        }
+        check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, params, counts.data(),
+                                 displs.data(), MPI_FLOAT, comm_),
+                  "MPI_Allgatherv (ZeRO-1 parameters)");
+    }
+
 private:
     // At most this many deterministic buckets gather at once (each holds world x bucket floats).
     static constexpr size_t kMaxGathers = 2;
@@ -153,7 +176,27 @@ private:
         MPI_Request req = MPI_REQUEST_NULL;
         int slot = -1;  // staging slot (deterministic mode)
         bool done = false;
+        // ZeRO-1 reduce-scatter: the pieces' sizes (alive while in flight), and where this
+        // rank's summed piece belongs (MPI leaves it at the bucket's start).
+        std::vector<int> counts;
+        size_t mine_at = 0, mine_n = 0;
     };
+
+    // A reduce-scatter of bucket b when it lies in the shards (and not deterministic): fills
+    // f's counts and this rank's piece. False: all-reduce (or gather) the whole bucket.
+    bool scatter_plan(const BucketPlan::Bucket& b, Flight& f) {
+        if (o_.deterministic || !shard_pieces(shards_, world_, b.data, b.n, offset_, count_))
+            return false;
+        f.counts.assign(count_.begin(), count_.end());
+        f.mine_at = offset_[rank_];
+        f.mine_n = count_[rank_];
+        return true;
+    }
+    // MPI wrote this rank's summed piece at the bucket's start: move it to its place.
+    static void place_piece(const Flight& f) {
+        if (f.mine_n > 0 && f.mine_at > 0)
+            std::memmove(f.bucket.data + f.mine_at, f.bucket.data, f.mine_n * sizeof(float));
+    }
 
     void start(const BucketPlan::Bucket& b) {
         if (!o_.overlap) {
@@ -163,7 +206,12 @@ private:
         Flight f;
         f.bucket = b;
         const int count = static_cast<int>(b.n);  // <= bucket size <= INT_MAX (factory)
-        if (!o_.deterministic) {
+        if (scatter_plan(b, f)) {
+            // In place: the input is the whole bucket, rank r receives piece r at its start.
+            check_mpi(MPI_Ireduce_scatter(MPI_IN_PLACE, b.data, f.counts.data(), MPI_FLOAT,
+                                          MPI_SUM, comm_, &f.req),
+                      "MPI_Ireduce_scatter");
+        } else if (!o_.deterministic) {
             check_mpi(MPI_Iallreduce(MPI_IN_PLACE, b.data, count, MPI_FLOAT, MPI_SUM,
                                      comm_, &f.req),
                       "MPI_Iallreduce");
@@ -176,7 +224,7 @@ private:
                       "MPI_Iallgather");
             slot_busy_[f.slot] = true;
         }
-        flight_.push_back(f);
+        flight_.push_back(std::move(f));
     }
 
     int free_slot() {
@@ -209,11 +257,21 @@ private:
             sum_in_rank_order(f.bucket.data, slots_[f.slot].data(), world_, f.bucket.n);
             slot_busy_[f.slot] = false;
         }
+        if (!f.counts.empty()) place_piece(f);
         flight_.pop_front();
     }
 
     void reduce_blocking(const BucketPlan::Bucket& b) {
         const int count = static_cast<int>(b.n);
+        Flight f;
+        f.bucket = b;
+        if (scatter_plan(b, f)) {
+            check_mpi(MPI_Reduce_scatter(MPI_IN_PLACE, b.data, f.counts.data(), MPI_FLOAT,
+                                         MPI_SUM, comm_),
+                      "MPI_Reduce_scatter");
+            place_piece(f);
+            return;
+        }
         if (!o_.deterministic) {
             check_mpi(MPI_Allreduce(MPI_IN_PLACE, b.data, count, MPI_FLOAT, MPI_SUM,
                                     comm_),
@@ -235,7 +293,8 @@ private:
     GradReduceOptions o_;
     StepState state_;
     MPI_Comm comm_;
-    int world_;
+    int world_, rank_ = 0;
+    std::vector<size_t> offset_, count_;      // scratch of scatter_plan
     std::deque<Flight> flight_;               // started, oldest first
     std::vector<BucketPlan::Bucket> later_;   // without overlap: reduced in finish()
     std::vector<std::vector<float>> slots_;   // deterministic staging (world, bucket)

@@ -51,9 +51,47 @@ struct GradReduceOptions {
     size_t gap_floats = 15;
 };
 
+// ZeRO-1's shards of the gradient arena (docs/PARALLEL.md): rank r of the reducer's
+// communicator owns [base + r S, base + (r + 1) S), S = floats (a multiple of 16). floats 0: no
+// sharding, every bucket is all-reduced.
+struct GradShards {
+    float* base = nullptr;
+    size_t floats = 0;
+};
+
+// Where bucket [data, data + n) meets each rank's shard: count[r] floats starting at
+// data + offset[r] (offsets ascending, the pieces tile the bucket). False when sharding is off
+// or the bucket does not lie inside [base, base + world S) (it is then all-reduced).
+inline bool shard_pieces(const GradShards& s, int world, const float* data, size_t n,
+                         std::vector<size_t>& offset, std::vector<size_t>& count) {
+    if (s.floats == 0 || s.base == nullptr || data < s.base) return false;
+    const size_t lo = static_cast<size_t>(data - s.base), hi = lo + n;
+    if (hi > size_t(world) * s.floats) return false;
+    offset.assign(size_t(world), 0);
+    count.assign(size_t(world), 0);
+    for (int r = 0; r < world; r++) {
+        const size_t a = std::max(lo, size_t(r) * s.floats);
+        const size_t b = std::min(hi, size_t(r + 1) * s.floats);
+        offset[r] = a > lo ? std::min(a, hi) - lo : 0;
+        count[r] = b > a ? b - a : 0;
+    }
+    return true;
+}
+
 class GradReducer {
 public:
     virtual ~GradReducer() = default;
+    // ZeRO-1: from the next begin(), each bucket inside the shards is reduce-scattered instead
+    // of all-reduced: after finish() only this rank's shard of the gradient holds the sums (the
+    // rest of each such bucket is left unspecified), and the traffic per rank is about halved.
+    // Deterministic mode keeps the all-gather (every element summed in rank order, the whole
+    // gradient summed), so zero = 1 stays bit-identical to zero = 0 there.
+    virtual void set_shards(const GradShards& shards) { shards_ = shards; }
+    const GradShards& shards() const { return shards_; }
+    // ZeRO-1's parameter all-gather, in place: params (n) holds this rank's updated shard
+    // [rank S, min((rank + 1) S, n)); afterwards every rank's. Same memory and stream rules as
+    // the gradient sums (the CUDA implementation is ordered on the backend's stream).
+    virtual void allgather_shards(float* params, size_t n, size_t shard_floats) = 0;
     virtual std::string name() const = 0;
     // Starts a step: forgets the ranges of the previous one. ctx::Error if the previous step was
     // not finished.
@@ -66,6 +104,9 @@ public:
     // stream is ordered after the reduction, so later ops on it see the sums; the CUDA
     // implementation returns without waiting for the device).
     virtual void finish() = 0;
+
+protected:
+    GradShards shards_;
 };
 
 // Groups ready ranges into buckets (pure bookkeeping, shared by the implementations and tested

@@ -294,6 +294,29 @@ private:
             half = static_cast<uint16_t*>(half_.ensure(n * sizeof(uint16_t), s));
             check_cuda(cuda::launch_grad_to_bf16(half, b.data, n, s), "bf16 cast");
         }
+        if (!o_.deterministic && shard_pieces(shards_, world_, b.data, n, offset_, count_)) {
+            // ZeRO-1: piece r of the bucket summed onto rank r only (a reduce-scatter with
+            // uneven pieces: NCCL's own needs equal ones), in place.
+            check_nccl(ncclGroupStart(), "ncclGroupStart", nccl_);
+            for (int r = 0; r < world_; r++) {
+                if (count_[r] == 0) continue;
+                if (bf16) {
+                    check_nccl(ncclReduce(half + offset_[r], half + offset_[r], count_[r],
+                                          ncclBfloat16, ncclSum, r, nccl_, s),
+                               "ncclReduce (bf16)", nccl_);
+                } else {
+                    check_nccl(ncclReduce(b.data + offset_[r], b.data + offset_[r], count_[r],
+                                          ncclFloat, ncclSum, r, nccl_, s),
+                               "ncclReduce", nccl_);
+                }
+            }
+            check_nccl(ncclGroupEnd(), "ncclGroupEnd", nccl_);
+            if (bf16 && count_[rank_] > 0)
+                check_cuda(cuda::launch_grad_from_bf16(b.data + offset_[rank_],
+                                                       half + offset_[rank_], count_[rank_], s),
+                           "bf16 widening");
+            return;
+        }
         if (!o_.deterministic) {
             if (bf16) {
                 check_nccl(ncclAllReduce(half, half, n, ncclBfloat16, ncclSum, nccl_, s),
@@ -319,6 +342,28 @@ private:
         }
     }
 
+public:
+    // In place on the comm stream, after the update's kernels: rank r's shard broadcast from r
+    // (an all-gather with an uneven last piece), then the backend's stream waits for it.
+    void allgather_shards(float* params, size_t n, size_t shard_floats) override {
+        CTX_CHECK(!open_, "internal: parameter all-gather inside a gradient step");
+        activate();
+        order_after_compute();
+        check_nccl(ncclGroupStart(), "ncclGroupStart", nccl_);
+        for (int r = 0; r < world_; r++) {
+            const size_t a = std::min(n, size_t(r) * shard_floats);
+            const size_t b = std::min(n, size_t(r + 1) * shard_floats);
+            if (b > a)
+                check_nccl(ncclBroadcast(params + a, params + a, b - a, ncclFloat, r, nccl_,
+                                         comm_stream_),
+                           "ncclBroadcast (ZeRO-1 parameters)", nccl_);
+        }
+        check_nccl(ncclGroupEnd(), "ncclGroupEnd", nccl_);
+        check_cuda(cudaEventRecord(done_ev_, comm_stream_), "cudaEventRecord (gather)");
+        check_cuda(cudaStreamWaitEvent(compute_, done_ev_, 0), "cudaStreamWaitEvent (gather)");
+    }
+
+private:
     void release(bool abort) noexcept {
         cudaSetDevice(device_);
         if (nccl_ != nullptr) {
@@ -354,6 +399,7 @@ private:
     Staging half_;    // (bucket) bf16
     Staging gather_;  // (world, bucket) fp32 or bf16, deterministic mode
     std::vector<BucketPlan::Bucket> later_;  // without overlap: enqueued in finish()
+    std::vector<size_t> offset_, count_;     // ZeRO-1 pieces of the bucket being enqueued
     bool open_ = false;
     bool sync_each_step_ = false;
 };

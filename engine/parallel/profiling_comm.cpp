@@ -50,5 +50,8 @@ void ProfilingGradReducer::ready(float* data, size_t n) {
 void ProfilingGradReducer::finish() {
     timed(rows_, "gradients finish", [&] { inner_.finish(); });
 }
+void ProfilingGradReducer::allgather_shards(float* params, size_t n, size_t shard_floats) {
+    timed(rows_, "parameters allgather", [&] { inner_.allgather_shards(params, n, shard_floats); });
+}
 
 }  // namespace ctx

@@ -57,6 +57,8 @@ public:
     void begin() override;
     void ready(float* data, size_t n) override;
     void finish() override;
+    void set_shards(const GradShards& shards) override { inner_.set_shards(shards); }
+    void allgather_shards(float* params, size_t n, size_t shard_floats) override;
 
 private:
     GradReducer& inner_;

@@ -103,7 +103,8 @@ TrainResult train_model(EngineContext& engine, ModelHandle& h, BatchSource& data
     }
     OptimizerConfig& oc = request.optimizer;
     oc.schedule_start = h.optimizer ? h.optimizer->step() : 0;
-    Comm* zero_comm = request.zero ? &engine.data_comm() : nullptr;  // shards over dp ranks
+    // Shards over the ranks that sum gradients (dp x cp): the reducer reduce-scatters to them.
+    Comm* zero_comm = request.zero ? &engine.gradient_comm() : nullptr;
     if (!h.optimizer)
         h.optimizer = std::make_unique<Optimizer>(*h.model, oc, zero_comm);
     else if (request.new_schedule)

@@ -32,6 +32,32 @@ elseif mode == "resume" then
   say("resumed fingerprint %s", m:fingerprint())
   local r = ctx.train{ model = m, data = d, steps = 2, batch_size = B, log_every = 0 }
   for i, l in ipairs(r.losses) do say("resume step %d loss %.9g", i, l) end
+elseif mode == "rows" or mode == "rows_resume" then
+  -- A row stream counts global rows (its cursor does not depend on the rank), so a checkpoint
+  -- resumes on any number of data-parallel ranks: B rows per rank of dp ranks, same dp x B.
+  -- MODE "rows": 3 steps, ctx.save; "rows_resume": ctx.load, 2 more steps with ZeRO-1 when
+  -- arg[4] is "zero" (its shards: the dp ranks; the gradient reduce-scattered).
+  local corpus = ctx.data.corpus{ dir = out .. "/corpus", docs = 24, min_len = 600,
+                                  max_len = 1200, seed = 2 }
+  local rows = ctx.data.rows{ docs = corpus.train, window = 64, row_len = 32, batch_size = B,
+                              seed = 3, sampler = ctx.sampler("chunk", { alpha = 0.5 }) }
+  local zero = arg[4] == "zero" and 1 or 0
+  local opt = { lr = 3e-3, warmup_steps = 1, total_steps = 8, grad_clip = 0.5 }
+  if mode == "rows" then
+    -- vocabulary 259 (bytes): tp 2 splits it 130 + 129
+    local m = ctx.model{ style = "bloom", vocab_size = 259, d_model = 32, n_layer = 2,
+                         n_head = 4, context_length = 32, seed = 4, pe = ctx.pe("alibi") }
+    local r = ctx.train{ model = m, data = rows, steps = 3, log_every = 0, optimizer = opt }
+    for i, l in ipairs(r.losses) do say("rows step %d loss %.9g", i, l) end
+    ctx.save(out .. "/rows.h5", { model = m, data = rows })
+    say("rows fingerprint %s", m:fingerprint())
+  else
+    local m = ctx.load(out .. "/rows.h5", { data = rows })
+    say("resumed rows fingerprint %s", m:fingerprint())
+    local r = ctx.train{ model = m, data = rows, steps = 2, log_every = 0, zero = zero }
+    for i, l in ipairs(r.losses) do say("rows resume step %d loss %.9g", i, l) end
+    say("rows resumed fingerprint after %s", m:fingerprint())
+  end
 else
   local m = ctx.load_hf(out .. "/hf")
   say("hf eval %.9g", eval(m))

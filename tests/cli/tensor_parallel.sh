@@ -8,7 +8,9 @@
 #   dp 2 x cp 2 into
 #   the same whole state (same fingerprint) and both continue with the same losses (the
 #   in-memory data source resumes at the same dp only; row streams resume at any); the HF export from
-#   tp 2 loads in one process with the held-out loss tp 2 measured.
+#   tp 2 loads in one process with the held-out loss tp 2 measured;
+#   a row stream's checkpoint saved at dp 2 x tp 2 resumes at dp 4 (with ZeRO-1), dp 2 and in
+#   one process with the same state and continuation.
 set -u
 mpi=$1; exe=$2; recipe=$3; dir=$4
 rm -rf "$dir"; mkdir -p "$dir"
@@ -30,6 +32,10 @@ run resume_tp1 2 "$recipe" "$dir/dp2tp2" 2 resume
 run resume_tp2 4 --tp 2 "$recipe" "$dir/dp2tp2" 2 resume
 run resume_cp2 4 --cp 2 "$recipe" "$dir/dp2tp2" 2 resume
 run hf_single 1 "$recipe" "$dir/tp2" 4 hf
+run rows_dp2tp2 4 --tp 2 "$recipe" "$dir/rows" 2 rows
+run rows_dp4 4 "$recipe" "$dir/rows" 1 rows_resume zero
+run rows_dp2 2 "$recipe" "$dir/rows" 2 rows_resume
+run rows_single 1 "$recipe" "$dir/rows" 4 rows_resume
 python3 - "$dir" <<'PY'
 import re, sys
 d = sys.argv[1]
@@ -68,5 +74,12 @@ close(losses("resume_cp2", "resume step"), losses("resume_tp1", "resume step"),
       "resumed at cp 2 vs tp 1: losses")
 close([float(value("hf_single", "hf eval"))], [float(value("tp2", "eval"))],
       "HF export of tp 2, loaded in 1 process: held-out")
+saved = value("rows_dp2tp2", "rows fingerprint")
+for name in ("rows_dp4", "rows_dp2", "rows_single"):
+    assert value(name, "resumed rows fingerprint") == saved, f"{name}: state differs from the save"
+close(losses("rows_dp4", "rows resume step"), losses("rows_single", "rows resume step"),
+      "row stream saved at dp 2 x tp 2, resumed at dp 4 (ZeRO-1) vs 1 process: losses")
+close(losses("rows_dp2", "rows resume step"), losses("rows_single", "rows resume step"),
+      "row stream saved at dp 2 x tp 2, resumed at dp 2 vs 1 process: losses")
 print("tensor parallel ok")
 PY
