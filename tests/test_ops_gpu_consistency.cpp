@@ -88,6 +88,31 @@ TEST(OpsGpuElementwise, AddAccumulateScaleSumSquares) {
     }
 }
 
+// A column block of row-major matrices (the ring's [k | v] out of qkv and its gradient back):
+// against plain loops, copy and accumulate.
+TEST(OpsGpuElementwise, Copy2dCopiesAndAccumulatesColumnBlocks) {
+    REQUIRE_GPU();
+    const size_t rows = 37, src_stride = 24, dst_stride = 17, cols = 16;
+    ref::Rng rng(5);
+    const FVec src = randn(rng, rows * src_stride), dst0 = randn(rng, rows * dst_stride);
+    Dev gsrc(src), gdst(dst0);
+    for (bool acc : {false, true}) {
+        FVec want = acc ? gdst.host() : dst0;
+        for (size_t r = 0; r < rows; ++r)
+            for (size_t c = 0; c < cols; ++c) {
+                const float x = src[r * src_stride + 5 + c];
+                want[r * dst_stride + c] = acc ? want[r * dst_stride + c] + x : x;
+            }
+        gpu().copy_2d(gdst.get(), dst_stride, gsrc.get() + 5, src_stride, rows, cols, acc);
+        EXPECT_EQ(gdst.host(), want) << (acc ? "accumulate" : "copy");
+        FVec host = acc ? FVec() : dst0;  // the CPU backend's (the host default) agrees
+        if (!acc) {
+            cpu().copy_2d(host.data(), dst_stride, src.data() + 5, src_stride, rows, cols, false);
+            EXPECT_EQ(host, want);
+        }
+    }
+}
+
 // ================================================================ embedding
 
 struct EmbCase {

@@ -163,6 +163,21 @@ public:
     virtual void copy(float* dst, const float* src, size_t n) {
         std::memcpy(dst, src, n * sizeof(float));
     }
+    // dst[r * dst_stride + c] = src[r * src_stride + c] (+= when accumulate) for r < rows,
+    // c < cols: a block of columns of row-major matrices (cudaMemcpy2D's shape), both device
+    // memory, not overlapping. The default suits host-memory backends.
+    virtual void copy_2d(float* dst, size_t dst_stride, const float* src, size_t src_stride,
+                         size_t rows, size_t cols, bool accumulate = false) {
+        for (size_t r = 0; r < rows; ++r) {
+            float* d = dst + r * dst_stride;
+            const float* x = src + r * src_stride;
+            if (accumulate) {
+                for (size_t c = 0; c < cols; ++c) d[c] += x[c];
+            } else {
+                std::memcpy(d, x, cols * sizeof(float));
+            }
+        }
+    }
 
     // ---- the batch of a pass, staged once
     // Takes host inputs the caller has already validated (tokens and targets in [0, V),

@@ -84,7 +84,7 @@ const char* precision_name(Precision p) { return p == Precision::Bf16 ? "bf16" :
 
 namespace ctx {
 
-// Attention across blocks is implemented by the CPU backend so far; the others say so.
+// Attention across blocks is implemented by the CPU and CUDA backends; any other says so.
 void Backend::attention_block_forward(float*, float*, const float*, const float*,
                                       const AttnBlockRows&, const AttnBlockRows&, int, int, int,
                                       const AttentionOptions&) {

@@ -73,6 +73,11 @@ void ProfilingBackend::zero(float* p, size_t n) { CTX_TIMED("zero", "", 0, inner
 void ProfilingBackend::copy(float* dst, const float* src, size_t n) {
     CTX_TIMED("copy", "", 0, inner_.copy(dst, src, n));
 }
+void ProfilingBackend::copy_2d(float* dst, size_t dst_stride, const float* src,
+                               size_t src_stride, size_t rows, size_t cols, bool accumulate) {
+    CTX_TIMED("copy_2d", fmt::format("rows={} cols={}", rows, cols), 0,
+              inner_.copy_2d(dst, dst_stride, src, src_stride, rows, cols, accumulate));
+}
 BatchInputs ProfilingBackend::stage_batch(const BatchInputs& host) {
     BatchInputs staged;
     CTX_TIMED("stage_batch", fmt::format("N={}", host.N), 0, staged = inner_.stage_batch(host));

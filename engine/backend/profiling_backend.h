@@ -44,6 +44,8 @@ public:
     void copy_to_host(float* dst, const float* src, size_t n) override;
     void zero(float* p, size_t n) override;
     void copy(float* dst, const float* src, size_t n) override;
+    void copy_2d(float* dst, size_t dst_stride, const float* src, size_t src_stride, size_t rows,
+                 size_t cols, bool accumulate) override;
     BatchInputs stage_batch(const BatchInputs& host) override;
     uint64_t input_readbacks() const override { return inner_.input_readbacks(); }
 

@@ -89,6 +89,7 @@ CudaBackend::~CudaBackend() {
     d_rotary_.release();
     d_partials_.release();
     d_sumsq_.release();
+    d_block_partials_.release();
     bf16_act_.release();
     bf16_weight_.release();
     bf16_grad_.release();
@@ -297,6 +298,13 @@ void CudaBackend::copy(float* dst, const float* src, size_t n) {
     if (n == 0 || dst == src) return;
     activate();
     done(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDefault, stream_), "copy");
+}
+
+void CudaBackend::copy_2d(float* dst, size_t dst_stride, const float* src, size_t src_stride,
+                          size_t rows, size_t cols, bool accumulate) {
+    activate();
+    done(launch_copy_2d(dst, dst_stride, src, src_stride, rows, cols, accumulate, stream_),
+         "copy_2d");
 }
 
 // ---------------------------------------------------------------- elementwise

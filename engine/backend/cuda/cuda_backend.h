@@ -1,8 +1,9 @@
 // CUDA backend (private header): fp32 ops on device memory, one CUDA stream and one cuBLAS handle
 // per backend. The op contract and its math live in backend/backend.h; the kernels in
-// cuda_dense.cu and cuda_attention.cu (launchers declared in cuda_kernels.h); the host side
-// (validation, cuBLAS calls, staging of host inputs) in cuda_backend.cpp, cuda_dense_ops.cpp and
-// cuda_attention_ops.cpp. docs/CUDA.md describes the design.
+// cuda_dense.cu, cuda_attention.cu and cuda_attention_block.cu (launchers declared in
+// cuda_kernels.h); the host side (validation, cuBLAS calls, staging of host inputs) in
+// cuda_backend.cpp, cuda_dense_ops.cpp, cuda_attention_ops.cpp and
+// cuda_attention_block_ops.cpp. docs/CUDA.md describes the design.
 //
 // Streams: every op enqueues its work on stream_ and returns without waiting, except the ops that
 // hand data to the host (copy_to_host, sum_squares) and the few that must read a device input on
@@ -99,6 +100,8 @@ public:
     void copy_to_host(float* host_dst, const float* src, size_t n) override;
     void zero(float* p, size_t n) override;
     void copy(float* dst, const float* src, size_t n) override;
+    void copy_2d(float* dst, size_t dst_stride, const float* src, size_t src_stride, size_t rows,
+                 size_t cols, bool accumulate) override;
     BatchInputs stage_batch(const BatchInputs& host) override;
     uint64_t input_readbacks() const override { return input_readbacks_; }
 
@@ -170,6 +173,17 @@ public:
                                   int Tq, int S, int C, int H,
                                   const AttentionOptions& opt) override;
     size_t attention_cached_scratch_floats(int S) const override;
+
+    // ---- attention across blocks of a row (context parallelism; cuda_attention_block_ops.cpp)
+    void attention_block_forward(float* out_b, float* lse_b, const float* q, const float* kv,
+                                 const AttnBlockRows& qrows, const AttnBlockRows& krows, int B,
+                                 int C, int H, const AttentionOptions& opt) override;
+    void attention_block_merge(float* out, float* lse, const float* out_b, const float* lse_b,
+                               int B, int Tq, int C, int H) override;
+    void attention_block_backward(float* dq, float* dkv, const float* dout, const float* q,
+                                  const float* kv, const float* out, const float* lse,
+                                  const AttnBlockRows& qrows, const AttnBlockRows& krows, int B,
+                                  int C, int H, const AttentionOptions& opt) override;
 
     cudaStream_t stream() const { return stream_; }  // for parallel/nccl_reducer.cpp
     int device() const { return device_; }           // for parallel/nccl_reducer.cpp
@@ -245,6 +259,7 @@ private:
     DeviceScratch<int32_t> d_tokens_, d_targets_, d_lens_, d_groups_, d_groups_pe_;
     DeviceScratch<float> d_weights_pe_, d_rotary_, d_partials_;
     DeviceScratch<double> d_sumsq_;
+    DeviceScratch<double> d_block_partials_;  // attention_block_backward's bias partial sums
     std::vector<int32_t> h_ints_, h_groups_, h_groups_pe_;
     std::vector<float> h_floats_, h_mask_, h_weights_pe_, h_rotary_;
     std::vector<double> h_sumsq_;

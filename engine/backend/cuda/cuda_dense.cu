@@ -32,6 +32,22 @@ __global__ void accumulate_kernel(float* y, const float* x, size_t n) {
         y[i] += x[i];
 }
 
+// dst[r * ds + c] (=, += when acc) src[r * ss + c], one thread per element of (rows, cols).
+__global__ void copy_2d_kernel(float* dst, size_t ds, const float* src, size_t ss, size_t rows,
+                               size_t cols, bool acc) {
+    const size_t n = rows * cols;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += size_t(gridDim.x) * blockDim.x) {
+        const size_t r = i / cols, c = i % cols;
+        const float x = src[r * ss + c];
+        if (acc) {
+            dst[r * ds + c] += x;
+        } else {
+            dst[r * ds + c] = x;
+        }
+    }
+}
+
 __global__ void scale_kernel(float* x, float v, size_t n) {
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += size_t(gridDim.x) * blockDim.x)
@@ -433,6 +449,14 @@ cudaError_t launch_add(float* out, const float* a, const float* b, size_t n, cud
 cudaError_t launch_accumulate(float* y, const float* x, size_t n, cudaStream_t s) {
     if (n == 0) return cudaSuccess;
     accumulate_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(y, x, n);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_copy_2d(float* dst, size_t dst_stride, const float* src, size_t src_stride,
+                           size_t rows, size_t cols, bool accumulate, cudaStream_t s) {
+    if (rows == 0 || cols == 0) return cudaSuccess;
+    copy_2d_kernel<<<grid_for(rows * cols, kThreads), kThreads, 0, s>>>(
+        dst, dst_stride, src, src_stride, rows, cols, accumulate);
     return cudaGetLastError();
 }
 

@@ -44,6 +44,9 @@ struct BiasArgs {
 // ---------------------------------------------------------------- elementwise, reductions
 cudaError_t launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t s);
 cudaError_t launch_accumulate(float* y, const float* x, size_t n, cudaStream_t s);
+// dst[r * dst_stride + c] = (+= when accumulate) src[r * src_stride + c], (rows, cols)
+cudaError_t launch_copy_2d(float* dst, size_t dst_stride, const float* src, size_t src_stride,
+                           size_t rows, size_t cols, bool accumulate, cudaStream_t s);
 cudaError_t launch_scale(float* x, float v, size_t n, cudaStream_t s);
 // Number of double partial sums launch_sum_squares writes for n floats (a function of n only, so
 // the reduction order and the result are the same on every run).
@@ -150,5 +153,30 @@ cudaError_t launch_attention_cached(float* out, const float* qkv, const float* k
                                     const float* vc, const float* kpos, const int32_t* lens, int B,
                                     int Tq, int S, int C, int H, int window, const BiasArgs& bias,
                                     cudaStream_t s);
+
+// ---------------------------------------------------------------- attention across blocks
+// Backend::attention_block_* (cuda_attention_block.cu). qrows, krows: the blocks' tokens with
+// index, positions and doc_start in device memory; bias.table (B, H, Tq, Tk) for a Table bias.
+// out_b (B, Tq, C), lse_b (B, H, Tq) (writes); q (B, Tq, 3C) (its q part), kv (B, Tk, 2C).
+cudaError_t launch_attention_block_forward(float* out_b, float* lse_b, const float* q,
+                                           const float* kv, const AttnBlockRows& qrows,
+                                           const AttnBlockRows& krows, int B, int C, int H,
+                                           int window, const BiasArgs& bias, cudaStream_t s);
+// (out, lse) (B, Tq, C), (B, H, Tq) <- their log-sum-exp merge with (out_b, lse_b).
+cudaError_t launch_attention_block_merge(float* out, float* lse, const float* out_b,
+                                         const float* lse_b, int B, int Tq, int C, int H,
+                                         cudaStream_t s);
+// Doubles of the bias-parameter partial sums of launch_attention_block_backward: one slot per
+// parameter (2, or nb for T5) per (b, h, tile of 32 queries).
+size_t attention_block_partials(int B, int Tq, int H, int kind, int nb);
+// dq (B, Tq, 3C; q part) +=, dkv (B, Tk, 2C) +=, dtable (B, H, Tq, Tk) += when non-null; with
+// partials (attention_block_partials doubles, any contents) also da, db += (either may be null);
+// partials null: no parameter gradients. out, lse: the merged forward results.
+cudaError_t launch_attention_block_backward(float* dq, float* dkv, double* partials, float* da,
+                                            float* db, float* dtable, const float* dout,
+                                            const float* q, const float* kv, const float* out,
+                                            const float* lse, const AttnBlockRows& qrows,
+                                            const AttnBlockRows& krows, int B, int C, int H,
+                                            int window, const BiasArgs& bias, cudaStream_t s);
 
 }  // namespace ctx::cuda

@@ -5,18 +5,21 @@ barriers, host/device staging) against the CPU backend. It is not a GPU validati
 memory-model races the round-robin scheduler does not expose, real cuBLAS and the nvcc build are
 not exercised (docs/CUDA.md).
 
-usage: engine/backend/cuda/emu/run_emulated_tests.py BUILD_DIR [--asan] [--model]
+usage: engine/backend/cuda/emu/run_emulated_tests.py BUILD_DIR [--asan] [--model] [--mpi=N]
            [--only=NAME[,NAME...]] [-- GTEST_ARGS]
 
 BUILD_DIR: a configured ctxengine build with CUDA in which the GPU op tests
 (test_ops_gpu_consistency, test_ops_gpu_flash, test_ops_gpu_bf16,
-test_ops_gpu_vocab_parallel; with --model also
+test_ops_gpu_vocab_parallel, test_ops_gpu_attention_block; with --model also
 test_gpu_model and test_gpu_resume) have been built,
 so its compile_commands.json, link lines, libraries and plugins can be reused. Objects go to
 BUILD_DIR/cuda_emu[_asan]/.
 --asan: AddressSanitizer (catches out-of-bounds accesses of the kernels; slower).
 --model: also the whole-model tests (tests/test_gpu_model.cpp, tests/test_gpu_resume.cpp).
 --only=NAMES: run only these test executables (e.g. --only=test_ops_gpu_flash).
+--mpi=N: run each under mpirun with N ranks, each emulating its own GPU (the multi-rank model
+tests, e.g. --model --mpi=2 --only=test_context_parallel_cuda_mpi; NCCL is not emulated, so the
+groups stage through host memory: CTX_GROUP_COLLECTIVES=host is set).
 """
 import json
 import os
@@ -50,9 +53,12 @@ def main():
     asan = "--asan" in args
     model = "--model" in args
     only = None
+    ranks = 0
     for a in args:
         if a.startswith("--only="):
             only = a[len("--only="):].split(",")
+        if a.startswith("--mpi="):
+            ranks = int(a[len("--mpi="):])
     rest = [a for a in args if not a.startswith("--")]
     if len(rest) != 1:
         sys.exit(__doc__)
@@ -110,10 +116,14 @@ def main():
              ("test_ops_gpu_flash", os.path.join(ROOT, "tests", "test_ops_gpu_flash.cpp")),
              ("test_ops_gpu_bf16", os.path.join(ROOT, "tests", "test_ops_gpu_bf16.cpp")),
              ("test_ops_gpu_vocab_parallel",
-              os.path.join(ROOT, "tests", "test_ops_gpu_vocab_parallel.cpp"))]
+              os.path.join(ROOT, "tests", "test_ops_gpu_vocab_parallel.cpp")),
+             ("test_ops_gpu_attention_block",
+              os.path.join(ROOT, "tests", "test_ops_gpu_attention_block.cpp"))]
     if model:
         tests.append(("test_gpu_model", os.path.join(ROOT, "tests", "test_gpu_model.cpp")))
         tests.append(("test_gpu_resume", os.path.join(ROOT, "tests", "test_gpu_resume.cpp")))
+        tests.append(("test_context_parallel_cuda_mpi",
+                      os.path.join(ROOT, "tests", "test_context_parallel_cuda_mpi.cpp")))
     if only is not None:
         tests = [t for t in tests if t[0] in only]
     for name, src in tests:
@@ -156,8 +166,13 @@ def main():
             print(r.stderr, file=sys.stderr)
             sys.exit(f"link failed: {name}")
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
-        print(f"== {name} (emulated CUDA)", flush=True)
-        status |= subprocess.run([exe] + gtest_args, env=env).returncode
+        launch = [exe]
+        if ranks > 0:
+            env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                       CTX_GROUP_COLLECTIVES="host")
+            launch = ["mpirun", "--oversubscribe", "-np", str(ranks), exe]
+        print(f"== {name} (emulated CUDA{f', {ranks} ranks' if ranks else ''})", flush=True)
+        status |= subprocess.run(launch + gtest_args, env=env).returncode
     sys.exit(status)
 
 
