@@ -67,6 +67,12 @@ public:
     void copy(float* dst, const float* src, size_t n) override {
         cpu_->copy(dev(dst, n), dev(src, n), n);
     }
+    void copy_2d(float* dst, size_t ds, const float* src, size_t ss, size_t rows, size_t cols,
+                 bool accumulate) override {
+        if (rows == 0 || cols == 0) return;
+        cpu_->copy_2d(dev(dst, (rows - 1) * ds + cols), ds, dev(src, (rows - 1) * ss + cols), ss,
+                      rows, cols, accumulate);
+    }
 
     // ---- elementwise
     void add(float* out, const float* a, const float* b, size_t n) override {
@@ -161,6 +167,23 @@ public:
         cpu_->attention_backward(dev(dqkv), dev(scratch), dev(dout), dev(qkv), dev(saved),
                                  dev(out), dev(positions), B, T, C, H, options(opt));
     }
+    void attention_block_forward(float* out_b, float* lse_b, const float* q, const float* kv,
+                                 const AttnBlockRows& qr, const AttnBlockRows& kr, int B, int C,
+                                 int H, const AttentionOptions& opt) override {
+        cpu_->attention_block_forward(dev(out_b), dev(lse_b), dev(q), dev(kv), rows(qr), rows(kr),
+                                      B, C, H, options(opt));
+    }
+    void attention_block_merge(float* out, float* lse, const float* out_b, const float* lse_b,
+                               int B, int Tq, int C, int H) override {
+        cpu_->attention_block_merge(dev(out), dev(lse), dev(out_b), dev(lse_b), B, Tq, C, H);
+    }
+    void attention_block_backward(float* dq, float* dkv, const float* dout, const float* q,
+                                  const float* kv, const float* out, const float* lse,
+                                  const AttnBlockRows& qr, const AttnBlockRows& kr, int B, int C,
+                                  int H, const AttentionOptions& opt) override {
+        cpu_->attention_block_backward(dev(dq), dev(dkv), dev(dout), dev(q), dev(kv), dev(out),
+                                       dev(lse), rows(qr), rows(kr), B, C, H, options(opt));
+    }
     size_t attention_scratch_floats(int B, int T, int C, int H, AttentionMode m) const override {
         return cpu_->attention_scratch_floats(B, T, C, H, m);
     }
@@ -253,6 +276,10 @@ private:
         r.bias.table = dev(o.bias.table);
         r.bias.dtable = dev(o.bias.dtable);
         return r;
+    }
+    // A block's metadata is device memory (the ring uploads it).
+    AttnBlockRows rows(const AttnBlockRows& r) const {
+        return AttnBlockRows{r.T, dev(r.index), dev(r.positions), dev(r.doc_start)};
     }
     RotarySpec host_spec(const RotarySpec& s) const {
         host(s.inv_freq);

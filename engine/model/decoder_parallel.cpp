@@ -72,6 +72,10 @@ LossSums Model::run_pass_cp(const Batch& b, bool train, float grad_scale) {
               "2 x cp = {} equal chunks", T, 2 * cp);
     check_batch(b);
     const int Tl = T / cp;
+    CTX_CHECK(!tp_.sequence_parallel() || (B * Tl) % tp_.size() == 0,
+              "sequence parallelism with context parallelism: this rank's {} x {} = {} tokens "
+              "are not divisible by tp = {} (each rank keeps an equal share of the rows)", B, Tl,
+              B * Tl, tp_.size());
     const std::vector<int32_t> mine = zigzag_indices(T, cp, cp_->rank());
     BatchBuffers& l = cp_local_;
     l.resize(B, Tl);
@@ -125,11 +129,6 @@ void Model::set_sequence_parallel(bool on) {
 void Model::set_context_parallel(Comm* cp) {
     if (cp && cp->size() <= 1) cp = nullptr;
     if (cp == cp_) return;
-    CTX_CHECK(!cp || !tp_.sequence_parallel(), "context parallelism with sequence parallelism is "
-              "not supported yet");
-    CTX_CHECK(!cp || backend_->kind() == DeviceKind::CPU, "context parallelism runs on the CPU "
-              "backend only so far (the {} backend has no attention across blocks yet)",
-              backend_->name());
     cp_ = cp;
     ring_ = cp ? std::make_unique<RingAttention>(*backend_, shard_.A, shard_.H, *cp) : nullptr;
     if (ring_ && bias_generic_) ring_->set_block_bias(block_bias());

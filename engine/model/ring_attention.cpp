@@ -1,7 +1,6 @@
 #include "model/ring_attention.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
 #include "core/error.h"
@@ -19,11 +18,18 @@ std::vector<int32_t> zigzag_indices(int T, int cp, int r) {
     return out;
 }
 
+RingAttention::RingAttention(Backend& backend, int C, int H, Comm& cp)
+    : be_(backend), C_(C), H_(H), cp_(cp) {
+    if (backend.kind() != DeviceKind::CPU) device_ = make_device_collectives(backend, cp);
+}
+
+void RingAttention::ensure(Arena& a, size_t n) {
+    if (a.size() < n) a = Arena(be_, n);
+}
+
 void RingAttention::begin(int B, int T, const float* positions, const int32_t* doc_start,
                           const float* local_positions, const RotarySpec& rotary,
                           const AttentionOptions& opt) {
-    CTX_CHECK(be_.kind() == DeviceKind::CPU, "context parallelism runs on the CPU backend only so "
-              "far (the {} backend has no attention across blocks yet)", be_.name());
     CTX_CHECK(opt.bias.kind != BiasKind::Table || block_bias_.fill, "internal: a Table bias "
               "across the ring needs set_block_bias");
     const int cp = cp_.size();
@@ -45,55 +51,105 @@ void RingAttention::begin(int B, int T, const float* positions, const int32_t* d
                 if (doc_start) m.doc_start.push_back(doc_start[static_cast<size_t>(b) * T + t]);
             }
     }
+    if (!host_memory()) upload_meta();
     local_positions_ = local_positions;
     rotary_ = OwnedRotarySpec(rotary);
     opt_ = opt;
     opt_.doc_start = nullptr;  // the blocks carry the documents (AttnBlockRows::doc_start)
-    const size_t kv = static_cast<size_t>(B) * Tl_ * 2 * C_;
-    kv_.resize(kv);
-    kv_next_.resize(kv);
-    dkv_.resize(kv);
-    dkv_next_.resize(kv);
-    out_b_.resize(static_cast<size_t>(B) * Tl_ * C_);
-    lse_b_.resize(static_cast<size_t>(B) * H_ * Tl_);
-    const bool table = opt.bias.kind == BiasKind::Table;  // one per key block, for every layer
+    kv_floats_ = static_cast<size_t>(B) * Tl_ * 2 * C_;
+    for (Arena* a : {&kv_, &kv_next_, &dkv_, &dkv_next_}) ensure(*a, kv_floats_);
+    ensure(out_b_, static_cast<size_t>(B) * Tl_ * C_);
+    ensure(lse_b_, static_cast<size_t>(B) * H_ * Tl_);
+    if (!host_memory() && !device_) {
+        send_stage_.resize(kv_floats_);
+        recv_stage_.resize(kv_floats_);
+    }
+    // A generic bias: this rank's queries against every rank's keys, one table per key block.
+    const bool table = opt_.bias.kind == BiasKind::Table;
     tables_.resize(table ? cp : 0);
     dtables_.resize(table ? cp : 0);
+    tables_dev_.resize(table && !host_memory() ? cp : 0);
+    dtables_dev_.resize(table && !host_memory() ? cp : 0);
     const size_t n = static_cast<size_t>(B) * H_ * Tl_ * Tl_;
     for (size_t src = 0; src < tables_.size(); ++src) {
         tables_[src].assign(n, 0.0f);
         dtables_[src].assign(n, 0.0f);
         block_bias_.fill(tables_[src].data(), meta_[cp_.rank()].rows(Tl_),
                          meta_[src].rows(Tl_), B);
+        if (host_memory()) continue;
+        ensure(tables_dev_[src], n);
+        ensure(dtables_dev_[src], n);
+        be_.copy_to_device(tables_dev_[src].data(), tables_[src].data(), n);
+        be_.zero(dtables_dev_[src].data(), n);
     }
+}
+
+// Device copy of every rank's metadata: the int32 arrays travel as their bytes (4 per float).
+void RingAttention::upload_meta() {
+    static_assert(sizeof(int32_t) == sizeof(float));
+    const int cp = cp_.size();
+    const size_t n = static_cast<size_t>(B_) * Tl_;
+    ensure(meta_dev_, static_cast<size_t>(cp) * 3 * n);
+    for (int r = 0; r < cp; ++r) {
+        float* at = meta_dev_.data() + static_cast<size_t>(r) * 3 * n;
+        be_.copy_to_device(at, reinterpret_cast<const float*>(meta_[r].index.data()), n);
+        be_.copy_to_device(at + n, meta_[r].positions.data(), n);
+        if (!meta_[r].doc_start.empty())
+            be_.copy_to_device(at + 2 * n,
+                               reinterpret_cast<const float*>(meta_[r].doc_start.data()), n);
+    }
+}
+
+AttnBlockRows RingAttention::block_rows(int r) const {
+    if (host_memory()) return meta_[r].rows(Tl_);
+    const size_t n = static_cast<size_t>(B_) * Tl_;
+    const float* at = meta_dev_.data() + static_cast<size_t>(r) * 3 * n;
+    return AttnBlockRows{Tl_, reinterpret_cast<const int32_t*>(at), at + n,
+                         meta_[r].doc_start.empty() ? nullptr
+                                                    : reinterpret_cast<const int32_t*>(at + 2 * n)};
 }
 
 AttentionOptions RingAttention::options_for(int src, bool with_grad) {
     AttentionOptions o = opt_;
     if (o.bias.kind == BiasKind::Table) {
-        o.bias.table = tables_[src].data();
-        o.bias.dtable = with_grad ? dtables_[src].data() : nullptr;
+        const bool host = host_memory();
+        o.bias.table = host ? tables_[src].data() : tables_dev_[src].data();
+        o.bias.dtable = !with_grad ? nullptr
+                        : host     ? dtables_[src].data()
+                                   : dtables_dev_[src].data();
     }
     return o;
 }
 
 void RingAttention::finish_backward() {
-    for (size_t src = 0; src < dtables_.size(); ++src)
+    for (size_t src = 0; src < dtables_.size(); ++src) {
+        if (!host_memory())
+            be_.copy_to_host(dtables_[src].data(), dtables_dev_[src].data(),
+                             dtables_[src].size());
         block_bias_.grad(dtables_[src].data(), meta_[cp_.rank()].rows(Tl_), meta_[src].rows(Tl_),
                          B_);
+    }
 }
 
-void RingAttention::take_kv(const float* qkv, float* kv) const {
+void RingAttention::take_kv(const float* qkv, float* kv) {
     const size_t rows = static_cast<size_t>(B_) * Tl_, C = C_;
-    for (size_t n = 0; n < rows; ++n)
-        std::memcpy(kv + n * 2 * C, qkv + n * 3 * C + C, 2 * C * sizeof(float));
+    be_.copy_2d(kv, 2 * C, qkv + C, 3 * C, rows, 2 * C);
 }
 
-void RingAttention::pass(std::vector<float>& cur, std::vector<float>& next) {
+void RingAttention::pass(Arena& cur, Arena& next) {
     const int cp = cp_.size(), r = cp_.rank();
-    cp_.sendrecv(cur.data(), next.data(), cur.size() * sizeof(float), (r + 1) % cp,
-                 (r - 1 + cp) % cp);
-    cur.swap(next);
+    const size_t bytes = kv_floats_ * sizeof(float);
+    if (host_memory()) {
+        cp_.sendrecv(cur.data(), next.data(), bytes, (r + 1) % cp, (r - 1 + cp) % cp);
+    } else if (device_) {
+        device_->sendrecv(cur.data(), next.data(), kv_floats_, (r + 1) % cp, (r - 1 + cp) % cp);
+    } else {
+        be_.copy_to_host(send_stage_.data(), cur.data(), kv_floats_);
+        cp_.sendrecv(send_stage_.data(), recv_stage_.data(), bytes, (r + 1) % cp,
+                     (r - 1 + cp) % cp);
+        be_.copy_to_device(next.data(), recv_stage_.data(), kv_floats_);
+    }
+    std::swap(cur, next);
 }
 
 void RingAttention::forward(int, float* qkv, float* out, float* saved) {
@@ -101,16 +157,16 @@ void RingAttention::forward(int, float* qkv, float* out, float* saved) {
     if (rotary_.enabled())
         be_.rotary_forward(qkv, local_positions_, B_, Tl_, C_, H_, rotary_.spec());
     float* lse = saved;  // (B, H, Tl)
-    std::fill(out, out + static_cast<size_t>(B_) * Tl_ * C_, 0.0f);
-    std::fill(lse, lse + static_cast<size_t>(B_) * H_ * Tl_,
-              -std::numeric_limits<float>::infinity());
     take_kv(qkv, kv_.data());
     for (int s = 0; s < cp; ++s) {  // at step s this rank holds rank r - s's block
         const int src = (r - s + cp) % cp;
-        be_.attention_block_forward(out_b_.data(), lse_b_.data(), qkv, kv_.data(),
-                                    meta_[r].rows(Tl_), meta_[src].rows(Tl_), B_, C_, H_,
+        // The first block writes out and lse (what merging it into 0 and -inf gives exactly);
+        // the others merge.
+        be_.attention_block_forward(s == 0 ? out : out_b_.data(), s == 0 ? lse : lse_b_.data(),
+                                    qkv, kv_.data(), block_rows(r), block_rows(src), B_, C_, H_,
                                     options_for(src, false));
-        be_.attention_block_merge(out, lse, out_b_.data(), lse_b_.data(), B_, Tl_, C_, H_);
+        if (s > 0)
+            be_.attention_block_merge(out, lse, out_b_.data(), lse_b_.data(), B_, Tl_, C_, H_);
         if (s + 1 < cp) pass(kv_, kv_next_);
     }
 }
@@ -119,19 +175,18 @@ void RingAttention::backward(int, float* dqkv, const float* dout, const float* q
                              const float* saved, const float* out) {
     const int cp = cp_.size(), r = cp_.rank();
     take_kv(qkv, kv_.data());  // q, k as forward left them (rotated)
-    std::fill(dkv_.begin(), dkv_.end(), 0.0f);
+    be_.zero(dkv_.data(), kv_floats_);
     for (int s = 0; s < cp; ++s) {
         const int src = (r - s + cp) % cp;
         be_.attention_block_backward(dqkv, dkv_.data(), dout, qkv, kv_.data(), out, saved,
-                                     meta_[r].rows(Tl_), meta_[src].rows(Tl_), B_, C_, H_,
+                                     block_rows(r), block_rows(src), B_, C_, H_,
                                      options_for(src, true));
         // the block and its gradient move on; after cp moves the gradient is home
         if (s + 1 < cp) pass(kv_, kv_next_);
         pass(dkv_, dkv_next_);
     }
     const size_t rows = static_cast<size_t>(B_) * Tl_, C = C_;
-    for (size_t n = 0; n < rows; ++n)  // dk, dv into dqkv's k and v columns
-        for (size_t c = 0; c < 2 * C; ++c) dqkv[n * 3 * C + C + c] += dkv_[n * 2 * C + c];
+    be_.copy_2d(dqkv + C, 3 * C, dkv_.data(), 2 * C, rows, 2 * C, /*accumulate=*/true);
     if (rotary_.enabled())
         be_.rotary_backward(dqkv, local_positions_, B_, Tl_, C_, H_, rotary_.spec());
 }

@@ -10,15 +10,21 @@
 //             which every rank adds to; after cp steps each block is home with its whole dk, dv.
 // Every rank of the group has the whole batch on the host, so the positions and indices of any
 // rank's block are known locally and only [k | v] (and its gradient) travel.
+// Memory: the blocks, their metadata and bias tables live in backend memory (device memory on a
+// GPU); on a device backend the ring's step runs on the device (NCCL send/recv) where the build
+// has it, else it is staged through host memory over the group's Comm.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/arena.h"
 #include "model/attention_step.h"
 #include "parallel/comm.h"
+#include "parallel/device_collectives.h"
 
 namespace ctx {
 
@@ -38,7 +44,8 @@ struct BlockBias {
 class RingAttention final : public AttentionStep {
 public:
     // C, H: this rank's attention width and heads (tensor parallelism may split them).
-    RingAttention(Backend& backend, int C, int H, Comm& cp) : be_(backend), C_(C), H_(H), cp_(cp) {}
+    // Collective over cp on a device backend (its device collectives are built).
+    RingAttention(Backend& backend, int C, int H, Comm& cp);
     // A pass over B rows of T tokens (the whole row): positions and doc_start (B, T) host
     // memory of the whole batch (doc_start may be null); local_positions (B, T / cp) this rank's
     // tokens' positions in backend memory (rotary reads them).
@@ -56,7 +63,7 @@ public:
                   const float* saved, const float* out) override;
 
 private:
-    struct BlockMeta {  // one rank's tokens: (B, Tl) each
+    struct BlockMeta {  // one rank's tokens: (B, Tl) each, host memory
         std::vector<int32_t> index, doc_start;
         std::vector<float> positions;
         AttnBlockRows rows(int Tl) const {
@@ -64,21 +71,33 @@ private:
                                  doc_start.empty() ? nullptr : doc_start.data()};
         }
     };
-    void take_kv(const float* qkv, float* kv) const;  // kv (B, Tl, 2C) = [k | v] of qkv
-    void pass(std::vector<float>& cur, std::vector<float>& next);  // one ring step
+    bool host_memory() const { return be_.kind() == DeviceKind::CPU; }
+    // Rank r's block for the backend's ops: the host metadata on the CPU, its device copy else.
+    AttnBlockRows block_rows(int r) const;
+    void upload_meta();
+    void take_kv(const float* qkv, float* kv);  // kv (B, Tl, 2C) = [k | v] of qkv
+    void pass(Arena& cur, Arena& next);         // one ring step of kv_floats_
+    void ensure(Arena& a, size_t n);            // at least n floats (grows only)
 
     Backend& be_;
     int C_, H_;
     Comm& cp_;
     int B_ = 0, Tl_ = 0;
+    size_t kv_floats_ = 0;
     std::vector<BlockMeta> meta_;  // per cp rank
+    Arena meta_dev_;               // per cp rank: index | positions | doc_start, (B, Tl) each
     const float* local_positions_ = nullptr;
     OwnedRotarySpec rotary_;
     AttentionOptions opt_;
     BlockBias block_bias_;
-    std::vector<std::vector<float>> tables_, dtables_;  // per key block (generic bias)
+    // Generic bias, per key block: tables filled on the host, used from backend memory; their
+    // gradients gathered in backend memory and handed to the PE on the host.
+    std::vector<std::vector<float>> tables_, dtables_;
+    std::vector<Arena> tables_dev_, dtables_dev_;
     AttentionOptions options_for(int src, bool with_grad);
-    std::vector<float> kv_, kv_next_, dkv_, dkv_next_, out_b_, lse_b_;
+    Arena kv_, kv_next_, dkv_, dkv_next_, out_b_, lse_b_;
+    std::vector<float> send_stage_, recv_stage_;  // device backends: the ring's host staging
+    std::unique_ptr<DeviceCollectives> device_;   // the ring on the device (NCCL), else null
 };
 
 }  // namespace ctx

@@ -88,8 +88,22 @@ void copy_shard(float* whole, float* part, const std::vector<int64_t>& shape,
     }
 }
 
+TensorGroup::TensorGroup(Comm* comm, Backend& backend) : comm_(comm), backend_(&backend) {
+    if (active() && backend.kind() != DeviceKind::CPU)
+        device_ = make_device_collectives(backend, *comm);
+}
+
+std::string TensorGroup::collectives_name() const {
+    if (device_) return device_->name();
+    return backend_ && backend_->kind() != DeviceKind::CPU ? "mpi (host staging)" : "mpi (host)";
+}
+
 void TensorGroup::allreduce_sum(float* x, size_t n) {
     if (!active() || n == 0) return;
+    if (device_) {
+        device_->allreduce_sum(x, n);
+        return;
+    }
     if (backend_->kind() == DeviceKind::CPU) {
         comm_->allreduce_sum(x, n);
         return;
@@ -102,6 +116,10 @@ void TensorGroup::allreduce_sum(float* x, size_t n) {
 
 void TensorGroup::gather_rows(float* full, size_t n) {
     if (!sequence_parallel_) return;
+    if (device_) {  // in place: this rank's rows are already at block rank
+        device_->allgather(full + static_cast<size_t>(rank()) * n, n, full);
+        return;
+    }
     // MPI's allgather may not read from its own output: this rank's rows go through a copy
     stage_out_.resize(n);
     backend_->copy_to_host(stage_out_.data(), full + static_cast<size_t>(rank()) * n, n);
@@ -126,6 +144,10 @@ void TensorGroup::sum_rows(float* partial, size_t n) {
         return;
     }
     const size_t all = n * static_cast<size_t>(size());
+    if (device_) {
+        device_->reduce_scatter_sum(partial, n);
+        return;
+    }
     if (backend_->kind() == DeviceKind::CPU) {
         comm_->reduce_scatter_sum(partial, n);
         return;
@@ -140,6 +162,10 @@ void TensorGroup::allgather(const float* x, size_t n, float* out) {
     if (n == 0) return;
     if (!active()) {
         backend_->copy(out, x, n);
+        return;
+    }
+    if (device_) {
+        device_->allgather(x, n, out);
         return;
     }
     if (backend_->kind() == DeviceKind::CPU) {

@@ -15,12 +15,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "model/config.h"
 #include "parallel/comm.h"
+#include "parallel/device_collectives.h"
 
 namespace ctx {
 
@@ -67,12 +69,13 @@ void copy_shard(float* whole, float* part, const std::vector<int64_t>& whole_sha
                 const ShardSpec& spec, int rank, int size, bool to_part);
 
 // The tensor-parallel group of a model: a communicator (null or of one rank: no tensor
-// parallelism) and the backend whose memory the collectives run on. Device backends stage
-// through host memory (NCCL per group is later work, docs/PARALLEL.md).
+// parallelism) and the backend whose memory the collectives run on. On a device backend they
+// run on the device (NCCL, parallel/device_collectives.h) where the build has it, else they are
+// staged through host memory over the Comm. Constructing an active group is collective.
 class TensorGroup {
 public:
     TensorGroup() = default;
-    TensorGroup(Comm* comm, Backend& backend) : comm_(comm), backend_(&backend) {}
+    TensorGroup(Comm* comm, Backend& backend);
     Comm* comm() const { return comm_; }
     int rank() const { return comm_ ? comm_->rank() : 0; }
     int size() const { return comm_ ? comm_->size() : 1; }
@@ -117,9 +120,13 @@ public:
         bool was_;
     };
 
+    // The collectives in use: "mpi (host)", "mpi (host staging)" or the device library's.
+    std::string collectives_name() const;
+
 private:
     Comm* comm_ = nullptr;
     Backend* backend_ = nullptr;
+    std::shared_ptr<DeviceCollectives> device_;  // null: the host path
     bool sequence_parallel_ = false;
     std::vector<float> stage_, stage_out_;
 };

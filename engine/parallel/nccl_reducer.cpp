@@ -1,4 +1,5 @@
-// The NCCL gradient reducer for the CUDA backend (parallel/grad_reducer.h; docs/PARALLEL.md).
+// The NCCL gradient reducer for the CUDA backend (parallel/grad_reducer.h; docs/PARALLEL.md),
+// and the NCCL collectives of the tensor and context groups (parallel/device_collectives.h).
 //
 // Setup (collective): every rank reports its host and GPU (PCI bus id) over the MPI comm, so two
 // ranks on one GPU (which NCCL >= 2.5 refuses: "Duplicate GPU detected") or a rank whose CUDA
@@ -21,6 +22,7 @@
 // Built without NCCL (CMake found no nccl.h / libnccl, or no CUDA; CTX_HAVE_NCCL is a compile
 // definition of this file only), the factory says so.
 #include "backend/backend.h"
+#include "parallel/device_collectives.h"
 #include "parallel/grad_reducer.h"
 
 #ifdef CTX_HAVE_NCCL
@@ -55,6 +57,9 @@ std::unique_ptr<GradReducer> make_nccl_grad_reducer(Backend& /*cuda_backend*/, C
 }
 
 bool nccl_available() { return false; }
+
+// Without NCCL the groups stage through host memory.
+std::unique_ptr<DeviceCollectives> make_device_collectives(Backend&, Comm&) { return nullptr; }
 
 #else
 
@@ -112,6 +117,69 @@ struct Staging {
         bytes = 0;
     }
 };
+
+// "hostname/boot id": containers and pods often share a hostname across nodes, and GPUs sit
+// at the same PCI address on every node of one model, so the hostname alone could call two
+// nodes' GPUs the same device (NCCL identifies a node by its boot id too).
+void node_identity(char* out, size_t size) {
+    char name[64] = {};
+    gethostname(name, sizeof name - 1);
+    char boot[40] = {};
+    if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+        if (!std::fgets(boot, sizeof boot, f)) boot[0] = '\0';
+        std::fclose(f);
+    }
+    boot[std::strcspn(boot, "\n")] = '\0';
+    std::snprintf(out, size, "%s/%s", name, boot);
+}
+
+// After each rank's local CUDA setup (its outcome in `mine`): every rank learns every rank's
+// outcome and GPU (refusing two ranks on one GPU), rank 0 makes the id, and the communicator is
+// built on the current device. Collective over comm; `who` names the caller in errors.
+ncclComm_t init_nccl_over(Comm& comm, int device, const RankInfo& mine, const char* who) {
+    const int world = comm.size(), rank = comm.rank();
+    // 1. Every rank's setup outcome and GPU.
+    std::vector<RankInfo> all(static_cast<size_t>(world));
+    comm.allgather(&mine, sizeof mine, all.data());
+    for (int r = 0; r < world; r++)
+        CTX_CHECK(all[r].ok, "{}: rank {} (host {}) could not set up: {}", who, r, all[r].host,
+                  all[r].error);
+    for (int a = 0; a < world; a++)
+        for (int b = a + 1; b < world; b++)
+            CTX_CHECK(std::strcmp(all[a].host, all[b].host) != 0 ||
+                          std::strcmp(all[a].bus, all[b].bus) != 0,
+                      "{}: ranks {} and {} both use the GPU at PCI {} on host {}; NCCL needs one "
+                      "GPU per rank (it refuses duplicate GPUs): start at most as many ranks per "
+                      "node as there are GPUs, each on device local_rank % device_count",
+                      who, a, b, all[a].bus, all[a].host);
+
+    // 2. The unique id from rank 0 (with its error, so no rank waits for a failed one).
+    IdMessage msg;
+    if (rank == 0) {
+        const ncclResult_t r = ncclGetUniqueId(&msg.id);
+        msg.ok = r == ncclSuccess;
+        if (!msg.ok) put(msg.error, fmt::format("ncclGetUniqueId: {}", ncclGetErrorString(r)));
+    }
+    comm.broadcast(&msg, sizeof msg, 0);
+    CTX_CHECK(msg.ok, "{}: rank 0 could not make the NCCL id: {}", who, msg.error);
+
+    // 3. The communicator (collective); every rank learns whether all succeeded.
+    // A rank whose init failed throws at once (the executable then aborts every rank):
+    // joining an MPI collective instead could wait forever for ranks still blocked inside
+    // the collective NCCL init.
+    ncclComm_t nccl = nullptr;
+    const ncclResult_t r = ncclCommInitRank(&nccl, world, msg.id, rank);
+    if (r != ncclSuccess) {
+        const char* last = ncclGetLastError(nullptr);
+        fail("{}: ncclCommInitRank ({} ranks, rank {}, cuda:{}) failed: {}{}{}", who, world, rank,
+             device, ncclGetErrorString(r), last && last[0] ? ": " : "", last ? last : "");
+    }
+    double failed[1] = {0.0};
+    comm.allreduce_sum(failed, 1);
+    CTX_CHECK(failed[0] == 0.0, "{}: ncclCommInitRank failed on {} other rank(s)", who,
+              static_cast<int>(failed[0]));
+    return nccl;
+}
 
 class NcclReducer final : public GradReducer {
 public:
@@ -193,21 +261,6 @@ private:
             check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     }
 
-    // "hostname/boot id": containers and pods often share a hostname across nodes, and GPUs sit
-    // at the same PCI address on every node of one model, so the hostname alone could call two
-    // nodes' GPUs the same device (NCCL identifies a node by its boot id too).
-    static void node_identity(char* out, size_t size) {
-        char name[64] = {};
-        gethostname(name, sizeof name - 1);
-        char boot[40] = {};
-        if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
-            if (!std::fgets(boot, sizeof boot, f)) boot[0] = '\0';
-            std::fclose(f);
-        }
-        boot[std::strcspn(boot, "\n")] = '\0';
-        std::snprintf(out, size, "%s/%s", name, boot);
-    }
-
     void setup(Comm& comm) {
         const char* s = std::getenv("CTX_CUDA_SYNC");
         sync_each_step_ = s != nullptr && s[0] != '\0' && std::strcmp(s, "0") != 0;
@@ -233,50 +286,7 @@ private:
         } catch (const Error& e) {
             put(mine.error, fmt::format("cuda:{}: {}", device_, e.what()));
         }
-        std::vector<RankInfo> all(static_cast<size_t>(world_));
-        comm.allgather(&mine, sizeof mine, all.data());
-        for (int r = 0; r < world_; r++)
-            CTX_CHECK(all[r].ok, "nccl gradient reducer: rank {} (host {}) could not set up: {}",
-                      r, all[r].host, all[r].error);
-        for (int a = 0; a < world_; a++)
-            for (int b = a + 1; b < world_; b++)
-                CTX_CHECK(std::strcmp(all[a].host, all[b].host) != 0 ||
-                              std::strcmp(all[a].bus, all[b].bus) != 0,
-                          "nccl gradient reducer: ranks {} and {} both use the GPU at PCI {} on "
-                          "host {}; NCCL needs one GPU per rank (it refuses duplicate GPUs): "
-                          "start at most as many ranks per node as there are GPUs, each on "
-                          "device local_rank % device_count",
-                          a, b, all[a].bus, all[a].host);
-
-        // 2. The unique id from rank 0 (with its error, so no rank waits for a failed one).
-        IdMessage msg;
-        if (rank_ == 0) {
-            const ncclResult_t r = ncclGetUniqueId(&msg.id);
-            msg.ok = r == ncclSuccess;
-            if (!msg.ok)
-                put(msg.error, fmt::format("ncclGetUniqueId: {}", ncclGetErrorString(r)));
-        }
-        comm.broadcast(&msg, sizeof msg, 0);
-        CTX_CHECK(msg.ok, "nccl gradient reducer: rank 0 could not make the NCCL id: {}",
-                  msg.error);
-
-        // 3. The communicator (collective); every rank learns whether all succeeded.
-        // A rank whose init failed throws at once (the executable then aborts every rank):
-        // joining an MPI collective instead could wait forever for ranks still blocked inside
-        // the collective NCCL init.
-        const ncclResult_t r = ncclCommInitRank(&nccl_, world_, msg.id, rank_);
-        if (r != ncclSuccess) {
-            const char* last = ncclGetLastError(nullptr);
-            nccl_ = nullptr;
-            fail("nccl gradient reducer: ncclCommInitRank ({} ranks, rank {}, cuda:{}) failed: "
-                 "{}{}{}", world_, rank_, device_, ncclGetErrorString(r),
-                 last && last[0] ? ": " : "", last ? last : "");
-        }
-        double failed[1] = {0.0};
-        comm.allreduce_sum(failed, 1);
-        CTX_CHECK(failed[0] == 0.0,
-                  "nccl gradient reducer: ncclCommInitRank failed on {} other rank(s)",
-                  static_cast<int>(failed[0]));
+        nccl_ = init_nccl_over(comm, device_, mine, "nccl gradient reducer");
     }
 
     // The comm stream waits for everything enqueued on the backend's stream so far.
@@ -404,6 +414,81 @@ private:
     bool sync_each_step_ = false;
 };
 
+// CTX_GROUP_COLLECTIVES=host: the tensor and context groups stage through host memory over
+// MPI even where NCCL could run them (several ranks sharing one GPU, which NCCL refuses).
+bool group_collectives_on_host() {
+    const char* v = std::getenv("CTX_GROUP_COLLECTIVES");
+    if (v == nullptr || v[0] == '\0') return false;
+    CTX_CHECK(std::strcmp(v, "host") == 0 || std::strcmp(v, "device") == 0,
+              "CTX_GROUP_COLLECTIVES='{}' (expected host or device)", v);
+    return std::strcmp(v, "host") == 0;
+}
+
+// The tensor and context groups' collectives (parallel/device_collectives.h) on the backend's
+// own stream: the layers' ops wait for them and they for the layers', with no event between.
+class NcclCollectives final : public DeviceCollectives {
+public:
+    NcclCollectives(cuda::CudaBackend& be, Comm& comm)
+        : device_(be.device()), rank_(comm.rank()), world_(comm.size()), stream_(be.stream()) {
+        RankInfo mine;
+        node_identity(mine.host, sizeof mine.host);
+        try {
+            check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+            check_cuda(cudaDeviceGetPCIBusId(mine.bus, sizeof mine.bus, device_),
+                       "cudaDeviceGetPCIBusId");
+            mine.ok = 1;
+        } catch (const Error& e) {
+            put(mine.error, fmt::format("cuda:{}: {}", device_, e.what()));
+        }
+        nccl_ = init_nccl_over(comm, device_, mine, "nccl group collectives");
+    }
+    ~NcclCollectives() override {
+        if (nccl_ == nullptr) return;
+        cudaSetDevice(device_);
+        if (std::uncaught_exceptions() > 0) {
+            ncclCommAbort(nccl_);
+        } else {
+            cudaStreamSynchronize(stream_);
+            ncclCommDestroy(nccl_);
+        }
+    }
+    std::string name() const override {
+        return fmt::format("nccl ({} ranks, cuda:{})", world_, device_);
+    }
+    void allreduce_sum(float* x, size_t n) override {
+        if (n == 0) return;
+        check_nccl(ncclAllReduce(x, x, n, ncclFloat, ncclSum, nccl_, stream_), "ncclAllReduce",
+                   nccl_);
+    }
+    void allgather(const float* x, size_t n, float* out) override {
+        if (n == 0) return;
+        check_nccl(ncclAllGather(x, out, n, ncclFloat, nccl_, stream_), "ncclAllGather", nccl_);
+    }
+    void reduce_scatter_sum(float* data, size_t n) override {
+        if (n == 0) return;
+        // NCCL's in-place form leaves this rank's sum at block rank; it belongs at block 0.
+        float* mine = data + size_t(rank_) * n;
+        check_nccl(ncclReduceScatter(data, mine, n, ncclFloat, ncclSum, nccl_, stream_),
+                   "ncclReduceScatter", nccl_);
+        if (rank_ > 0)
+            check_cuda(cudaMemcpyAsync(data, mine, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       stream_),
+                       "cudaMemcpyAsync (reduce-scatter)");
+    }
+    void sendrecv(const float* send, float* recv, size_t n, int dest, int src) override {
+        if (n == 0) return;
+        check_nccl(ncclGroupStart(), "ncclGroupStart", nccl_);
+        check_nccl(ncclSend(send, n, ncclFloat, dest, nccl_, stream_), "ncclSend", nccl_);
+        check_nccl(ncclRecv(recv, n, ncclFloat, src, nccl_, stream_), "ncclRecv", nccl_);
+        check_nccl(ncclGroupEnd(), "ncclGroupEnd", nccl_);
+    }
+
+private:
+    int device_, rank_, world_;
+    cudaStream_t stream_;  // the backend's (not owned)
+    ncclComm_t nccl_ = nullptr;
+};
+
 }  // namespace
 
 std::unique_ptr<GradReducer> make_nccl_grad_reducer(Backend& cuda_backend, Comm& comm,
@@ -418,6 +503,12 @@ std::unique_ptr<GradReducer> make_nccl_grad_reducer(Backend& cuda_backend, Comm&
 }
 
 bool nccl_available() { return true; }
+
+std::unique_ptr<DeviceCollectives> make_device_collectives(Backend& backend, Comm& comm) {
+    auto* be = dynamic_cast<cuda::CudaBackend*>(&backend);
+    if (be == nullptr || comm.size() <= 1 || group_collectives_on_host()) return nullptr;
+    return std::make_unique<NcclCollectives>(*be, comm);
+}
 
 #endif  // CTX_HAVE_NCCL
 
