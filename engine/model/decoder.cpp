@@ -466,8 +466,11 @@ void Model::set_attention_window(int window) {
 }
 
 std::vector<float> Model::logits(const Batch& b) const {
-    const int cp = cp_ ? cp_->size() : 1, T = b.T / cp;  // this rank's tokens of each row
-    CTX_CHECK(acts_ && b.B <= reserved_B_ && T <= reserved_T_ && b.T % cp == 0,
+    const int cp = cp_ ? cp_->size() : 1;
+    // context parallelism on rows padded to 2 cp chunks (run_pass_cp_padded): the padded rows
+    const int Tw = cp > 1 && cp_padded_T_ > b.T ? cp_padded_T_ : b.T;
+    const int T = Tw / cp;  // this rank's tokens of each row
+    CTX_CHECK(acts_ && b.B <= reserved_B_ && T <= reserved_T_ && Tw % cp == 0,
               "logits: no forward pass of a {} x {} batch to read", b.B, b.T);
     const size_t N = static_cast<size_t>(b.B) * T, V = config_.vocab_size;
     std::vector<float> out(N * V);
@@ -477,15 +480,16 @@ std::vector<float> Model::logits(const Batch& b) const {
         gather_vocab_columns(acts_->logits, N, out.data());
     if (cp == 1) return out;
     // context parallelism: every rank's tokens of each row into place
-    std::vector<float> all(out.size() * cp), whole(out.size() * cp);
+    std::vector<float> all(out.size() * cp), whole(static_cast<size_t>(b.B) * b.T * V);
     cp_->allgather(out.data(), out.size() * sizeof(float), all.data());
     for (int q = 0; q < cp; ++q) {
-        const std::vector<int32_t> idx = zigzag_indices(b.T, cp, q);
+        const std::vector<int32_t> idx = zigzag_indices(Tw, cp, q);
         for (int r = 0; r < b.B; ++r)
             for (int i = 0; i < T; ++i)
-                std::memcpy(whole.data() + (static_cast<size_t>(r) * b.T + idx[i]) * V,
-                            all.data() + (q * N + static_cast<size_t>(r) * T + i) * V,
-                            V * sizeof(float));
+                if (idx[i] < b.T)  // the padding is dropped
+                    std::memcpy(whole.data() + (static_cast<size_t>(r) * b.T + idx[i]) * V,
+                                all.data() + (q * N + static_cast<size_t>(r) * T + i) * V,
+                                V * sizeof(float));
     }
     return whole;
 }

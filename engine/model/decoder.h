@@ -185,6 +185,7 @@ private:
     void check_batch(const Batch& b) const;
     LossSums run_pass(const Batch& b, bool train, float grad_scale);
     LossSums run_pass_cp(const Batch& b, bool train, float grad_scale);
+    LossSums run_pass_cp_padded(const Batch& b, bool train, float grad_scale);
     AttentionStep& attention_step();
     BlockBias block_bias();
     void forward_impl(const Batch& b);
@@ -224,7 +225,8 @@ private:
     // whole batch of the pass (host; every rank of the group has it).
     Comm* cp_ = nullptr;
     std::unique_ptr<RingAttention> ring_;
-    BatchBuffers cp_local_;
+    BatchBuffers cp_local_, cp_padded_;  // this rank's tokens; rows padded to 2 cp chunks
+    int cp_padded_T_ = 0;  // the padded length of the last pass's rows (0: not padded)
     std::vector<float> cp_losses_, cp_losses_all_;  // this rank's losses, every rank's
     const Batch* cp_whole_ = nullptr;
     // Generic bias (CTX_BIAS_GENERIC): the causal pairs of the batch (sized by reserve()) and

@@ -68,8 +68,8 @@ BlockBias Model::block_bias() {
 // whole rows' losses gathered from the group.
 LossSums Model::run_pass_cp(const Batch& b, bool train, float grad_scale) {
     const int cp = cp_->size(), B = b.B, T = b.T;
-    CTX_CHECK(T % (2 * cp) == 0, "context parallelism: rows of {} tokens do not split into "
-              "2 x cp = {} equal chunks", T, 2 * cp);
+    cp_padded_T_ = 0;
+    if (T % (2 * cp) != 0) return run_pass_cp_padded(b, train, grad_scale);
     check_batch(b);
     const int Tl = T / cp;
     CTX_CHECK(!tp_.sequence_parallel() || (B * Tl) % tp_.size() == 0,
@@ -116,6 +116,38 @@ LossSums Model::run_pass_cp(const Batch& b, bool train, float grad_scale) {
     if (train) backward_impl(lb);
     cp_whole_ = nullptr;
     return s;
+}
+
+// Rows that do not split into 2 cp equal chunks (a scored prompt, an evaluation row of any
+// length) are padded at their end to the next multiple: the padding is masked out of the loss
+// and, coming after every real token, invisible to them under causal attention, so the real
+// tokens' losses, logits and gradients are those of the unpadded rows. Pad tokens repeat the
+// row's last position and document, which every PE accepts.
+LossSums Model::run_pass_cp_padded(const Batch& b, bool train, float grad_scale) {
+    const int cp = cp_->size(), B = b.B, T = b.T, Tp = (T + 2 * cp - 1) / (2 * cp) * (2 * cp);
+    check_batch(b);
+    BatchBuffers& p = cp_padded_;
+    p.resize(B, Tp);
+    if (b.doc_start) p.doc_start.assign(static_cast<size_t>(B) * Tp, 0);
+    for (int r = 0; r < B; ++r)
+        for (int t = 0; t < Tp; ++t) {
+            const size_t d = static_cast<size_t>(r) * Tp + t;
+            const size_t s = static_cast<size_t>(r) * T + std::min(t, T - 1);
+            const bool pad = t >= T;
+            p.tokens[d] = pad ? 0 : b.tokens[s];
+            p.targets[d] = pad ? 0 : b.targets[s];
+            p.positions[d] = b.positions[s];
+            p.mask[d] = pad ? 0.0f : b.loss_mask[s];
+            if (b.doc_start) p.doc_start[d] = b.doc_start[s];
+        }
+    const LossSums sums = run_pass_cp(p.batch(), train, grad_scale);
+    // the whole rows' losses without the padding
+    for (int r = 0; r < B; ++r)
+        std::copy_n(losses_host_.begin() + static_cast<ptrdiff_t>(r) * Tp, T,
+                    losses_host_.begin() + static_cast<ptrdiff_t>(r) * T);
+    losses_host_.resize(static_cast<size_t>(B) * T);
+    cp_padded_T_ = Tp;
+    return sums;
 }
 
 void Model::set_sequence_parallel(bool on) {

@@ -2,7 +2,8 @@
 # cp_memory.sh MPIEXEC CTXENGINE: a row that does not fit one rank's memory fits at cp 2.
 #   1. one process, --backend-memory-limit 40e6: the allocation fails and says why
 #   2. mpirun -np 2 --cp 2, the same limit per rank: runs
-#   3. its loss equals the one process's without a limit
+#   3. its loss and its passkey score (teacher-forced, 4000 tokens) equal the one process's
+#      without a limit
 set -u
 mpi=$1; exe=$2
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -18,3 +19,7 @@ a=$(echo "$cp2" | grep -oP '^cp 2 loss \K\S+'); b=$(echo "$whole" | grep -oP '^c
 python3 -c "import sys; a, b = float('$a'), float('$b'); assert abs(a - b) <= 1e-5 * abs(b), (a, b)" ||
   { echo "cp 2 loss $a vs one process $b"; exit 1; }
 echo "cp 2 fits the limit: loss $a (one process without a limit: $b)"
+a=$(echo "$cp2" | grep -oP '^cp 2 passkey logprob \K\S+'); b=$(echo "$whole" | grep -oP '^cp 1 passkey logprob \K\S+')
+python3 -c "import sys; a, b = float('$a'), float('$b'); assert abs(a - b) <= 1e-5 * abs(b), (a, b)" ||
+  { echo "cp 2 passkey log-probability $a vs one process $b"; exit 1; }
+echo "cp 2 passkey at 4000 tokens: mean log-probability $a (one process without a limit: $b)"
