@@ -26,12 +26,23 @@ if mode == "train" then
   ctx.save(out .. "/tp.h5", { model = m, data = d })
   ctx.save_hf(m, out .. "/hf")
   say("fingerprint %s", m:fingerprint())
-elseif mode == "resume" then
+elseif mode == "resume" or mode == "straight" then
+  -- "straight": the same 4 + 2 steps without the checkpoint in between (same-grid resume must
+  -- match it bit for bit)
   local d = data(5)
-  local m = ctx.load(out .. "/tp.h5", { data = d })
-  say("resumed fingerprint %s", m:fingerprint())
+  local m
+  if mode == "resume" then
+    m = ctx.load(out .. "/tp.h5", { data = d })
+    say("resumed fingerprint %s", m:fingerprint())
+  else
+    m = ctx.model{ style = "bloom", vocab_size = 49, d_model = 32, n_layer = 2, n_head = 4,
+                   context_length = 32, seed = 3, pe = ctx.pe("alibi") }
+    ctx.train{ model = m, data = d, steps = 4, batch_size = B, log_every = 0,
+               optimizer = { lr = 3e-3, warmup_steps = 1, total_steps = 8 } }
+  end
   local r = ctx.train{ model = m, data = d, steps = 2, batch_size = B, log_every = 0 }
   for i, l in ipairs(r.losses) do say("resume step %d loss %.9g", i, l) end
+  say("continued fingerprint %s", m:fingerprint())
 elseif mode == "rows" or mode == "rows_resume" then
   -- A row stream counts global rows (its cursor does not depend on the rank), so a checkpoint
   -- resumes on any number of data-parallel ranks: B rows per rank of dp ranks, same dp x B.

@@ -7,7 +7,8 @@
 #   dp 2 vs dp 2 x tp 2 (same rows per data-parallel rank): the same;
 #   resharding: the checkpoint saved at dp 2 x tp 2 loads at dp 2 x tp 1, dp 2 x tp 2 and
 #   dp 2 x cp 2 into
-#   the same whole state (same fingerprint) and both continue with the same losses (the
+#   the same whole state (same fingerprint) and both continue with the same losses, on the same
+#   grid bit for bit as the uninterrupted run (the
 #   in-memory data source resumes at the same dp only; row streams resume at any); the HF export from
 #   tp 2 loads in one process with the held-out loss tp 2 measured;
 #   a row stream's checkpoint saved at dp 2 x tp 2 resumes at dp 4 and dp 2 x cp 2 (with
@@ -34,6 +35,7 @@ run dp2tp2 4 --tp 2 "$recipe" "$dir/dp2tp2" 2
 run resume_tp1 2 "$recipe" "$dir/dp2tp2" 2 resume
 run resume_tp2 4 --tp 2 "$recipe" "$dir/dp2tp2" 2 resume
 run resume_cp2 4 --cp 2 "$recipe" "$dir/dp2tp2" 2 resume
+run straight_dp2tp2 4 --tp 2 "$recipe" "$dir/dp2tp2" 2 straight
 run hf_single 1 "$recipe" "$dir/tp2" 4 hf
 run rows_dp2tp2 4 --tp 2 "$recipe" "$dir/rows" 2 rows
 run rows_dp4 4 "$recipe" "$dir/rows" 1 rows_resume zero
@@ -78,6 +80,10 @@ close(losses("resume_tp2", "resume step"), losses("resume_tp1", "resume step"),
       "resumed at tp 2 vs tp 1: losses")
 close(losses("resume_cp2", "resume step"), losses("resume_tp1", "resume step"),
       "resumed at cp 2 vs tp 1: losses")
+assert losses("resume_tp2", "resume step") == losses("straight_dp2tp2", "resume step"), \
+    "same-grid resume at dp 2 x tp 2 differs from the uninterrupted run"
+assert value("resume_tp2", "continued fingerprint") == value("straight_dp2tp2", "continued fingerprint")
+print("same-grid resume at dp 2 x tp 2: bit-identical to the uninterrupted run")
 close([float(value("hf_single", "hf eval"))], [float(value("tp2", "eval"))],
       "HF export of tp 2, loaded in 1 process: held-out")
 saved = value("rows_dp2tp2", "rows fingerprint")
