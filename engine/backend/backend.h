@@ -303,7 +303,7 @@ public:
     //   k.index[j] >= q.doc_start[i]  (packed rows, q.doc_start non-null),
     // and Logit(i, j) = q_i . k_j / sqrt(D) + bias_h(q.positions[i] - k.positions[j]) as in
     // attention_forward (a Table bias is (B, H, Tq, Tk) for this pair of blocks).
-    // Not implemented on every backend yet (the default throws naming the backend).
+    // The default throws naming the backend (one without these ops cannot run the ring).
     // forward: q (B, Tq, 3C) rows whose q part is read; kv (B, Tk, 2C) = [k | v] of the key
     // block; out_b (B, Tq, C) = this block's softmax-weighted values, lse_b (B, H, Tq) its
     // log-sum-exp (writes; a query with no visible key gets 0 and -inf).
