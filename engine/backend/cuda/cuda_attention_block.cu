@@ -414,22 +414,7 @@ __global__ void __launch_bounds__(kThreads)
             load_rows(sm, kLO, dw, a.kv + (size_t(b) * Tk + k0) * 2 * C + size_t(h) * D,
                       size_t(2) * C, nk, dc0, D);
             __syncthreads();  // Ss, Bk and the K tile complete
-            if (t5 && first) {
-                // Each bucket x is owned by thread x % kThreads and summed over the tile in a
-                // fixed (row-major) order, tiles in order: deterministic without atomics.
-                for (int e = 0; e < kTile * kTile; e++) {
-                    const int rr = e / kTile, cc = e % kTile;
-                    const int bk = Bk[rr * kLS + cc];
-                    if (bk >= 0 && (bk % kThreads) == tid) {
-                        const double v = double(Ss[rr * kLS + cc]);
-                        const int u = bk / kThreads;
-                        if (u == 0) gt[0] += v;
-                        else if (u == 1) gt[1] += v;
-                        else if (u == 2) gt[2] += v;
-                        else gt[3] += v;
-                    }
-                }
-            }
+            if (t5 && first) t5_tile_grad(gt, Bk, Ss, kTile, kTile, kLS, tid, kThreads);
             const float* sr = Ss + r * kLS;
 #pragma unroll
             for (int k = 0; k < kNO; k++) {

@@ -65,4 +65,23 @@ __device__ __forceinline__ float bias_value(const BiasArgs& bs, int h, float pi,
     }
 }
 
+// T5 bucket gradients of one (rows, cols) tile of dS (row stride ld; Bk the tile's buckets, -1
+// where masked): bucket x is owned by thread x % threads and summed in a fixed (row-major) order,
+// tiles in order, so the sums are deterministic without atomics; gt[u] holds bucket
+// tid + threads u (at most 4 threads' worth of buckets).
+__device__ __forceinline__ void t5_tile_grad(double (&gt)[4], const int* Bk, const float* S,
+                                             int rows, int cols, int ld, int tid, int threads) {
+    for (int e = 0; e < rows * cols; e++) {
+        const int rr = e / cols, cc = e % cols, bk = Bk[rr * ld + cc];
+        if (bk >= 0 && bk % threads == tid) {
+            const double v = double(S[rr * ld + cc]);
+            const int u = bk / threads;
+            if (u == 0) gt[0] += v;
+            else if (u == 1) gt[1] += v;
+            else if (u == 2) gt[2] += v;
+            else gt[3] += v;
+        }
+    }
+}
+
 }  // namespace ctx::cuda

@@ -306,22 +306,7 @@ __global__ void flash_bwd_dq_kernel(float* dqkv, float* partials, float* dtable,
             }
         }
         __syncthreads();  // Ss, Bk complete
-        if (t5) {
-            // Each bucket x is owned by thread x % kThreads and summed over the tile in a fixed
-            // (row-major) order, tiles in order: deterministic without atomics.
-            for (int e = 0; e < kTile * kTile; e++) {
-                const int rr = e / kTile, cc = e % kTile;
-                const int bk = Bk[rr * kPS + cc];
-                if (bk >= 0 && (bk % kThreads) == tid) {
-                    const double v = double(Ss[rr * kPS + cc]);
-                    const int u = bk / kThreads;
-                    if (u == 0) gt[0] += v;
-                    else if (u == 1) gt[1] += v;
-                    else if (u == 2) gt[2] += v;
-                    else gt[3] += v;
-                }
-            }
-        }
+        if (t5) t5_tile_grad(gt, Bk, Ss, kTile, kTile, kPS, tid, kThreads);
         const float* sr = Ss + r * kPS;
 #pragma unroll
         for (int k = 0; k < kNK; k++) {

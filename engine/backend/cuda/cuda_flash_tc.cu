@@ -413,18 +413,7 @@ __global__ void __launch_bounds__(kThreads)
         }
         if (t5) {
             __syncthreads();  // Sd, Bk complete
-            // bucket x is owned by thread x % kThreads and summed in a fixed (row-major) order
-            for (int e = 0; e < kBr * kBc; e++) {
-                const int rr = e / kBc, cc = e % kBc, bk = Bk[rr * kSP + cc];
-                if (bk >= 0 && bk % kThreads == tid) {
-                    const double v = double(Sd[rr * kSP + cc]);
-                    const int u = bk / kThreads;
-                    if (u == 0) gt[0] += v;
-                    else if (u == 1) gt[1] += v;
-                    else if (u == 2) gt[2] += v;
-                    else gt[3] += v;
-                }
-            }
+            t5_tile_grad(gt, Bk, Sd, kBr, kBc, kSP, tid, kThreads);
         }
     }
     #pragma unroll
