@@ -205,11 +205,13 @@ TEST_P(OpsCpuAttentionBlock, RingOfBlocksEqualsTheWholeRow) {
         EXPECT_NEAR(ga[i], ga_ref[i], 2e-5 * std::max(1.0, max_abs(ga_ref))) << "da " << i;
     for (int h = 0; h < H; ++h)
         EXPECT_NEAR(gb[h], gb_ref[h], 2e-5 * std::max(1.0, max_abs(gb_ref))) << "db " << h;
-    if (bc.kind == BiasKind::Table)
+    if (bc.kind == BiasKind::Table) {
         for (size_t i = 0; i < dtable.size(); ++i)
             ASSERT_NEAR(dtable[i], dtable_ref[i], 2e-5 * std::max(1.0, max_abs(dtable_ref)));
-    if (opt.bias.a && bc.kind != BiasKind::None)
+    }
+    if (opt.bias.a && bc.kind != BiasKind::None) {
         EXPECT_GT(max_abs(ga_ref), 1e-4) << "the case must exercise the bias gradient";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(

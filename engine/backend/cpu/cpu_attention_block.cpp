@@ -9,11 +9,14 @@
 //             dS_ij = P_ij (dout_i . v_j - D_i); dq_i += dS_ij k_j / sqrt(D),
 //             dk_j += dS_ij q_i / sqrt(D), dv_j += P_ij dout_i, bias gradients from dS.
 // Every (b, h) pair runs on one thread with its own bias-gradient slots, reduced in a fixed
-// order, so results do not depend on the thread count.
+// order, so results do not depend on the thread count. Each query tile computes only the span
+// of keys it can see (visible_keys): a tile that sees none of a block skips it.
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -84,27 +87,49 @@ void check_block(const float* q, const float* kv, const AttnBlockRows& qr,
               "attention_block: a Table bias needs its (B, H, Tq, Tk) table");
 }
 
-// Logits of query rows [i0, i0 + M) of pair (b, h) against every key of the block into
-// S (M, Tk): q k^T / sqrt(D) by sgemm, then the bias on visible pairs and -inf on the others.
-void block_logits(float* S, int M, int i0, int b, int h, int bh, const float* q, const float* kv,
-                  const AttnBlockRows& qr, const AttnBlockRows& kr, int C, int D, float scale,
-                  const AttentionOptions& opt) {
-    const int Tq = qr.T, Tk = kr.T;
-    const float* qb = q + (size_t(b) * Tq + i0) * 3 * C + size_t(h) * D;  // (M, D), ld 3C
-    const float* kb = kv + size_t(b) * Tk * 2 * C + size_t(h) * D;          // (Tk, D), ld 2C
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Tk, D, scale, qb, 3 * C, kb, 2 * C,
-                0.0f, S, Tk);
+// Keys [j0, j1) of row b that some query of rows [i0, i0 + M) may see; every pair outside is
+// masked. Indices ascend along a row, so causality ends the span at the tile's last query, and
+// the window and the document start (both non-decreasing along the row) begin it at the tile's
+// first query. The zigzag split makes many (tile, block) pairs empty or partly masked.
+struct KeySpan {
+    int j0 = 0, n = 0;
+};
+KeySpan visible_keys(const AttnBlockRows& qr, const AttnBlockRows& kr, int b, int i0, int M,
+                     int window) {
+    const int32_t* qi = qr.index + size_t(b) * qr.T;
+    const int32_t* ki = kr.index + size_t(b) * kr.T;
+    int64_t lo = std::numeric_limits<int64_t>::min();
+    if (window > 0) lo = int64_t(qi[i0]) - window + 1;
+    if (qr.doc_start) lo = std::max<int64_t>(lo, qr.doc_start[size_t(b) * qr.T + i0]);
+    const int j1 = int(std::upper_bound(ki, ki + kr.T, qi[i0 + M - 1]) - ki);
+    const int j0 = int(std::lower_bound(ki, ki + kr.T, lo,
+                                        [](int32_t k, int64_t v) { return int64_t(k) < v; }) -
+                       ki);
+    return j0 < j1 ? KeySpan{j0, j1 - j0} : KeySpan{j1, 0};
+}
+
+// Logits of query rows [i0, i0 + M) of pair (b, h) against keys [ks.j0, ks.j0 + ks.n) of the
+// block into S (M, ks.n): q k^T / sqrt(D) by sgemm, then the bias on visible pairs and -inf on
+// the others.
+void block_logits(float* S, int M, int i0, const KeySpan& ks, int b, int h, int bh,
+                  const float* q, const float* kv, const AttnBlockRows& qr,
+                  const AttnBlockRows& kr, int C, int D, float scale, const AttentionOptions& opt) {
+    const int Tq = qr.T, Tk = kr.T, n = ks.n;
+    const float* qb = q + (size_t(b) * Tq + i0) * 3 * C + size_t(h) * D;            // (M, D) ld 3C
+    const float* kb = kv + (size_t(b) * Tk + ks.j0) * 2 * C + size_t(h) * D;        // (n, D) ld 2C
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n, D, scale, qb, 3 * C, kb, 2 * C,
+                0.0f, S, n);
     for (int m = 0; m < M; m++) {
         const size_t qi = size_t(b) * Tq + i0 + m;
-        float* row = S + size_t(m) * Tk;
-        for (int j = 0; j < Tk; j++) {
-            const size_t kj = size_t(b) * Tk + j;
+        float* row = S + size_t(m) * n;
+        for (int j = 0; j < n; j++) {
+            const size_t kj = size_t(b) * Tk + ks.j0 + j;
             if (!visible(qr, kr, qi, kj, opt.window)) {
                 row[j] = kNegInf;
                 continue;
             }
             const float table = opt.bias.kind == BiasKind::Table
-                                    ? opt.bias.table[(size_t(bh) * Tq + i0 + m) * Tk + j]
+                                    ? opt.bias.table[(size_t(bh) * Tq + i0 + m) * Tk + ks.j0 + j]
                                     : 0.0f;
             row[j] += bias_value(opt.bias, h, qr.positions[qi], kr.positions[kj], table);
         }
@@ -128,32 +153,41 @@ void CpuBackend::attention_block_forward(float* out_b, float* lse_b, const float
             const int b = bh / H, h = bh % H;
             for (int i0 = 0; i0 < Tq; i0 += kAttnBlock) {
                 const int M = std::min(kAttnBlock, Tq - i0);
-                block_logits(S.data(), M, i0, b, h, bh, q, kv, qr, kr, C, D, scale, opt);
+                float* o = out_b + (size_t(b) * Tq + i0) * C + size_t(h) * D;  // (M, D) ld C
+                const KeySpan ks = visible_keys(qr, kr, b, i0, M, opt.window);
+                const int n = ks.n;
+                if (n == 0) {  // no query of the tile sees a key of this block
+                    for (int m = 0; m < M; m++) {
+                        for (int d = 0; d < D; d++) o[size_t(m) * C + d] = 0.0f;
+                        lse_b[size_t(bh) * Tq + i0 + m] = kNegInf;
+                    }
+                    continue;
+                }
+                block_logits(S.data(), M, i0, ks, b, h, bh, q, kv, qr, kr, C, D, scale, opt);
                 float inv[kAttnBlock];
                 for (int m = 0; m < M; m++) {  // P = exp(S - max) in place, its row sums
-                    float* row = S.data() + size_t(m) * Tk;
+                    float* row = S.data() + size_t(m) * n;
                     float mx = kNegInf;
-                    for (int j = 0; j < Tk; j++) mx = std::max(mx, row[j]);
+                    for (int j = 0; j < n; j++) mx = std::max(mx, row[j]);
                     float* lse = lse_b + size_t(bh) * Tq + i0 + m;
                     if (mx == kNegInf) {  // no visible key in this block
-                        for (int j = 0; j < Tk; j++) row[j] = 0.0f;
+                        for (int j = 0; j < n; j++) row[j] = 0.0f;
                         *lse = kNegInf;
                         inv[m] = 0.0f;
                         continue;
                     }
                     double sum = 0.0;
-                    for (int j = 0; j < Tk; j++) {
+                    for (int j = 0; j < n; j++) {
                         row[j] = row[j] == kNegInf ? 0.0f : std::exp(row[j] - mx);
                         sum += row[j];
                     }
                     *lse = mx + float(std::log(sum));
                     inv[m] = float(1.0 / sum);
                 }
-                // out (M, D) = P v / rowsum
-                float* o = out_b + (size_t(b) * Tq + i0) * C + size_t(h) * D;  // ld C
-                const float* v = kv + size_t(b) * Tk * 2 * C + C + size_t(h) * D;  // ld 2C
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, Tk, 1.0f, S.data(),
-                            Tk, v, 2 * C, 0.0f, o, C);
+                // out (M, D) = P v / rowsum over the span's values
+                const float* v = kv + (size_t(b) * Tk + ks.j0) * 2 * C + C + size_t(h) * D;
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, n, 1.0f, S.data(),
+                            n, v, 2 * C, 0.0f, o, C);
                 for (int m = 0; m < M; m++)
                     for (int d = 0; d < D; d++) o[size_t(m) * C + d] *= inv[m];
             }
@@ -212,41 +246,45 @@ void CpuBackend::attention_block_backward(float* dq, float* dkv, const float* do
                 const float* qb = q + q0 * 3 * C + size_t(h) * D;       // (M, D) ld 3C
                 const float* gob = dout + q0 * C + size_t(h) * D;       // (M, D) ld C
                 float* dqb = dq + q0 * 3 * C + size_t(h) * D;           // (M, D) ld 3C
-                // P = exp(S - lse) (0 where masked or no key was visible)
-                block_logits(P.data(), M, i0, b, h, bh, q, kv, qr, kr, C, D, scale, opt);
+                const KeySpan ks = visible_keys(qr, kr, b, i0, M, opt.window);
+                const int n = ks.n;
+                if (n == 0) continue;  // every pair masked: no gradient
+                // P = exp(S - lse) (0 where masked or no key was visible), over the span
+                block_logits(P.data(), M, i0, ks, b, h, bh, q, kv, qr, kr, C, D, scale, opt);
                 for (int m = 0; m < M; m++) {
                     const float l = lse[size_t(bh) * Tq + i0 + m];
-                    float* row = P.data() + size_t(m) * Tk;
-                    for (int j = 0; j < Tk; j++)
+                    float* row = P.data() + size_t(m) * n;
+                    for (int j = 0; j < n; j++)
                         row[j] = (row[j] == kNegInf || l == kNegInf) ? 0.0f : std::exp(row[j] - l);
                 }
-                // dP (M, Tk) = dout v^T; dS = P (dP - Drow), Drow_i = dout_i . out_i
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Tk, D, 1.0f, gob, C, vb,
-                            2 * C, 0.0f, dS.data(), Tk);
+                const size_t off = size_t(ks.j0) * 2 * C;  // the span's first key row
+                // dP (M, n) = dout v^T; dS = P (dP - Drow), Drow_i = dout_i . out_i
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, n, D, 1.0f, gob, C,
+                            vb + off, 2 * C, 0.0f, dS.data(), n);
                 for (int m = 0; m < M; m++) {
                     const float* go = gob + size_t(m) * C;
                     const float* o = out + (q0 + m) * C + size_t(h) * D;
                     float Drow = 0.0f;
                     for (int d = 0; d < D; d++) Drow += go[d] * o[d];
                     const size_t qi = q0 + m;
-                    float* ds = dS.data() + size_t(m) * Tk;
-                    const float* p = P.data() + size_t(m) * Tk;
-                    for (int j = 0; j < Tk; j++) {
+                    float* ds = dS.data() + size_t(m) * n;
+                    const float* p = P.data() + size_t(m) * n;
+                    for (int j = 0; j < n; j++) {
                         ds[j] = p[j] * (ds[j] - Drow);
                         if (p[j] == 0.0f) continue;  // masked (or underflowed: no gradient)
-                        const size_t kj = size_t(b) * Tk + j;
+                        const size_t kj = size_t(b) * Tk + ks.j0 + j;
                         if (gh) bias_grad(gh, bs, h, qr.positions[qi], kr.positions[kj], ds[j]);
                         if (bs.kind == BiasKind::Table && bs.dtable)
-                            bs.dtable[(size_t(bh) * Tq + i0 + m) * Tk + j] += ds[j];
+                            bs.dtable[(size_t(bh) * Tq + i0 + m) * Tk + ks.j0 + j] += ds[j];
                     }
                 }
-                // dq += dS k / sqrt(D); dk += dS^T q / sqrt(D); dv += P^T dout
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, Tk, scale, dS.data(),
-                            Tk, kb, 2 * C, 1.0f, dqb, 3 * C);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, D, M, scale, dS.data(),
-                            Tk, qb, 3 * C, 1.0f, dkb, 2 * C);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Tk, D, M, 1.0f, P.data(), Tk,
-                            gob, C, 1.0f, dvb, 2 * C);
+                // dq += dS k / sqrt(D); dk += dS^T q / sqrt(D); dv += P^T dout (the span's rows)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, n, scale, dS.data(),
+                            n, kb + off, 2 * C, 1.0f, dqb, 3 * C);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, D, M, scale, dS.data(), n,
+                            qb, 3 * C, 1.0f, dkb + off, 2 * C);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, D, M, 1.0f, P.data(), n,
+                            gob, C, 1.0f, dvb + off, 2 * C);
             }
         }
     }
