@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_math.h"
 #include "backend/op_common.h"
 #include "core/error.h"
 
@@ -168,6 +169,7 @@ void CpuBackend::attention_block_forward(float* out_b, float* lse_b, const float
                 for (int m = 0; m < M; m++) {  // P = exp(S - max) in place, its row sums
                     float* row = S.data() + size_t(m) * n;
                     float mx = kNegInf;
+#pragma omp simd reduction(max : mx)
                     for (int j = 0; j < n; j++) mx = std::max(mx, row[j]);
                     float* lse = lse_b + size_t(bh) * Tq + i0 + m;
                     if (mx == kNegInf) {  // no visible key in this block
@@ -176,9 +178,10 @@ void CpuBackend::attention_block_forward(float* out_b, float* lse_b, const float
                         inv[m] = 0.0f;
                         continue;
                     }
-                    double sum = 0.0;
+                    double sum = 0.0;  // masked entries: fast_exp(-inf) = 0
+#pragma omp simd reduction(+ : sum)
                     for (int j = 0; j < n; j++) {
-                        row[j] = row[j] == kNegInf ? 0.0f : std::exp(row[j] - mx);
+                        row[j] = fast_exp(row[j] - mx);
                         sum += row[j];
                     }
                     *lse = mx + float(std::log(sum));
@@ -254,8 +257,12 @@ void CpuBackend::attention_block_backward(float* dq, float* dkv, const float* do
                 for (int m = 0; m < M; m++) {
                     const float l = lse[size_t(bh) * Tq + i0 + m];
                     float* row = P.data() + size_t(m) * n;
-                    for (int j = 0; j < n; j++)
-                        row[j] = (row[j] == kNegInf || l == kNegInf) ? 0.0f : std::exp(row[j] - l);
+                    if (l == kNegInf) {  // the query saw no key at all
+                        std::fill(row, row + n, 0.0f);
+                        continue;
+                    }
+#pragma omp simd
+                    for (int j = 0; j < n; j++) row[j] = fast_exp(row[j] - l);  // masked: 0
                 }
                 const size_t off = size_t(ks.j0) * 2 * C;  // the span's first key row
                 // dP (M, n) = dout v^T; dS = P (dP - Drow), Drow_i = dout_i . out_i
