@@ -136,19 +136,22 @@ void RingAttention::take_kv(const float* qkv, float* kv) {
     be_.copy_2d(kv, 2 * C, qkv + C, 3 * C, rows, 2 * C);
 }
 
-void RingAttention::pass(Arena& cur, Arena& next) {
-    const int cp = cp_.size(), r = cp_.rank();
+std::unique_ptr<Comm::Exchange> RingAttention::start_pass(const Arena& cur, Arena& next) {
+    const int cp = cp_.size(), r = cp_.rank(), dest = (r + 1) % cp, src = (r - 1 + cp) % cp;
     const size_t bytes = kv_floats_ * sizeof(float);
-    if (host_memory()) {
-        cp_.sendrecv(cur.data(), next.data(), bytes, (r + 1) % cp, (r - 1 + cp) % cp);
-    } else if (device_) {
-        device_->sendrecv(cur.data(), next.data(), kv_floats_, (r + 1) % cp, (r - 1 + cp) % cp);
-    } else {
-        be_.copy_to_host(send_stage_.data(), cur.data(), kv_floats_);
-        cp_.sendrecv(send_stage_.data(), recv_stage_.data(), bytes, (r + 1) % cp,
-                     (r - 1 + cp) % cp);
-        be_.copy_to_device(next.data(), recv_stage_.data(), kv_floats_);
+    if (host_memory()) return cp_.start_sendrecv(cur.data(), next.data(), bytes, dest, src);
+    if (device_) {  // NCCL on the backend's stream: ordered with the block kernels already
+        device_->sendrecv(cur.data(), next.data(), kv_floats_, dest, src);
+        return nullptr;
     }
+    be_.copy_to_host(send_stage_.data(), cur.data(), kv_floats_);
+    return cp_.start_sendrecv(send_stage_.data(), recv_stage_.data(), bytes, dest, src);
+}
+
+void RingAttention::finish_pass(std::unique_ptr<Comm::Exchange> x, Arena& cur, Arena& next) {
+    if (x) x->wait();
+    if (!host_memory() && !device_)
+        be_.copy_to_device(next.data(), recv_stage_.data(), kv_floats_);
     std::swap(cur, next);
 }
 
@@ -160,6 +163,8 @@ void RingAttention::forward(int, float* qkv, float* out, float* saved) {
     take_kv(qkv, kv_.data());
     for (int s = 0; s < cp; ++s) {  // at step s this rank holds rank r - s's block
         const int src = (r - s + cp) % cp;
+        // the next block travels while this one is used
+        std::unique_ptr<Comm::Exchange> next = s + 1 < cp ? start_pass(kv_, kv_next_) : nullptr;
         // The first block writes out and lse (what merging it into 0 and -inf gives exactly);
         // the others merge.
         be_.attention_block_forward(s == 0 ? out : out_b_.data(), s == 0 ? lse : lse_b_.data(),
@@ -167,7 +172,7 @@ void RingAttention::forward(int, float* qkv, float* out, float* saved) {
                                     options_for(src, false));
         if (s > 0)
             be_.attention_block_merge(out, lse, out_b_.data(), lse_b_.data(), B_, Tl_, C_, H_);
-        if (s + 1 < cp) pass(kv_, kv_next_);
+        if (s + 1 < cp) finish_pass(std::move(next), kv_, kv_next_);
     }
 }
 
@@ -178,11 +183,13 @@ void RingAttention::backward(int, float* dqkv, const float* dout, const float* q
     be_.zero(dkv_.data(), kv_floats_);
     for (int s = 0; s < cp; ++s) {
         const int src = (r - s + cp) % cp;
+        // the next block travels while this one is used; its gradient waits for the block op
+        std::unique_ptr<Comm::Exchange> next = s + 1 < cp ? start_pass(kv_, kv_next_) : nullptr;
         be_.attention_block_backward(dqkv, dkv_.data(), dout, qkv, kv_.data(), out, saved,
                                      block_rows(r), block_rows(src), B_, C_, H_,
                                      options_for(src, true));
         // the block and its gradient move on; after cp moves the gradient is home
-        if (s + 1 < cp) pass(kv_, kv_next_);
+        if (s + 1 < cp) finish_pass(std::move(next), kv_, kv_next_);
         pass(dkv_, dkv_next_);
     }
     const size_t rows = static_cast<size_t>(B_) * Tl_, C = C_;

@@ -76,7 +76,11 @@ private:
     AttnBlockRows block_rows(int r) const;
     void upload_meta();
     void take_kv(const float* qkv, float* kv);  // kv (B, Tl, 2C) = [k | v] of qkv
-    void pass(Arena& cur, Arena& next);         // one ring step of kv_floats_
+    // One ring step of kv_floats_ from cur into next: started (on the host path the exchange
+    // runs while the caller computes), then finished (waits, stages in, swaps cur and next).
+    std::unique_ptr<Comm::Exchange> start_pass(const Arena& cur, Arena& next);
+    void finish_pass(std::unique_ptr<Comm::Exchange> x, Arena& cur, Arena& next);
+    void pass(Arena& cur, Arena& next) { finish_pass(start_pass(cur, next), cur, next); }
     void ensure(Arena& a, size_t n);            // at least n floats (grows only)
 
     Backend& be_;

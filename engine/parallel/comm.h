@@ -24,6 +24,20 @@ public:
     // Sends `bytes` bytes to rank dest and receives as many from rank src into recv (a ring's
     // step: MPI_Sendrecv). recv must not overlap send.
     virtual void sendrecv(const void* send, void* recv, size_t bytes, int dest, int src) = 0;
+    // The same exchange started without waiting, so computation can overlap it (the ring's next
+    // block travels while this one is used): send must stay unchanged and recv untouched until
+    // the returned exchange's wait() (also called by its destructor). The default exchanges at
+    // once (blocking).
+    class Exchange {
+    public:
+        virtual ~Exchange() = default;
+        virtual void wait() {}
+    };
+    virtual std::unique_ptr<Exchange> start_sendrecv(const void* send, void* recv, size_t bytes,
+                                                     int dest, int src) {
+        sendrecv(send, recv, bytes, dest, src);
+        return std::make_unique<Exchange>();
+    }
     // Rank `root`'s buffer is copied to every rank.
     virtual void broadcast(void* data, size_t bytes, int root) = 0;
     // The ranks with the same color form one new communicator, ordered by key (MPI_Comm_split).

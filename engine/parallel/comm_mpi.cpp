@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <limits>
 
 #include "core/error.h"
@@ -70,6 +71,32 @@ public:
                                static_cast<int>(bytes), MPI_BYTE, src, 0, comm_,
                                MPI_STATUS_IGNORE),
                   "MPI_Sendrecv");
+    }
+    // MPI_Irecv + MPI_Isend; wait() is MPI_Waitall (Open MPI moves large messages along inside
+    // MPI calls, so the overlap is best effort).
+    class MpiExchange final : public Exchange {
+    public:
+        MpiExchange() = default;
+        ~MpiExchange() override {
+            if (pending_ && std::uncaught_exceptions() == 0) wait();
+        }
+        void wait() override {
+            if (!pending_) return;
+            pending_ = false;
+            check_mpi(MPI_Waitall(2, reqs_, MPI_STATUSES_IGNORE), "MPI_Waitall (sendrecv)");
+        }
+        MPI_Request reqs_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        bool pending_ = true;
+    };
+    std::unique_ptr<Exchange> start_sendrecv(const void* send, void* recv, size_t bytes, int dest,
+                                             int src) override {
+        CTX_CHECK(bytes <= static_cast<size_t>(std::numeric_limits<int>::max()),
+                  "sendrecv of {} bytes is too large", bytes);
+        auto x = std::make_unique<MpiExchange>();
+        const int n = static_cast<int>(bytes);
+        check_mpi(MPI_Irecv(recv, n, MPI_BYTE, src, 1, comm_, &x->reqs_[0]), "MPI_Irecv");
+        check_mpi(MPI_Isend(send, n, MPI_BYTE, dest, 1, comm_, &x->reqs_[1]), "MPI_Isend");
+        return x;
     }
     std::unique_ptr<Comm> split(int color, int key) override {
         MPI_Comm sub = MPI_COMM_NULL;

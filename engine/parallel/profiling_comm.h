@@ -37,6 +37,10 @@ public:
     void sendrecv(const void* send, void* recv, size_t bytes, int dest, int src) override {
         inner_.sendrecv(send, recv, bytes, dest, src);
     }
+    std::unique_ptr<Exchange> start_sendrecv(const void* send, void* recv, size_t bytes, int dest,
+                                             int src) override {
+        return inner_.start_sendrecv(send, recv, bytes, dest, src);
+    }
     // Sub-communicators are not profiled.
     std::unique_ptr<Comm> split(int color, int key) override { return inner_.split(color, key); }
     const void* mpi_native() const override { return inner_.mpi_native(); }
