@@ -409,6 +409,23 @@ TEST(BpeErrors, MalformedFilesNameWhereAndWhat) {
     EXPECT_ERROR_HAS(from(d), "model.dropout: BPE dropout");
 }
 
+// Found while fuzzing (tests/fuzz/tokenizer_json_fuzz): a merge written as [[[[...]]]] 200000
+// levels deep (a 400 KB file) parsed, then overflowed the stack in dump() for the message.
+TEST(BpeErrors, DeeplyNestedJsonIsRefusedNotACrash) {
+    const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+    const std::string text = R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [)" + deep +
+                             "]}}";
+    EXPECT_ERROR_HAS(parse_bpe_tokenizer_json(text, "deep.json"),
+                     "tokenizer deep.json: JSON nested deeper than 128 levels");
+    const fs::path d = temp_dir("deep");
+    write(d / "vocab.json", R"({"a": )" + deep + "}");
+    write(d / "merges.txt", "");
+    EXPECT_ERROR_HAS(load_bpe_vocab_merges((d / "vocab.json").string(),
+                                           (d / "merges.txt").string()),
+                     "JSON nested deeper than 128 levels");
+    fs::remove_all(d);
+}
+
 TEST(BpeErrors, UnsupportedComponentsAreNamed) {
     for (const char* type : {"WordPiece", "Unigram", "WordLevel"}) {
         json j = {{"model", {{"type", type}, {"vocab", json::object()}}}};

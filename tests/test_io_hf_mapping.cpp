@@ -3,10 +3,12 @@
 // through safetensors, clear lists of missing / unexpected / mis-shaped tensors, and which
 // models can be exported. The comparison with transformers itself is tests/hf_reference.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "hf_test_support.h"
@@ -144,6 +146,33 @@ TEST(HfConfig, ClearErrors) {
     j = bloom_json();
     j["apply_residual_connection_post_layernorm"] = true;
     EXPECT_HAS(err(j), "\"apply_residual_connection_post_layernorm\" = true is not supported");
+    // Found by tests/fuzz/hf_config_fuzz: sizes whose derived layer sizes overflowed int, and an
+    // epsilon that became inf.
+    j = bloom_json();
+    j["hidden_size"] = 1 << 30;
+    j["n_head"] = 1;
+    EXPECT_HAS(err(j), "dir/config.json: hidden_size 1073741824 is too large (BLOOM's MLP is 4 x "
+                       "hidden_size)");
+    j = gpt2_json();
+    j["n_embd"] = 1 << 30;
+    j["n_head"] = 1;
+    EXPECT_HAS(err(j), "dir/config.json: d_model (1073741824) and ffn_hidden (12) are too large");
+    j = gpt2_json();
+    j["layer_norm_epsilon"] = 1e39;
+    EXPECT_HAS(err(j), "dir/config.json: norm_eps must be positive and finite, got inf");
+}
+
+// Found while fuzzing (tests/fuzz/hf_config_fuzz): "vocab_size" nested 300000 levels deep parsed,
+// then overflowed the stack in dump() for the message (ctxengine convert died with SIGSEGV).
+TEST(HfConfig, DeeplyNestedJsonIsRefusedNotACrash) {
+    const fs::path dir = fs::temp_directory_path() / ("ctx_hf_deep_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json") << R"({"model_type": "gpt2", "vocab_size": )"
+                                       << std::string(300000, '[') << std::string(300000, ']')
+                                       << "}";
+    EXPECT_HAS(error_of([&] { read_hf_checkpoint(dir.string()); }),
+               "config.json: JSON nested deeper than 128 levels");
+    fs::remove_all(dir);
 }
 
 TEST(HfMapping, RoundTripThroughSafetensorsIsBitExact) {

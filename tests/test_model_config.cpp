@@ -3,6 +3,8 @@
 // older checkpoints without attention_out_bias) and how windows combine.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "core/error.h"
 #include "model/config.h"
 #include "model/config_json.h"
@@ -87,6 +89,48 @@ TEST(ModelConfig, JsonKeepsEveryFieldAndReadsOlderCheckpoints) {
         EXPECT_NE(std::string(e.what()).find("unknown norm 'batchnorm' (expected layernorm or "
                                              "rmsnorm)"), std::string::npos) << e.what();
     }
+}
+
+// Found by tests/fuzz/checkpoint_config_fuzz: a float beyond int's range was converted with
+// undefined behaviour, a wide integer wrapped, and a non-finite norm_eps was accepted although
+// the checkpoint's JSON cannot hold it (written as null, the checkpoint no longer loaded).
+TEST(ModelConfig, JsonRefusesValuesThatDoNotFitTheField) {
+    auto error_of_json = [](const char* text) -> std::string {
+        try {
+            model_config_from_json(nlohmann::json::parse(text));
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "";
+    };
+    EXPECT_NE(error_of_json(R"({"n_layer": 1e30})")
+                  .find("config key 'n_layer' must be an integer in [-2147483648, 2147483647], "
+                        "got 1e+30"),
+              std::string::npos);
+    EXPECT_NE(error_of_json(R"({"n_layer": 4294967297})").find("got 4294967297"),
+              std::string::npos);
+    EXPECT_NE(error_of_json(R"({"n_head": 2.5})").find("'n_head' must be an integer"),
+              std::string::npos);
+    EXPECT_NE(error_of_json(R"({"n_head": "4"})").find("'n_head' has the wrong type (string)"),
+              std::string::npos);
+    EXPECT_EQ(error_of_json(R"({"n_layer": 3.0})"), "");  // an integral float is an integer
+    EXPECT_EQ(model_config_from_json(nlohmann::json::parse(R"({"n_layer": 3.0})")).n_layer, 3);
+    EXPECT_NE(error_of_json(R"({"norm_eps": 1e39})").find("norm_eps must be positive and finite"),
+              std::string::npos);
+}
+
+// Found by tests/fuzz/hf_config_fuzz: ffn() = 4 * d_model overflowed int for a d_model the
+// validation accepted.
+TEST(ModelConfig, ValidationRefusesSizesWhoseLayersOverflow) {
+    ModelConfig c = ModelConfig::from_style("gpt2");
+    c.d_model = 1 << 30, c.n_head = 1;
+    EXPECT_NE(error_of(c).find("d_model (1073741824) and ffn_hidden (0) are too large"),
+              std::string::npos);
+    c.d_model = 64, c.ffn_hidden = 1 << 30;  // fc_rows() = 2 * ffn() with swiglu
+    EXPECT_NE(error_of(c).find("are too large"), std::string::npos);
+    c.ffn_hidden = 0, c.init_std = std::numeric_limits<float>::infinity();
+    EXPECT_NE(error_of(c).find("init_std must be positive and finite, got inf"),
+              std::string::npos);
 }
 
 TEST(ModelConfig, WindowsCombineToTheTighter) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "model/config_json.h"
 #include "model/optimizer.h"
 #include "model/trainer.h"
 #include "model_fixtures.h"
@@ -44,6 +45,21 @@ TEST(OptimizerConfig, RejectsBadValuesByName) {
         FAIL();
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("beta2"), std::string::npos);
+    }
+}
+
+// Found by tests/fuzz/checkpoint_config_fuzz: eps = 1e39 read as inf passed validate(), and the
+// checkpoint then held "eps": null, which no longer loaded.
+TEST(OptimizerConfig, RefusesNonFiniteValues) {
+    for (const char* key : {"eps", "weight_decay", "grad_clip"}) {
+        try {
+            optimizer_config_from_json(nlohmann::json{{key, 1e39}});
+            ADD_FAILURE() << key << " = 1e39 accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(std::string(key) + " must be "),
+                      std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("finite"), std::string::npos) << e.what();
+        }
     }
 }
 

@@ -20,6 +20,7 @@ using bpe::Json;
 namespace fs = std::filesystem;
 
 constexpr int64_t kMaxTokenId = 100'000'000;  // sane bound: ids index dense tables
+constexpr int kMaxJsonDepth = 128;
 
 std::string read_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -31,8 +32,16 @@ std::string read_file(const std::string& path) {
 }
 
 Json parse_json(std::string_view text, const std::string& origin) {
+    // nlohmann parses any depth, but dump() (in messages) recurses per level: a deeply nested
+    // value ([[[[...]]]], a few hundred KB) would overflow the stack. serde_json, which HF
+    // tokenizers reads with, stops at the same depth.
+    auto limit_depth = [&](int depth, Json::parse_event_t, Json&) {
+        if (depth > kMaxJsonDepth)
+            fail("tokenizer {}: JSON nested deeper than {} levels", origin, kMaxJsonDepth);
+        return true;
+    };
     try {
-        return Json::parse(text.begin(), text.end());
+        return Json::parse(text.begin(), text.end(), limit_depth);
     } catch (const Json::parse_error& e) {
         // nlohmann's message carries the line and column ("... at line 3, column 5: ...").
         fail("tokenizer {}: malformed JSON: {}", origin, e.what());

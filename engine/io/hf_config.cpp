@@ -300,6 +300,8 @@ HfSpec bloom_spec(const Cfg& c) {
     m.d_model = c.positive("hidden_size", c.integer("n_embed", 64));
     m.n_layer = c.positive("n_layer", 2);
     m.n_head = c.positive("n_head", 8);
+    CTX_CHECK(m.d_model <= INT32_MAX / 4, "{}: hidden_size {} is too large (BLOOM's MLP is 4 x "
+              "hidden_size)", c.origin(), m.d_model);
     m.ffn_hidden = 4 * m.d_model;  // BLOOM's MLP is always 4 x hidden
     m.activation = Activation::GeluTanh;
     m.norm_eps = static_cast<float>(c.number("layer_norm_epsilon", 1e-5));

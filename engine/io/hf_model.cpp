@@ -323,9 +323,16 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
     CTX_CHECK(in, "{}: cannot read (an HF model directory needs config.json)", cfg_path);
     std::stringstream text;
     text << in.rdbuf();
+    // nlohmann parses any depth, but dump() (in messages) and copies recurse per level: a deeply
+    // nested value would overflow the stack. No config.json comes close to this depth.
+    constexpr int kMaxDepth = 128;
+    auto limit_depth = [&](int depth, json::parse_event_t, json&) {
+        if (depth > kMaxDepth) fail("{}: JSON nested deeper than {} levels", cfg_path, kMaxDepth);
+        return true;
+    };
     json cfg;
     try {
-        cfg = json::parse(text.str());
+        cfg = json::parse(text.str(), limit_depth);
     } catch (const json::exception& e) {
         fail("{}: not valid JSON: {}", cfg_path, e.what());
     }

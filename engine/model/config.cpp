@@ -1,5 +1,8 @@
 #include "model/config.h"
 
+#include <cmath>
+#include <cstdint>
+
 #include "core/error.h"
 
 namespace ctx {
@@ -47,8 +50,16 @@ void ModelConfig::validate() const {
               "embedding_layernorm (BLOOM) is a layernorm: it does not combine with norm = rmsnorm");
     CTX_CHECK(context_length > 0, "context_length must be positive, got {}", context_length);
     CTX_CHECK(ffn_hidden >= 0, "ffn_hidden must be >= 0 (0 means 4*d_model), got {}", ffn_hidden);
-    CTX_CHECK(norm_eps > 0, "norm_eps must be positive, got {}", norm_eps);
-    CTX_CHECK(init_std > 0, "init_std must be positive, got {}", init_std);
+    // ffn(), fc_rows() (up to 2 * ffn) and qkv_rows() (up to 3 * d_model) are ints as well.
+    const int64_t ffn_rows = ffn_hidden > 0 ? ffn_hidden : 4 * int64_t{d_model};
+    CTX_CHECK(2 * ffn_rows <= INT32_MAX && 3 * int64_t{d_model} <= INT32_MAX,
+              "d_model ({}) and ffn_hidden ({}) are too large: the layer sizes they give exceed "
+              "32-bit integers", d_model, ffn_hidden);
+    // Non-finite values would also not survive the JSON a checkpoint keeps them in (null).
+    CTX_CHECK(norm_eps > 0 && std::isfinite(norm_eps),
+              "norm_eps must be positive and finite, got {}", norm_eps);
+    CTX_CHECK(init_std > 0 && std::isfinite(init_std),
+              "init_std must be positive and finite, got {}", init_std);
 }
 
 const std::vector<ModelConfigField>& model_config_fields() {

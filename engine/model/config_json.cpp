@@ -1,5 +1,7 @@
 #include "model/config_json.h"
 
+#include <cmath>
+#include <limits>
 #include <set>
 #include <type_traits>
 #include <variant>
@@ -11,12 +13,44 @@ namespace {
 
 using json = nlohmann::json;
 
+// v as an integer of type T when it is one that fits (a float only with an integral value).
+// get<T>() would instead truncate a fraction, wrap a wide integer, and give undefined behaviour
+// for a float beyond T's range.
+template <typename T>
+bool integer_that_fits(const json& v, T& out) {
+    using limits = std::numeric_limits<T>;
+    if (v.is_number_unsigned()) {
+        if (v.get<uint64_t>() > static_cast<uint64_t>(limits::max())) return false;
+    } else if (v.is_number_integer()) {
+        if (v.get<int64_t>() < limits::min() || v.get<int64_t>() > limits::max()) return false;
+    } else if (v.is_number_float()) {
+        const double d = v.get<double>();
+        // max() + 1, a power of two, is exact as a double (max() itself may not be)
+        if (std::floor(d) != d || d < double(limits::min()) || d >= double(limits::max()) + 1.0)
+            return false;
+        out = static_cast<T>(d);
+        return true;
+    } else {
+        return false;
+    }
+    out = v.get<T>();
+    return true;
+}
+
 // Reads j[key] into out with the type of out; refuses wrong types. Missing keys keep defaults.
 template <typename T>
 void read(const json& j, const char* key, T& out, std::set<std::string>& seen) {
     seen.insert(key);
     auto it = j.find(key);
     if (it == j.end()) return;
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        if (!it->is_number())
+            fail("config key '{}' has the wrong type ({})", key, it->type_name());
+        if (!integer_that_fits(*it, out))
+            fail("config key '{}' must be an integer in [{}, {}], got {}", key,
+                 std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), it->dump());
+        return;
+    }
     try {
         out = it->get<T>();
     } catch (const json::exception&) {

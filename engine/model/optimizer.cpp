@@ -33,9 +33,12 @@ void OptimizerConfig::validate() const {
     CTX_CHECK(schedule_start >= 0, "schedule_start must be >= 0, got {}", schedule_start);
     CTX_CHECK(beta1 >= 0 && beta1 < 1, "beta1 must be in [0, 1), got {}", beta1);
     CTX_CHECK(beta2 >= 0 && beta2 < 1, "beta2 must be in [0, 1), got {}", beta2);
-    CTX_CHECK(eps > 0, "eps must be positive, got {}", eps);
-    CTX_CHECK(weight_decay >= 0, "weight_decay must be >= 0, got {}", weight_decay);
-    CTX_CHECK(grad_clip >= 0, "grad_clip must be >= 0 (0 disables), got {}", grad_clip);
+    // Non-finite values would also not survive the JSON a checkpoint keeps them in (null).
+    CTX_CHECK(eps > 0 && std::isfinite(eps), "eps must be positive and finite, got {}", eps);
+    CTX_CHECK(weight_decay >= 0 && std::isfinite(weight_decay),
+              "weight_decay must be >= 0 and finite, got {}", weight_decay);
+    CTX_CHECK(grad_clip >= 0 && std::isfinite(grad_clip),
+              "grad_clip must be >= 0 and finite (0 disables), got {}", grad_clip);
 }
 
 double learning_rate(const OptimizerConfig& c, int64_t optimizer_step) {
