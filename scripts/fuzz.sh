@@ -7,6 +7,7 @@
 # corpus kept between runs (BUILD_DIR/fuzz/corpus/NAME); crashing inputs go to
 # BUILD_DIR/fuzz/artifacts/, logs to BUILD_DIR/fuzz/logs/. Runs under nice: the machine may be
 # shared. Exits 1 when any target crashed (libFuzzer stops a target at its first crash).
+# FUZZ_TARGETS="tokenizer_json hf_config" runs only those.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-600}
@@ -30,6 +31,7 @@ printf '%-20s %12s %8s %8s %8s %s\n' target executions seconds cov corpus crashe
 any_crash=0
 for entry in "${TARGETS[@]}"; do
   read -r name dict max_len <<<"$entry"
+  [[ -n ${FUZZ_TARGETS:-} && " $FUZZ_TARGETS " != *" $name "* ]] && continue
   exe=$FUZZ_DIR/${name}_fuzz
   if [[ ! -x $exe ]]; then
     echo "$name: $exe not built (cmake --build $BUILD_DIR --target ${name}_fuzz)" >&2

@@ -388,6 +388,11 @@ TEST(BpeErrors, MalformedFilesNameWhereAndWhat) {
     EXPECT_ERROR_HAS(
         parse_bpe_tokenizer_json("{\n  \"model\": {\n    \"type\": \"BPE\",,\n", "bad.json"),
         "line 3, column");
+    // Found by tests/fuzz/tokenizer_json_fuzz: a number beyond double's range escaped as
+    // nlohmann's out_of_range instead of ctx::Error.
+    EXPECT_ERROR_HAS(parse_bpe_tokenizer_json(R"({"model": {"vocab": {"a": 2e7060}}})", "big.json"),
+                     "tokenizer big.json: malformed JSON: [json.exception.out_of_range.406] "
+                     "number overflow parsing '2e7060'");
     json j = char_level_json({"a", "b", "ab"}, {"a b"});
     j["model"]["merges"].push_back(12);
     EXPECT_ERROR_HAS(from(j),

@@ -42,7 +42,7 @@ Json parse_json(std::string_view text, const std::string& origin) {
     };
     try {
         return Json::parse(text.begin(), text.end(), limit_depth);
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // parse_error, and out_of_range for 1e999
         // nlohmann's message carries the line and column ("... at line 3, column 5: ...").
         fail("tokenizer {}: malformed JSON: {}", origin, e.what());
     }
