@@ -7,7 +7,8 @@
 # corpus kept between runs (BUILD_DIR/fuzz/corpus/NAME); crashing inputs go to
 # BUILD_DIR/fuzz/artifacts/, logs to BUILD_DIR/fuzz/logs/. Runs under nice: the machine may be
 # shared. Exits 1 when any target crashed (libFuzzer stops a target at its first crash).
-# FUZZ_TARGETS="tokenizer_json hf_config" runs only those.
+# FUZZ_TARGETS="tokenizer_json hf_config" runs only those. FUZZ_RUNS=1000000 stops each target
+# after that many executions instead (SECONDS_PER_TARGET then only caps it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-600}
@@ -44,6 +45,7 @@ for entry in "${TARGETS[@]}"; do
   options=(-max_total_time="$SECONDS_PER_TARGET" -max_len="$max_len" -timeout=10
            -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$FUZZ_DIR/artifacts/$name-")
   [[ $dict != - ]] && options+=(-dict="$SRC/$dict")
+  [[ -n ${FUZZ_RUNS:-} ]] && options+=(-runs="$FUZZ_RUNS")
   before=$(date +%s)
   marker=$(mktemp)
   status=0

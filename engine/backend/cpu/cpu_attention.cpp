@@ -5,13 +5,15 @@
 // Attention works per (batch, head) pair, one pair per OpenMP iteration, with strided views into
 // qkv (B, T, 3C): q_bh row i is qkv[b, i, h*D : h*D + D] (leading dimension 3C), k_bh and v_bh are
 // the same at offsets C and 2C. Queries go in row blocks of kAttnBlock; a block [i0, i1) only
-// needs keys [j0, i1) (j0 = 0, or the window start of row i0), so every product is one sgemm on a
-// sub-block and causal attention does roughly half of the full (T, T) work.
+// needs keys [j0, i1) (j0 = 0, or the window start of row i0), and within it each group of
+// kTileMR rows only the keys up to its last row: causal attention does about half of the (T, T)
+// work. The products are cpu_tile_gemm.h's (BLAS spent more time packing and dispatching these
+// 64 x 128 x 32 products than multiplying); keys go transposed into a per-thread (D, T) panel so
+// that a score row is contiguous in the vector lanes.
 //
 // This file holds the materialised mode (saves the (B, H, T, T) probabilities);
 // cpu_attention_flash.cpp the flash mode (saves lse, recomputes the probabilities in backward).
 // The bias helpers both use live in cpu_attention_bias.h.
-#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -21,12 +23,22 @@
 #include "backend/cpu/cpu_attention_bias.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_math.h"
+#include "backend/cpu/cpu_tile_gemm.h"
 #include "backend/op_common.h"
 #include "core/error.h"
 
 namespace ctx::cpu {
 
 namespace {
+
+// ================================================================ attention helpers
+
+// A head's keys or values transposed into a (D, T) panel (ld T): panel[d, j] = x[j, d].
+inline size_t panel_floats(int T, int D) { return (size_t(T) * D + 15) / 16 * 16; }
+
+void pack_transposed(float* panel, const float* x, int T, int D, int ld) {
+    transpose_into(panel, T, x, ld, T, D);
+}
 
 // ================================================================ rotary
 
@@ -58,14 +70,21 @@ void fill_rotary_tables(float* t, float p, const RotarySpec& spec) {
 inline void rotate_head(float* x, int dr, RotaryLayout layout, const float* cs, const float* sn,
                         const float* s, float sign) {
     const int half = dr / 2;
-    const int stride = layout == RotaryLayout::Half ? 1 : 2;   // index of x0 of pair k
-    const int offset = layout == RotaryLayout::Half ? half : 1;  // x1 = x0 + offset
-    for (int k = 0; k < half; k++) {
-        float* p0 = x + k * stride;
-        float* p1 = p0 + offset;
-        const float x0 = *p0, x1 = *p1, c = cs[k], sa = sign * sn[k];
-        *p0 = s[k] * (c * x0 - sa * x1);
-        *p1 = s[k] * (sa * x0 + c * x1);
+    if (layout == RotaryLayout::Half) {  // x0 = x[k], x1 = x[k + half]: unit stride, vectorised
+        float* x1p = x + half;
+#pragma omp simd
+        for (int k = 0; k < half; k++) {
+            const float x0 = x[k], x1 = x1p[k], c = cs[k], sa = sign * sn[k];
+            x[k] = s[k] * (c * x0 - sa * x1);
+            x1p[k] = s[k] * (sa * x0 + c * x1);
+        }
+        return;
+    }
+    for (int k = 0; k < half; k++) {  // interleaved: x0 = x[2k], x1 = x[2k + 1]
+        float* p0 = x + 2 * k;
+        const float x0 = p0[0], x1 = p0[1], c = cs[k], sa = sign * sn[k];
+        p0[0] = s[k] * (c * x0 - sa * x1);
+        p0[1] = s[k] * (sa * x0 + c * x1);
     }
 }
 
@@ -144,13 +163,15 @@ AttentionMode CpuBackend::attention_mode_auto(int /*T*/, int /*C*/, int /*H*/) c
     return AttentionMode::Materialised;
 }
 
-size_t CpuBackend::attention_scratch_floats(int B, int T, int /*C*/, int H,
+size_t CpuBackend::attention_scratch_floats(int B, int T, int C, int H,
                                             AttentionMode mode) const {
     CTX_CHECK(mode == AttentionMode::Materialised || mode == AttentionMode::Flash,
               "attention: unknown mode {}", int(mode));
     if (mode == AttentionMode::Flash) return flash_scratch_floats(B, T, H);
-    // [threads_ x (kAttnBlock, T) dP/dS buffers][(B*H) x kMaxT5Buckets bias-gradient slots]
-    return size_t(threads_) * attn_buffer_floats(T) + size_t(B) * H * kMaxT5Buckets;
+    // [threads_ x ((kAttnBlock, T) dP/dS buffer, (D, T) transposed-values panel)]
+    // [(B*H) x kMaxT5Buckets bias-gradient slots]
+    return size_t(threads_) * (attn_buffer_floats(T) + panel_floats(T, C / H)) +
+           size_t(B) * H * kMaxT5Buckets;
 }
 
 void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
@@ -168,6 +189,10 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
     int lut[kT5LutSize + 1];
     const BiasEval be = make_bias_eval(opt.bias, lut);
 
+    const size_t panel_size = panel_floats(T, D);
+    if (attn_panels_.size() < size_t(threads_) * panel_size)
+        attn_panels_.resize(size_t(threads_) * panel_size);
+
 #pragma omp parallel for schedule(static) num_threads(threads_)
     for (int bh = 0; bh < B * H; bh++) {
         const int b = bh / H, h = bh % H;
@@ -180,13 +205,16 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
         const float* table_bh = opt.bias.kind == BiasKind::Table
                                     ? opt.bias.table + size_t(bh) * T * T  // (T, T)
                                     : nullptr;
+        float* kt = attn_panels_.data() + size_t(omp_get_thread_num()) * panel_size;  // (D, T)
+        pack_transposed(kt, k, T, D, C3);
         for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
             const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_lo(opt, b, T, i0);
-            const int M = i1 - i0, Nk = i1 - j0;
-            float* s_blk = att_bh + size_t(i0) * T + j0;  // (M, Nk), ld T
-            // logits = q k^T / sqrt(D)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Nk, D, scale,
-                        q + size_t(i0) * C3, C3, k + size_t(j0) * C3, C3, 0.0f, s_blk, T);
+            // logits[i, j0 : i_last + 1] = q_i k^T / sqrt(D), kTileMR rows i at a time
+            for (int i = i0; i < i1; i += kTileMR) {
+                const int mr = std::min(kTileMR, i1 - i);
+                tile_gemm_rows(mr, i + mr - j0, D, scale, q + size_t(i) * C3, C3, 1, kt + j0, T,
+                               att_bh + size_t(i) * T + j0, T, false);
+            }
             for (int i = i0; i < i1; i++) {
                 float* row = att_bh + size_t(i) * T;  // (T)
                 const int lo = key_lo(opt, b, T, i);
@@ -201,9 +229,12 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
 #pragma omp simd
                 for (int j = lo; j < end; j++) row[j] *= inv;
             }
-            // out[i0:i1] = P[i0:i1, j0:i1] v[j0:i1]
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, Nk, 1.0f, s_blk, T,
-                        v + size_t(j0) * C3, C3, 0.0f, out_bh + size_t(i0) * C, C);
+            // out[i] = P[i, j0 : i_last + 1] v[j0 : i_last + 1] (P is 0 past each row's i)
+            for (int i = i0; i < i1; i += kTileMR) {
+                const int mr = std::min(kTileMR, i1 - i);
+                tile_gemm_rows(mr, D, i + mr - j0, 1.0f, att_bh + size_t(i) * T + j0, T, 1,
+                               v + size_t(j0) * C3, C3, out_bh + size_t(i) * C, C, false);
+            }
         }
     }
 }
@@ -227,12 +258,13 @@ void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* do
     const BiasGrads bg = bias_grads_of(bs);
     const bool bias_grads = bg.params, table_grads = bg.table;
     const int n_bias_grads = bg.n;
-    const size_t buf_floats = attn_buffer_floats(T);
-    float* slots = scratch + size_t(threads_) * buf_floats;  // (B*H, kMaxT5Buckets)
+    const size_t buf_floats = attn_buffer_floats(T), thread_floats = buf_floats + panel_floats(T, D);
+    float* slots = scratch + size_t(threads_) * thread_floats;  // (B*H, kMaxT5Buckets)
 
 #pragma omp parallel num_threads(threads_)
     {
-        float* buf = scratch + size_t(omp_get_thread_num()) * buf_floats;  // (kAttnBlock, T)
+        float* buf = scratch + size_t(omp_get_thread_num()) * thread_floats;  // (kAttnBlock, T)
+        float* vt = buf + buf_floats;                                         // (D, T)
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * H; bh++) {
             const int b = bh / H, h = bh % H;
@@ -250,16 +282,28 @@ void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* do
             double g[kMaxT5Buckets];  // this pair's bias-parameter gradients
             if (bias_grads) std::fill(g, g + n_bias_grads, 0.0);
 
+            pack_transposed(vt, v, T, D, C3);
             for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
                 const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_lo(opt, b, T, i0);
                 const int M = i1 - i0, Nk = i1 - j0;
                 const float* p_blk = att_bh + size_t(i0) * T + j0;  // (M, Nk), ld T
-                // dP (M, Nk) = dout[i0:i1] v[j0:i1]^T
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, Nk, D, 1.0f,
-                            dout_bh + size_t(i0) * C, C, v + size_t(j0) * C3, C3, 0.0f, buf, Nk);
-                // dv[j0:i1] += P^T dout[i0:i1]
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Nk, D, M, 1.0f, p_blk, T,
-                            dout_bh + size_t(i0) * C, C, 1.0f, dv + size_t(j0) * C3, C3);
+                // dP (M, Nk) = dout[i0:i1] v[j0:i1]^T, each row group to its last row's key
+                // (the rest of a row is 0: P is 0 there)
+                for (int i = i0; i < i1; i += kTileMR) {
+                    const int mr = std::min(kTileMR, i1 - i), n = i + mr - j0;
+                    float* dp = buf + size_t(i - i0) * Nk;
+                    tile_gemm_rows(mr, n, D, 1.0f, dout_bh + size_t(i) * C, C, 1, vt + j0, T, dp,
+                                   Nk, false);
+                    for (int r = 0; r < mr; r++)
+                        std::fill(dp + size_t(r) * Nk + n, dp + size_t(r + 1) * Nk, 0.0f);
+                }
+                // dv[j] += sum_i P[i, j] dout[i] over the rows i >= j of the block
+                for (int j = j0; j < i1; j += kTileMR) {
+                    const int mr = std::min(kTileMR, i1 - j), lo = std::max(i0, j) - i0;
+                    tile_gemm_rows(mr, D, M - lo, 1.0f, p_blk + size_t(lo) * T + (j - j0), 1, T,
+                                   dout_bh + size_t(i0 + lo) * C, C, dv + size_t(j) * C3, C3,
+                                   true);
+                }
                 // dlogit = P * (dP - sum_j P dP), in place in buf (P = 0 outside the mask)
                 for (int i = i0; i < i1; i++) {
                     const float* p = att_bh + size_t(i) * T + j0;  // (Nk) keys j0 .. i1-1
@@ -278,11 +322,18 @@ void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* do
                         for (int j = lo; j <= i; j++) drow[j] += ds[j - j0];
                     }
                 }
-                // dq[i0:i1] += dS k[j0:i1] / sqrt(D);  dk[j0:i1] += dS^T q[i0:i1] / sqrt(D)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, Nk, scale, buf, Nk,
-                            k + size_t(j0) * C3, C3, 1.0f, dq + size_t(i0) * C3, C3);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Nk, D, M, scale, buf, Nk,
-                            q + size_t(i0) * C3, C3, 1.0f, dk + size_t(j0) * C3, C3);
+                // dq[i] += dS[i, j0 : i_last + 1] k[j0 : i_last + 1] / sqrt(D)
+                for (int i = i0; i < i1; i += kTileMR) {
+                    const int mr = std::min(kTileMR, i1 - i);
+                    tile_gemm_rows(mr, D, i + mr - j0, scale, buf + size_t(i - i0) * Nk, Nk, 1,
+                                   k + size_t(j0) * C3, C3, dq + size_t(i) * C3, C3, true);
+                }
+                // dk[j] += sum_{i >= j} dS[i, j] q[i] / sqrt(D)
+                for (int j = j0; j < i1; j += kTileMR) {
+                    const int mr = std::min(kTileMR, i1 - j), lo = std::max(i0, j) - i0;
+                    tile_gemm_rows(mr, D, M - lo, scale, buf + size_t(lo) * Nk + (j - j0), 1, Nk,
+                                   q + size_t(i0 + lo) * C3, C3, dk + size_t(j) * C3, C3, true);
+                }
             }
             if (bias_grads) {
                 float* slot = slots + size_t(bh) * kMaxT5Buckets;

@@ -145,6 +145,7 @@ private:
 
     int threads_;  // OpenMP threads of the regions that use per-thread scratch
     RotaryCache rotary_cache_;
+    std::vector<float> attn_panels_;  // (threads_, D, T): the materialised forward's key panels
 };
 
 }  // namespace ctx::cpu
