@@ -114,6 +114,25 @@ TEST(HfConfig, NeoxTransformersRopeTypesRoundTrip) {
         EXPECT_EQ(back.pe_options[k], s.pe_options[k]) << k;
 }
 
+// ReLU MLPs (OPT-style, or models fine-tuned into ReLU form for contextual sparsity) map both ways
+// for GPT-2 ("activation_function") and GPT-NeoX ("hidden_act"); BLOOM's fixed tanh GELU
+// refuses them by name.
+TEST(HfConfig, ReluMapsBothWays) {
+    json j = gpt2_json();
+    j["activation_function"] = "relu";
+    HfSpec s = hf_spec_from_config(j, "config.json");
+    EXPECT_EQ(s.config.activation, Activation::Relu);
+    json out = hf_config_json(hf_spec_for_model(s.config, s.style, s.pe_plugin, s.pe_options, {}));
+    EXPECT_EQ(out["activation_function"], "relu");
+    j = neox_json();
+    j["hidden_act"] = "relu";
+    s = hf_spec_from_config(j, "config.json");
+    EXPECT_EQ(s.config.activation, Activation::Relu);
+    out = hf_config_json(hf_spec_for_model(s.config, s.style, s.pe_plugin, s.pe_options, {}));
+    EXPECT_EQ(out["hidden_act"], "relu");
+    EXPECT_EQ(hf_spec_from_config(out, "exported").config.activation, Activation::Relu);
+}
+
 TEST(HfConfig, ClearErrors) {
     auto err = [](json j) { return error_of([&] { hf_spec_from_config(j, "dir/config.json"); }); };
     json j = gpt2_json();
@@ -125,8 +144,9 @@ TEST(HfConfig, ClearErrors) {
     j["n_embd"] = "eight";
     EXPECT_HAS(err(j), "\"n_embd\" must be an integer, got \"eight\"");
     j = gpt2_json();
-    j["activation_function"] = "relu";
-    EXPECT_HAS(err(j), "\"activation_function\" = \"relu\" is not supported");
+    j["activation_function"] = "sigmoid";
+    EXPECT_HAS(err(j), "\"activation_function\" = \"sigmoid\" is not supported (gelu, gelu_new, "
+                       "gelu_pytorch_tanh, gelu_fast, relu)");
     j = gpt2_json();
     j["scale_attn_by_inverse_layer_idx"] = true;
     EXPECT_HAS(err(j), "\"scale_attn_by_inverse_layer_idx\" = true is not supported");

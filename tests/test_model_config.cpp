@@ -52,6 +52,26 @@ TEST(ModelConfig, ValidationNamesTheField) {
     EXPECT_EQ(error_of(ModelConfig::from_style("llama")), "");
 }
 
+TEST(ModelConfig, ReluActivationRoundTripsAndUnknownNamesAreRefused) {
+    ModelConfig c = ModelConfig::from_style("gpt2");
+    c.activation = activation_from_name("relu");
+    EXPECT_EQ(c.activation, Activation::Relu);
+    EXPECT_FALSE(c.gated_mlp());
+    const nlohmann::json j = model_config_to_json(c);
+    EXPECT_EQ(j["activation"], "relu");
+    EXPECT_EQ(model_config_from_json(j).activation, Activation::Relu);
+    EXPECT_EQ(config_enum_choices(Activation::Relu),
+              (std::vector<std::string>{"gelu_tanh", "gelu_erf", "swiglu", "relu"}));
+    std::string what;
+    try {
+        activation_from_name("relu6");
+    } catch (const Error& e) {
+        what = e.what();
+    }
+    EXPECT_NE(what.find("unknown activation 'relu6' (expected gelu_tanh, gelu_erf, swiglu or relu)"),
+              std::string::npos) << what;
+}
+
 TEST(ModelConfig, JsonKeepsEveryFieldAndReadsOlderCheckpoints) {
     ModelConfig c = ModelConfig::from_style("llama");
     c.n_kv_head = 2, c.sliding_window = 9, c.attention_bias = true;  // Qwen2-like + window

@@ -380,6 +380,30 @@ TEST(OpsCpuActivation, GeluForwardAndGradients) {
     }
 }
 
+// ReLU is exact arithmetic: out = max(x, 0) bit for bit, and the backward adds dout where x > 0
+// and nothing elsewhere (0 at x = 0 itself, as PyTorch's relu). -0 and tiny values included.
+TEST(OpsCpuActivation, ReluForwardAndGradientsExactly) {
+    ref::Rng rng(41);
+    for (size_t n : {size_t(1), size_t(17), size_t(5000)}) {
+        auto x = ref::to_float(rng.normals(n, 2.0));
+        x[0] = 0.0f;
+        if (n > 2) {
+            x[1] = -0.0f;
+            x[2] = 1e-30f;
+        }
+        std::vector<float> out(n);
+        cpu().activation_forward(out.data(), x.data(), n, ctx::Activation::Relu);
+        const auto dout = ref::to_float(rng.normals(n)), d0 = ref::to_float(rng.normals(n, 0.5));
+        auto dinp = d0;
+        cpu().activation_backward(dinp.data(), x.data(), dout.data(), n, ctx::Activation::Relu);
+        for (size_t i = 0; i < n; i++) {
+            ASSERT_EQ(out[i], x[i] > 0.0f ? x[i] : 0.0f) << "x " << x[i];
+            ASSERT_FALSE(std::signbit(out[i])) << "relu(" << x[i] << ") must be +0";
+            ASSERT_EQ(dinp[i], x[i] > 0.0f ? d0[i] + dout[i] : d0[i]) << "x " << x[i];
+        }
+    }
+}
+
 // SwiGLU: out = silu(gate) * up over rows [gate | up], against double formulas and central
 // differences in each of the 2F inputs (each output depends on one gate and one up entry).
 TEST(OpsCpuActivation, SwiGluForwardAndGradients) {

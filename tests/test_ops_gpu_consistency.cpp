@@ -337,9 +337,12 @@ TEST_P(OpsGpuActivation, ForwardBackwardMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, OpsGpuActivation,
-                         ::testing::Values(ctx::Activation::GeluTanh, ctx::Activation::GeluErf),
+                         ::testing::Values(ctx::Activation::GeluTanh, ctx::Activation::GeluErf,
+                                           ctx::Activation::Relu),
                          [](const auto& info) {
-                             return info.param == ctx::Activation::GeluTanh ? "tanh" : "erf";
+                             return info.param == ctx::Activation::GeluTanh ? "tanh"
+                                    : info.param == ctx::Activation::Relu   ? "relu"
+                                                                            : "erf";
                          });
 
 TEST(OpsGpuSwiGlu, ForwardBackwardMatchCpu) {

@@ -21,10 +21,11 @@ namespace ctx {
 
 enum class DeviceKind { CPU, CUDA };
 
-// The MLP's nonlinearity. GeluTanh and GeluErf are elementwise (activation_forward); SwiGLU is
-// gated: fc yields [gate | up] rows and swiglu_forward combines them (Llama-family blocks), so
-// activation_forward refuses it.
-enum class Activation { GeluTanh, GeluErf, SwiGLU };
+// The MLP's nonlinearity. GeluTanh, GeluErf and Relu are elementwise (activation_forward); SwiGLU
+// is gated: fc yields [gate | up] rows and swiglu_forward combines them (Llama-family blocks), so
+// activation_forward refuses it. Relu (OPT; models fine-tuned into ReLU form) makes the MLP's
+// neuron sparsity exact: a neuron at 0 contributes nothing (contextual sparsity, Deja Vu).
+enum class Activation { GeluTanh, GeluErf, SwiGLU, Relu };
 
 enum class RotaryLayout { Half = 0, Interleaved = 1 };
 

@@ -72,8 +72,9 @@ Activation activation_from_hf(const Cfg& c, const char* key, const std::string& 
     // gelu_fast is the same tanh form with the constant folded in.
     if (a == "gelu_new" || a == "gelu_pytorch_tanh" || a == "gelu_fast")
         return Activation::GeluTanh;
-    fail("{}: \"{}\" = \"{}\" is not supported (gelu, gelu_new, gelu_pytorch_tanh, gelu_fast)",
-         c.origin(), key, a);
+    if (a == "relu") return Activation::Relu;
+    fail("{}: \"{}\" = \"{}\" is not supported (gelu, gelu_new, gelu_pytorch_tanh, gelu_fast, "
+         "relu)", c.origin(), key, a);
 }
 
 void read_token_ids(const Cfg& c, HfSpec& s) {
@@ -446,7 +447,8 @@ HfSpec hf_spec_for_model(const ModelConfig& m, const std::string& style,
         need(m.embedding_layernorm, "embedding_layernorm = false (BLOOM normalises embeddings)");
         need(!m.parallel_residual, "parallel_residual = true (BLOOM is sequential)");
         need(m.attention_bias && m.mlp_bias, "attention_bias / mlp_bias = false (BLOOM has biases)");
-        need(m.activation == Activation::GeluTanh, "activation = gelu_erf (BLOOM uses tanh GELU)");
+        need(m.activation == Activation::GeluTanh, std::string("activation = ") +
+             activation_name(m.activation) + " (BLOOM uses tanh GELU)");
         need(m.ffn() == 4 * m.d_model, "ffn_hidden != 4 * d_model (BLOOM's MLP is 4x)");
     } else {
         fail("export: {} has no transformers equivalent (pe/learned -> GPT-2, pe/rope -> "
@@ -576,7 +578,9 @@ static void write_rope(json& j, const json& o, const ModelConfig& m) {
 json hf_config_json(const HfSpec& s) {
     const ModelConfig& m = s.config;
     json j;
-    const char* gelu = m.activation == Activation::GeluTanh ? "gelu_new" : "gelu";
+    const char* gelu = m.activation == Activation::GeluTanh ? "gelu_new"
+                       : m.activation == Activation::Relu   ? "relu"
+                                                            : "gelu";
     if (s.model_type == "gpt2") {
         j = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"},
              {"vocab_size", m.vocab_size}, {"n_positions", m.context_length},

@@ -94,6 +94,7 @@ const char* activation_name(Activation a) {
         case Activation::GeluTanh: return "gelu_tanh";
         case Activation::GeluErf: return "gelu_erf";
         case Activation::SwiGLU: return "swiglu";
+        case Activation::Relu: return "relu";
     }
     return "?";
 }
@@ -102,11 +103,12 @@ Activation activation_from_name(const std::string& name) {
     if (name == "gelu_tanh") return Activation::GeluTanh;
     if (name == "gelu_erf" || name == "gelu") return Activation::GeluErf;
     if (name == "swiglu") return Activation::SwiGLU;
-    fail("unknown activation '{}' (expected gelu_tanh, gelu_erf or swiglu)", name);
+    if (name == "relu") return Activation::Relu;
+    fail("unknown activation '{}' (expected gelu_tanh, gelu_erf, swiglu or relu)", name);
 }
 
 std::vector<std::string> config_enum_choices(Activation) {
-    return {"gelu_tanh", "gelu_erf", "swiglu"};
+    return {"gelu_tanh", "gelu_erf", "swiglu", "relu"};
 }
 
 const char* norm_name(NormKind n) { return n == NormKind::RMSNorm ? "rmsnorm" : "layernorm"; }

@@ -71,7 +71,7 @@ const std::vector<ModelConfigField>& model_config_fields();
 
 // The enum-valued fields by name, for every reader and writer of ModelConfig.
 const char* activation_name(Activation a);
-Activation activation_from_name(const std::string& name);  // "gelu_tanh" | "gelu_erf" | "swiglu"
+Activation activation_from_name(const std::string& name);  // "gelu_tanh" | "gelu_erf" | "swiglu" | "relu"
 const char* norm_name(NormKind n);
 NormKind norm_from_name(const std::string& name);  // "layernorm" | "rmsnorm"
 inline const char* config_enum_name(Activation a) { return activation_name(a); }

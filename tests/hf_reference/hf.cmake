@@ -8,7 +8,7 @@ target_link_libraries(hf_check PRIVATE ctxengine_core)
 target_compile_definitions(hf_check PRIVATE CTX_HF_PLUGIN_DIR="${CMAKE_BINARY_DIR}/plugins")
 add_dependencies(hf_check ctxengine)  # the cases run `ctxengine convert`; it builds the plugins
 
-foreach(case gpt2 neox_parallel neox_sequential_linear neox_dynamic neox_yarn neox_llama3
+foreach(case gpt2 gpt2_relu neox_parallel neox_sequential_linear neox_dynamic neox_yarn neox_llama3
              neox_longrope bloom llama mistral qwen2)
   add_test(NAME hf_reference.${case}
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/run_case.sh ${case} $<TARGET_FILE:hf_check>

@@ -62,9 +62,11 @@ def train_tokenizer(docs, vocab_size=320):
 
 def build(case, vocab, eos):
     common = dict(vocab_size=vocab, bos_token_id=eos, eos_token_id=eos)
-    if case == "gpt2":
+    if case in ("gpt2", "gpt2_relu"):
+        # gpt2_relu: an OPT-style ReLU MLP (ctxengine's activation "relu"; contextual sparsity)
+        act = "relu" if case == "gpt2_relu" else "gelu_new"
         cfg = GPT2Config(n_embd=64, n_layer=2, n_head=4, n_inner=96, n_positions=CONTEXT,
-                         activation_function="gelu_new", **common)
+                         activation_function=act, **common)
         return GPT2LMHeadModel(cfg)
     if case.startswith("neox"):
         scaling = None

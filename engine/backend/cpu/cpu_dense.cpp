@@ -276,6 +276,9 @@ void CpuBackend::activation_forward(float* out, const float* inp, size_t n, Acti
             const float u = kGeluTanhScale * (x + kGeluCubic * x * x * x);
             out[i] = 0.5f * x * (1.0f + fast_tanh(u));
         }
+    } else if (act == Activation::Relu) {
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
     } else {
         // 0.5 x (1 + erf(x / sqrt 2))
 #pragma omp parallel for simd schedule(static)
@@ -362,6 +365,10 @@ void CpuBackend::activation_backward(float* dinp, const float* inp, const float*
             const float grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
             dinp[i] += grad * dout[i];
         }
+    } else if (act == Activation::Relu) {
+        // d relu / dx: 1 for x > 0, else 0 (0 at x = 0, as PyTorch)
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
     } else {
         // d/dx [x Phi(x)] = Phi(x) + x phi(x)
 #pragma omp parallel for simd schedule(static)

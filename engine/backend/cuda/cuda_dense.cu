@@ -233,7 +233,7 @@ constexpr float kGeluCubic = 0.044715f;
 constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
-// act: 0 = GeluTanh, 1 = GeluErf (Activation's values)
+// act: 0 = GeluTanh, 1 = GeluErf, 3 = Relu (Activation's values)
 __global__ void activation_forward_kernel(float* out, const float* inp, size_t n, int act) {
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += size_t(gridDim.x) * blockDim.x) {
@@ -241,6 +241,8 @@ __global__ void activation_forward_kernel(float* out, const float* inp, size_t n
         if (act == 0) {
             const float u = kGeluTanhScale * (x + kGeluCubic * x * x * x);
             out[i] = 0.5f * x * (1.0f + tanhf(u));
+        } else if (act == 3) {
+            out[i] = x > 0.0f ? x : 0.0f;
         } else {
             out[i] = 0.5f * x * (1.0f + erff(x * kInvSqrt2));
         }
@@ -322,6 +324,8 @@ __global__ void activation_backward_kernel(float* dinp, const float* inp, const 
             const float t = tanhf(u);
             const float du = kGeluTanhScale * (1.0f + 3.0f * kGeluCubic * x * x);
             grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+        } else if (act == 3) {
+            grad = x > 0.0f ? 1.0f : 0.0f;
         } else {
             const float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));
             const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
