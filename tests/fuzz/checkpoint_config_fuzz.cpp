@@ -21,43 +21,24 @@ json parse(std::string_view text) {
     return json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
 }
 
-void model_config(std::string_view text) {
+// Parses text as a config (From: JSON -> Config, throws ctx::Error); one that is accepted must
+// write JSON that reads back to the same JSON.
+template <class Config>
+void round_trip(std::string_view text, Config (*from)(const json&), json (*to)(const Config&)) {
     const json j = parse(text);
     if (j.is_discarded()) return;  // the caller reports bad JSON before interpreting it
-    ctx::ModelConfig c;
+    Config c;
     try {
-        c = ctx::model_config_from_json(j);
+        c = from(j);
     } catch (const ctx::Error& e) {
         ctx::fuzz::note(e);
         return;
     }
-    const json written = ctx::model_config_to_json(c);
+    const json written = to(c);
     try {
-        if (ctx::model_config_to_json(ctx::model_config_from_json(parse(written.dump()))) !=
-            written)
-            __builtin_trap();
+        if (to(from(parse(written.dump()))) != written) __builtin_trap();
     } catch (const ctx::Error&) {
         __builtin_trap();  // a config that was accepted once must be accepted again
-    }
-}
-
-void optimizer_config(std::string_view text) {
-    const json j = parse(text);
-    if (j.is_discarded()) return;
-    ctx::OptimizerConfig c;
-    try {
-        c = ctx::optimizer_config_from_json(j);
-    } catch (const ctx::Error& e) {
-        ctx::fuzz::note(e);
-        return;
-    }
-    const json written = ctx::optimizer_config_to_json(c);
-    try {
-        if (ctx::optimizer_config_to_json(
-                ctx::optimizer_config_from_json(parse(written.dump()))) != written)
-            __builtin_trap();
-    } catch (const ctx::Error&) {
-        __builtin_trap();
     }
 }
 
@@ -66,7 +47,7 @@ void optimizer_config(std::string_view text) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string_view input(reinterpret_cast<const char*>(data), size);
     const std::string_view model_text = ctx::fuzz::take_until(input, std::string_view("\0", 1));
-    model_config(model_text);
-    optimizer_config(input);
+    round_trip(model_text, ctx::model_config_from_json, ctx::model_config_to_json);
+    round_trip(input, ctx::optimizer_config_from_json, ctx::optimizer_config_to_json);
     return 0;
 }

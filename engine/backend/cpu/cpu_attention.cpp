@@ -33,12 +33,8 @@ namespace {
 
 // ================================================================ attention helpers
 
-// A head's keys or values transposed into a (D, T) panel (ld T): panel[d, j] = x[j, d].
+// Floats of a head's keys or values transposed into a (D, T) panel (ld T): panel[d, j] = x[j, d].
 inline size_t panel_floats(int T, int D) { return (size_t(T) * D + 15) / 16 * 16; }
-
-void pack_transposed(float* panel, const float* x, int T, int D, int ld) {
-    transpose_into(panel, T, x, ld, T, D);
-}
 
 // ================================================================ rotary
 
@@ -206,7 +202,7 @@ void CpuBackend::attention_forward(float* out, float* att, const float* qkv,
                                     ? opt.bias.table + size_t(bh) * T * T  // (T, T)
                                     : nullptr;
         float* kt = attn_panels_.data() + size_t(omp_get_thread_num()) * panel_size;  // (D, T)
-        pack_transposed(kt, k, T, D, C3);
+        transpose_into(kt, T, k, C3, T, D);  // (D, T) from (T, D)
         for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
             const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_lo(opt, b, T, i0);
             // logits[i, j0 : i_last + 1] = q_i k^T / sqrt(D), kTileMR rows i at a time
@@ -282,7 +278,7 @@ void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* do
             double g[kMaxT5Buckets];  // this pair's bias-parameter gradients
             if (bias_grads) std::fill(g, g + n_bias_grads, 0.0);
 
-            pack_transposed(vt, v, T, D, C3);
+            transpose_into(vt, T, v, C3, T, D);  // (D, T) from (T, D)
             for (int i0 = 0; i0 < T; i0 += kAttnBlock) {
                 const int i1 = std::min(T, i0 + kAttnBlock), j0 = key_lo(opt, b, T, i0);
                 const int M = i1 - i0, Nk = i1 - j0;
