@@ -116,6 +116,22 @@ public:
                             int D) override {
         cpu_->kv_repeat_backward(dev(dgrouped), dev(dqkv), N, H, Hkv, D);
     }
+    void matmul_rows_forward(float* out, int ldo, const float* inp, const float* W,
+                             const float* bias, const int32_t* idx, int N, int IC, int K,
+                             int G) override {
+        cpu_->matmul_rows_forward(dev(out), ldo, dev(inp), dev(W), dev(bias), dev(idx), N, IC, K,
+                                  G);
+    }
+    void matmul_rows_project(float* out, const float* h, int ldh, const float* Wt,
+                             const float* bias, const int32_t* idx, int N, int OC, int K,
+                             int G) override {
+        cpu_->matmul_rows_project(dev(out), dev(h), ldh, dev(Wt), dev(bias), dev(idx), N, OC, K,
+                                  G);
+    }
+    void select_topk(int32_t* idx, const float* scores, int N, int M, int K,
+                     float threshold) override {
+        cpu_->select_topk(dev(idx), dev(scores), N, M, K, threshold);
+    }
     void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int N, int C,
                          float eps) override {
         cpu_->rmsnorm_forward(dev(out), dev(rstd), dev(inp), dev(w), N, C, eps);
@@ -275,6 +291,7 @@ private:
         r.bias.db = dev(o.bias.db);
         r.bias.table = dev(o.bias.table);
         r.bias.dtable = dev(o.bias.dtable);
+        r.heads = dev(o.heads);
         return r;
     }
     // A block's metadata is device memory (the ring uploads it).

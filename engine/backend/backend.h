@@ -119,6 +119,11 @@ struct AttentionOptions {
     // document per row. Not used by attention over a KV cache.
     const int32_t* doc_start = nullptr;
     AttentionMode mode = AttentionMode::Materialised;
+    // Contextual sparsity, attention over a KV cache only: heads (B * Tq, heads_k) int32 device
+    // memory lists per query the heads to compute (-1: none; Backend::select_topk's layout);
+    // the outputs of the other heads are left as they were. Null: every head.
+    const int32_t* heads = nullptr;
+    int heads_k = 0;
 };
 
 // Arithmetic of the matrix products (everything else, and all stored parameters, gradients and
@@ -268,6 +273,27 @@ public:
     // over the G query heads that read it.
     virtual void kv_repeat_backward(float* dgrouped, const float* dqkv, int N, int H, int Hkv,
                                     int D) = 0;
+
+    // ---- contextual sparsity (Deja Vu): products over a per-row subset of a weight's rows.
+    // idx (N, K) int32: row n's selected groups j in [0, M / G), -1 for none (skipped); group j
+    // is the G consecutive rows [j G, (j + 1) G) of W (G = 1: MLP neurons, G = D: a head).
+    // out[n * ldo + j G + g] = W[j G + g] . inp[n] + bias[j G + g] for every selected j, g < G;
+    // the other entries of out are left as they were. inp (N, IC), W (M, IC), bias (M) or null.
+    virtual void matmul_rows_forward(float* out, int ldo, const float* inp, const float* W,
+                                     const float* bias, const int32_t* idx, int N, int IC,
+                                     int K, int G) = 0;
+    // out (N, OC) = bias + sum over selected j, g < G of h[n * ldh + j G + g] Wt[j G + g]
+    // (writes; bias may be null): the second product of a sparse MLP (or the attention output
+    // projection) with its weight stored transposed, Wt (M, OC), so a selected unit's weights
+    // are one contiguous row.
+    virtual void matmul_rows_project(float* out, const float* h, int ldh, const float* Wt,
+                                     const float* bias, const int32_t* idx, int N, int OC,
+                                     int K, int G) = 0;
+    // idx (N, K) = per row of scores (N, M), the K highest (ties: the lower index), in
+    // ascending index order, then -1 for those not above `threshold` (moved to the row's end);
+    // threshold -inf keeps all K. K <= M. (A predictor's top-k, or its positive logits.)
+    virtual void select_topk(int32_t* idx, const float* scores, int N, int M, int K,
+                             float threshold) = 0;
 
     // ---- rotary position embedding, in place on the q and k thirds of qkv (B, T, 3C)
     // laid out [q(C) | k(C) | v(C)] per token, each C = H heads x D. positions (B, T).

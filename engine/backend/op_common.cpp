@@ -53,6 +53,9 @@ void check_attention(int T, int C, int H, const AttentionOptions& opt) {
     CTX_CHECK(T >= 1, "attention: T must be >= 1, got {}", T);
     CTX_CHECK(H > 0 && C % H == 0, "attention: d_model {} is not divisible by {} heads", C, H);
     CTX_CHECK(opt.window >= 0, "attention: window must be >= 0, got {}", opt.window);
+    // The cached op checks its head subset itself and passes the rest here without it.
+    CTX_CHECK(opt.heads == nullptr, "attention: a subset of heads (contextual sparsity) is "
+              "supported over a KV cache only");
     const BiasSpec& bs = opt.bias;
     if (bs.kind == BiasKind::None) return;
     if (bs.kind == BiasKind::Table) {
@@ -72,6 +75,16 @@ void check_attention(int T, int C, int H, const AttentionOptions& opt) {
                   "attention: T5 max_distance {} must exceed num_buckets / 2 = {}",
                   bs.max_distance, bs.num_buckets / 2);
     }
+}
+
+void check_attention_cached(int S, int C, int H, const AttentionOptions& opt) {
+    AttentionOptions whole = opt;  // what every attention op checks, less the head subset
+    whole.heads = nullptr;
+    check_attention(S, C, H, whole);
+    CTX_CHECK(opt.heads == nullptr || (opt.heads_k >= 1 && opt.heads_k <= H),
+              "cached attention: a head subset of {} heads out of {}", opt.heads_k, H);
+    CTX_CHECK(opt.doc_start == nullptr, "attention over a KV cache: packed rows (doc_start) "
+              "are a training layout, not supported here");
 }
 
 const char* attention_mode_name(AttentionMode m) {

@@ -27,5 +27,7 @@ void check_targets(const int32_t* targets, const float* mask, int N, int V);
 void check_rotary(int C, int H, const RotarySpec& spec);
 // T >= 1, heads divide d_model, window >= 0, and the bias family's parameters present and valid.
 void check_attention(int T, int C, int H, const AttentionOptions& opt);
+// Attention over a KV cache: the above, packed rows refused, and its head subset (opt.heads).
+void check_attention_cached(int S, int C, int H, const AttentionOptions& opt);
 
 }  // namespace ctx

@@ -118,6 +118,26 @@ void ProfilingBackend::swiglu_forward(float* out, const float* inp, int N, int F
     CTX_TIMED("swiglu_forward", fmt::format("N={} F={}", N, F), 0,
               inner_.swiglu_forward(out, inp, N, F));
 }
+// Selected rows: 2 flops per weight read, K G rows of IC (or OC) per row of N.
+void ProfilingBackend::matmul_rows_forward(float* out, int ldo, const float* inp, const float* W,
+                                           const float* bias, const int32_t* idx, int N, int IC,
+                                           int K, int G) {
+    CTX_TIMED("matmul_rows_forward", fmt::format("N={} IC={} K={} G={}", N, IC, K, G),
+              2.0 * N * K * G * IC,
+              inner_.matmul_rows_forward(out, ldo, inp, W, bias, idx, N, IC, K, G));
+}
+void ProfilingBackend::matmul_rows_project(float* out, const float* h, int ldh, const float* Wt,
+                                           const float* bias, const int32_t* idx, int N, int OC,
+                                           int K, int G) {
+    CTX_TIMED("matmul_rows_project", fmt::format("N={} OC={} K={} G={}", N, OC, K, G),
+              2.0 * N * K * G * OC,
+              inner_.matmul_rows_project(out, h, ldh, Wt, bias, idx, N, OC, K, G));
+}
+void ProfilingBackend::select_topk(int32_t* idx, const float* scores, int N, int M, int K,
+                                   float threshold) {
+    CTX_TIMED("select_topk", fmt::format("N={} M={} K={}", N, M, K), 0,
+              inner_.select_topk(idx, scores, N, M, K, threshold));
+}
 void ProfilingBackend::kv_repeat_forward(float* qkv, const float* grouped, int N, int H, int Hkv,
                                          int D) {
     CTX_TIMED("kv_repeat_forward", fmt::format("N={} H={} Hkv={} D={}", N, H, Hkv, D), 0,

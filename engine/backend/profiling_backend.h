@@ -77,6 +77,14 @@ public:
                              Activation act) override;
     void swiglu_forward(float* out, const float* inp, int N, int F) override;
     void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override;
+    void matmul_rows_forward(float* out, int ldo, const float* inp, const float* W,
+                             const float* bias, const int32_t* idx, int N, int IC, int K,
+                             int G) override;
+    void matmul_rows_project(float* out, const float* h, int ldh, const float* Wt,
+                             const float* bias, const int32_t* idx, int N, int OC, int K,
+                             int G) override;
+    void select_topk(int32_t* idx, const float* scores, int N, int M, int K,
+                     float threshold) override;
     void kv_repeat_forward(float* qkv, const float* grouped, int N, int H, int Hkv,
                            int D) override;
     void kv_repeat_backward(float* dgrouped, const float* dqkv, int N, int H, int Hkv,

@@ -354,9 +354,7 @@ void CpuBackend::attention_cached_forward(float* out, float* scratch, const floa
                                           const float* kc, const float* vc, const float* kpos,
                                           const int32_t* lens, int B, int Tq, int S, int C, int H,
                                           const AttentionOptions& opt) {
-    check_attention(S, C, H, opt);
-    CTX_CHECK(opt.doc_start == nullptr, "attention over a KV cache: packed rows (doc_start) "
-              "are a training layout, not supported here");
+    check_attention_cached(S, C, H, opt);
     CTX_CHECK(Tq >= 1 && Tq <= S, "cached attention: need 1 <= Tq ({}) <= S ({})", Tq, S);
     for (int b = 0; b < B; b++)
         CTX_CHECK(lens[b] >= Tq && lens[b] <= S, "cached attention: row {} holds {} entries; "
@@ -367,9 +365,16 @@ void CpuBackend::attention_cached_forward(float* out, float* scratch, const floa
     int lut[kT5LutSize + 1];
     const BiasEval be = make_bias_eval(opt.bias, lut);
 
+    // With a head subset, iteration h of a query runs its h-th listed head (HS of them).
+    const int HS = opt.heads ? opt.heads_k : H;
 #pragma omp parallel for schedule(static) num_threads(threads_)
-    for (int bhi = 0; bhi < B * H * Tq; bhi++) {
-        const int b = bhi / (H * Tq), h = (bhi / Tq) % H, i = bhi % Tq;
+    for (int bhi = 0; bhi < B * HS * Tq; bhi++) {
+        const int b = bhi / (HS * Tq), i = bhi % Tq;
+        int h = (bhi / Tq) % HS;
+        if (opt.heads) {
+            h = opt.heads[(size_t(b) * Tq + i) * HS + h];
+            if (h < 0) continue;
+        }
         const int c = lens[b] - Tq + i, lo = key_start(c, opt.window);
         const float* q = qkv + (size_t(b) * Tq + i) * C3 + size_t(h) * D;  // (D)
         const float* k = kc + size_t(b) * S * C + size_t(h) * D;            // (S, D), ld C

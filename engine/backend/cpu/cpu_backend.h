@@ -84,6 +84,16 @@ public:
     void kv_repeat_backward(float* dgrouped, const float* dqkv, int N, int H, int Hkv,
                             int D) override;
 
+    // ---- contextual sparsity (cpu_sparse.cpp)
+    void matmul_rows_forward(float* out, int ldo, const float* inp, const float* W,
+                             const float* bias, const int32_t* idx, int N, int IC, int K,
+                             int G) override;
+    void matmul_rows_project(float* out, const float* h, int ldh, const float* Wt,
+                             const float* bias, const int32_t* idx, int N, int OC, int K,
+                             int G) override;
+    void select_topk(int32_t* idx, const float* scores, int N, int M, int K,
+                     float threshold) override;
+
     // ---- rotary, attention (cpu_attention.cpp)
     void rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,
                         const RotarySpec& spec) override;

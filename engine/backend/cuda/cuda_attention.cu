@@ -239,11 +239,17 @@ constexpr int kCachedThreads = 128;  // keys per tile
 __global__ void attention_cached_kernel(float* out, const float* qkv, const float* kc,
                                         const float* vc, const float* kpos, const int32_t* lens,
                                         int Tq, int S, int C, int H, int window, float scale,
-                                        BiasArgs bs) {
+                                        BiasArgs bs, const int32_t* heads, int HS) {
     extern __shared__ float sm[];  // q (D) | acc (D) | p (kCachedThreads)
     __shared__ float red[32];
     const int idx = blockIdx.x;
-    const int b = idx / (H * Tq), h = (idx / Tq) % H, i = idx % Tq;
+    // With a head subset (contextual sparsity) block h of a query runs its h-th listed head.
+    const int b = idx / (HS * Tq), i = idx % Tq;
+    int h = (idx / Tq) % HS;
+    if (heads) {
+        h = heads[(size_t(b) * Tq + i) * HS + h];
+        if (h < 0) return;  // the whole block: before any barrier
+    }
     const int D = C / H, tid = threadIdx.x;
     float* qs = sm;
     float* acc = sm + D;
@@ -351,15 +357,15 @@ cudaError_t launch_attention_bias_grad_reduce(float* da, float* db, const float*
 cudaError_t launch_attention_cached(float* out, const float* qkv, const float* kc,
                                     const float* vc, const float* kpos, const int32_t* lens, int B,
                                     int Tq, int S, int C, int H, int window, const BiasArgs& bias,
-                                    cudaStream_t s) {
-    const int blocks = B * H * Tq;
+                                    const int32_t* heads, int HS, cudaStream_t s) {
+    const int blocks = B * HS * Tq;
     if (blocks == 0) return cudaSuccess;
     const int D = C / H;
     const float scale = 1.0f / sqrtf(float(D));
     const size_t shared = (2 * size_t(D) + kCachedThreads) * sizeof(float);
     attention_cached_kernel<<<blocks, kCachedThreads, shared, s>>>(out, qkv, kc, vc, kpos, lens,
                                                                    Tq, S, C, H, window, scale,
-                                                                   bias);
+                                                                   bias, heads, HS);
     return cudaGetLastError();
 }
 

@@ -287,9 +287,7 @@ void CudaBackend::attention_cached_forward(float* out, float* /*scratch*/, const
                                            const int32_t* lens, int B, int Tq, int S, int C, int H,
                                            const AttentionOptions& opt) {
     static constexpr const char* op = "attention_cached_forward";
-    check_attention(S, C, H, opt);
-    CTX_CHECK(opt.doc_start == nullptr, "attention over a KV cache: packed rows (doc_start) "
-              "are a training layout, not supported here");
+    check_attention_cached(S, C, H, opt);
     CTX_CHECK(Tq >= 1 && Tq <= S, "cached attention: need 1 <= Tq ({}) <= S ({})", Tq, S);
     if (B <= 0) return;
     activate();
@@ -300,7 +298,7 @@ void CudaBackend::attention_cached_forward(float* out, float* /*scratch*/, const
     const int32_t* d_lens = device_view(lens, size_t(B), d_lens_, op);
     const BiasArgs ba = bias_args(opt.bias, H, op);
     done(launch_attention_cached(out, qkv, kc, vc, kpos, d_lens, B, Tq, S, C, H, opt.window, ba,
-                                 stream_),
+                                 opt.heads, opt.heads ? opt.heads_k : H, stream_),
          op);
 }
 

@@ -148,11 +148,23 @@ cudaError_t launch_attention_bias_grad_partials(float* partials, const float* ds
 cudaError_t launch_attention_bias_grad_reduce(float* da, float* db, const float* partials, int B,
                                               int H, int T, int kind, int nb, cudaStream_t s);
 // Attention of Tq new queries per row over a key/value cache (backend.h), online softmax: no
-// scratch. lens (B) device.
+// scratch. lens (B) device. heads (B * Tq, HS) device: the heads each query runs (-1: none),
+// or null with HS = H: every head.
 cudaError_t launch_attention_cached(float* out, const float* qkv, const float* kc,
                                     const float* vc, const float* kpos, const int32_t* lens, int B,
                                     int Tq, int S, int C, int H, int window, const BiasArgs& bias,
-                                    cudaStream_t s);
+                                    const int32_t* heads, int HS, cudaStream_t s);
+
+// ---------------------------------------------------------------- contextual sparsity
+// Backend::matmul_rows_forward, matmul_rows_project, select_topk (cuda_sparse.cu).
+cudaError_t launch_matmul_rows_forward(float* out, int ldo, const float* inp, const float* W,
+                                       const float* bias, const int32_t* idx, int N, int IC,
+                                       int K, int G, cudaStream_t s);
+cudaError_t launch_matmul_rows_project(float* out, const float* h, int ldh, const float* Wt,
+                                       const float* bias, const int32_t* idx, int N, int OC,
+                                       int K, int G, cudaStream_t s);
+cudaError_t launch_select_topk(int32_t* idx, const float* scores, int N, int M, int K,
+                               float threshold, cudaStream_t s);
 
 // ---------------------------------------------------------------- attention across blocks
 // Backend::attention_block_* (cuda_attention_block.cu). qrows, krows: the blocks' tokens with

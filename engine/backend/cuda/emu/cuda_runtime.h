@@ -76,6 +76,11 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
 #define gridDim (::emu::g_gdim)
 inline void __syncthreads() { emu::syncthreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barrier(); }
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    std::memcpy(&u, &f, sizeof u);
+    return u;
+}
 template <class T> T __shfl_xor_sync(unsigned, T v, int o) { return emu::shfl_impl(v, emu::lane_id() ^ o); }
 template <class T> T __shfl_sync(unsigned, T v, int src) { return emu::shfl_impl(v, src); }
 inline int min(int a, int b) { return a < b ? a : b; }

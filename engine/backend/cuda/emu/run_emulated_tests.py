@@ -10,7 +10,8 @@ usage: engine/backend/cuda/emu/run_emulated_tests.py BUILD_DIR [--asan] [--model
 
 BUILD_DIR: a configured ctxengine build with CUDA in which the GPU op tests
 (test_ops_gpu_consistency, test_ops_gpu_flash, test_ops_gpu_bf16,
-test_ops_gpu_vocab_parallel, test_ops_gpu_attention_block; with --model also
+test_ops_gpu_vocab_parallel, test_ops_gpu_attention_block, test_ops_gpu_sparse; with --model
+also
 test_gpu_model and test_gpu_resume) have been built,
 so its compile_commands.json, link lines, libraries and plugins can be reused. Objects go to
 BUILD_DIR/cuda_emu[_asan]/.
@@ -118,7 +119,8 @@ def main():
              ("test_ops_gpu_vocab_parallel",
               os.path.join(ROOT, "tests", "test_ops_gpu_vocab_parallel.cpp")),
              ("test_ops_gpu_attention_block",
-              os.path.join(ROOT, "tests", "test_ops_gpu_attention_block.cpp"))]
+              os.path.join(ROOT, "tests", "test_ops_gpu_attention_block.cpp")),
+             ("test_ops_gpu_sparse", os.path.join(ROOT, "tests", "test_ops_gpu_sparse.cpp"))]
     if model:
         tests.append(("test_gpu_model", os.path.join(ROOT, "tests", "test_gpu_model.cpp")))
         tests.append(("test_gpu_resume", os.path.join(ROOT, "tests", "test_gpu_resume.cpp")))
