@@ -206,6 +206,7 @@ ctx_status api_generate(ctx_eval_host* h, const ctx_generate_request* req, int32
         GenerateOptions o;
         o.max_new_tokens = req->max_new_tokens;
         o.window = req->window;
+        o.sparsity = c.sparsity;
         if (req->stop_at_eos) {
             const int32_t eos = api_special_token(h, "eos");
             CTX_CHECK(eos >= 0, "generate: stop_at_eos needs a tokenizer with an end-of-text token");

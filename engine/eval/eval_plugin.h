@@ -11,6 +11,7 @@
 #include "data/shard.h"
 #include "io/metrics.h"
 #include "model/decoder.h"
+#include "model/generate.h"
 #include "parallel/comm.h"
 #include "plugin/plugin_instance.h"
 #include "plugin/registry.h"
@@ -35,6 +36,7 @@ struct EvalContext {
     const class Tokenizer* tokenizer = nullptr;  // for text tasks; nullptr: none given
     Record tags = Record::object();      // added to every record (method, stage, ...)
     std::vector<Record>* collected = nullptr;  // records are also returned to the caller
+    SparsityOptions sparsity;  // contextual sparsity of every generation the task asks for
 };
 
 class EvalPlugin {

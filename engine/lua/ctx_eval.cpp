@@ -116,7 +116,9 @@ int l_run_eval(lua_State* L) {
          {"out_dir", OptType::String, false, "where metrics.jsonl and <task>.csv go"},
          {"tags", OptType::Table, false, "fields added to every record"},
          {"tokenizer", OptType::Any, false, "text tasks: ctx.tokenizer(spec) or a spec (default: "
-                                            "\"byte\" for byte-level models of vocabulary 259)"}},
+                                            "\"byte\" for byte-level models of vocabulary 259)"},
+         {"sparsity", OptType::Table, false, "{mlp = s, heads = s, mlp_positive = b}: tasks "
+                                             "that generate decode with contextual sparsity"}},
         "ctx.run_eval", where);
     EvalSpec* spec = nullptr;
     o.ref("eval")->push();
@@ -167,6 +169,7 @@ int l_run_eval(lua_State* L) {
     c.tokenizer = tokenizer.get();
     c.tags = read_tags(L, o, "tags");
     c.collected = &records;
+    c.sparsity = parse_sparsity_option(L, o, h, "ctx.run_eval", where);
     if (o.has("out_dir")) c.metrics = &engine.metrics_for(o.string("out_dir", ""));
     spec->instance->run(c);
 

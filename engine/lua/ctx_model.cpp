@@ -230,6 +230,22 @@ int m_set_pe(lua_State* L) {
     return 0;
 }
 
+// model:set_activation("relu"): fine-tuning into ReLU form (contextual sparsity, docs/SPARSITY.md)
+int m_set_activation(lua_State* L) {
+    ModelHandle& h = check_model(L, 1);
+    const std::string name = luaL_checkstring(L, 2);
+    Activation act;
+    try {
+        act = activation_from_name(name);
+    } catch (const Error& e) {
+        fail("{} model:set_activation: {}", lua::caller_where(L), e.what());
+    }
+    const std::string old = activation_name(h.model->config().activation);
+    h.model->set_activation(act);
+    spdlog::info("model:set_activation: {} -> {}", old, name);
+    return 0;
+}
+
 int m_extend(lua_State* L) {
     ModelHandle& h = check_model(L, 1);
     const lua_Integer n = luaL_checkinteger(L, 2);
@@ -522,9 +538,14 @@ void register_ctx_types(lua_State* L) {
                                       {"config", guarded<m_config>},
                                       {"extend", guarded<m_extend>},
                                       {"set_pe", guarded<m_set_pe>},
+                                      {"set_activation", guarded<m_set_activation>},
                                       {"fingerprint", guarded<m_fingerprint>},
                                       {"logprobs", guarded<model_logprobs>},
                                       {"generate", guarded<model_generate>},
+                                      {"train_predictors", guarded<model_train_predictors>},
+                                      {"save_predictors", guarded<model_save_predictors>},
+                                      {"load_predictors", guarded<model_load_predictors>},
+                                      {"decode_score", guarded<model_decode_score>},
                                       {nullptr, nullptr}};
     new_type(L, kModelType, gc_userdata<ModelRef>, model_methods, guarded<m_tostring>, nullptr);
 }

@@ -168,7 +168,9 @@ int model_generate(lua_State* L) {
          {"stop", OptType::Table, false, "token ids and / or strings that end a row"},
          {"positions", OptType::Table, false, "the prompt's positions (default 0 .. n-1)"},
          {"tokenizer", OptType::Any, false, "a ctx.Tokenizer: text prompts, stop strings, text"},
-         {"window", OptType::Integer, false, "attend only to the last `window` tokens"}},
+         {"window", OptType::Integer, false, "attend only to the last `window` tokens"},
+         {"sparsity", OptType::Table, false, "{mlp = s, heads = s, mlp_positive = b}: decode "
+                                             "with contextual sparsity (model:train_predictors)"}},
         "model:generate", where);
     TokenizerRef tok;
     if (const lua::LuaRef* ref = o.ref("tokenizer")) {
@@ -206,6 +208,7 @@ int model_generate(lua_State* L) {
     if (g.max_new_tokens < 1 || g.max_new_tokens > (1 << 20))
         o.fail_key("max_new_tokens", fmt::format("must be in [1, 2^20], got {}", g.max_new_tokens));
     g.window = static_cast<int>(o.integer("window", 0));
+    g.sparsity = parse_sparsity_option(L, o, h, "model:generate", where);
     if (const lua::LuaRef* ref = o.ref("stop")) {
         ref->push();
         for (lua_Integer i = 1; i <= luaL_len(L, -1); ++i) {

@@ -7,6 +7,7 @@
 #include "data/batch_source.h"
 #include "data/token_source.h"
 #include "lua/options.h"
+#include "model/generate.h"
 #include "session/models.h"
 
 struct lua_State;
@@ -25,6 +26,15 @@ void register_ctx_types(lua_State* L);
 // model:logprobs and model:generate (ctx_probes.cpp), raw lua_CFunctions (wrap in guarded<>).
 int model_logprobs(lua_State* L);
 int model_generate(lua_State* L);
+// model:train_predictors, save_predictors, load_predictors, decode_score (ctx_sparsity.cpp).
+int model_train_predictors(lua_State* L);
+int model_save_predictors(lua_State* L);
+int model_load_predictors(lua_State* L);
+int model_decode_score(lua_State* L);
+// The `sparsity = {mlp = s, heads = s, mlp_positive = b}` option of generation (the key in o),
+// for h's predictors; dense when absent. Errors name `context` and the key.
+SparsityOptions parse_sparsity_option(lua_State* L, const lua::Options& o, const ModelHandle& h,
+                                      const std::string& context, const std::string& where);
 // Resolves `name` ("rope", "pe/rope" or "none"), validates the options table at opts_index (may
 // be none/nil) against the plugin's declared options, pushes a PeSpec userdata.
 PeSpec& make_pe_spec(lua_State* L, const std::string& name, int opts_index,

@@ -79,6 +79,12 @@ public:
                const std::vector<OwnedRotarySpec>* rotary, const AttentionOptions& opt,
                float* scratch);
     void forward(int layer, float* qkv, float* out, float* saved) override;
+    // Contextual sparsity: the heads each new token runs in the next forward (AttentionOptions::
+    // heads), or null for all.
+    void set_heads(const int32_t* heads, int heads_k) {
+        opt_.heads = heads;
+        opt_.heads_k = heads_k;
+    }
 
 private:
     Backend& backend_;

@@ -44,7 +44,7 @@ void norm_backward_rows(Backend& be, const ModelConfig& c, TensorGroup& tp, floa
 
 void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_out,
                                const BlockActs& a, float* tmp, int N, int layer,
-                               AttentionStep& attention) const {
+                               AttentionStep& attention, const BlockSparsity* sp) const {
     Backend& be = backend_;
     const ModelConfig& c = config_;
     const TensorShard& s = shard_;
@@ -58,15 +58,28 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
     // proj (row-parallel; summed over tp)
     norm_forward(be, c, a.ln1 + slot, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, Nr);
     tp_.gather_rows(a.ln1, NrC);  // sequence parallel: every rank's rows
-    if (c.grouped_kv()) {
-        be.matmul_forward(a.qkv_grouped, a.ln1, w.qkv_w, w.qkv_b, N, C, Q);
-        be.kv_repeat_forward(a.qkv, a.qkv_grouped, N, s.H, s.Hkv, s.D);
+    float* projected = c.grouped_kv() ? a.qkv_grouped : a.qkv;  // (N, Q)
+    if (sp && sp->heads) {
+        // q of the listed heads only; k and v of every head (rows [A, Q) of qkv_w), into place
+        const int KV = Q - A;
+        be.matmul_rows_forward(projected, Q, a.ln1, w.qkv_w, w.qkv_b, sp->heads, N, C,
+                               sp->heads_k, s.D);
+        be.matmul_forward(sp->kv, a.ln1, w.qkv_w + static_cast<size_t>(A) * C,
+                          w.qkv_b ? w.qkv_b + A : nullptr, N, C, KV);
+        be.copy_2d(projected + A, static_cast<size_t>(Q), sp->kv, static_cast<size_t>(KV),
+                   static_cast<size_t>(N), static_cast<size_t>(KV));
     } else {
-        be.matmul_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, Q);
+        be.matmul_forward(projected, a.ln1, w.qkv_w, w.qkv_b, N, C, Q);
     }
+    if (c.grouped_kv()) be.kv_repeat_forward(a.qkv, a.qkv_grouped, N, s.H, s.Hkv, s.D);
     attention.forward(layer, a.qkv, a.atty, a.att);
-    be.matmul_forward(tmp, a.atty, w.attn_proj_w, add_out_bias ? w.attn_proj_b : nullptr, N, A,
-                      C);
+    if (sp && sp->heads)
+        be.matmul_rows_project(tmp, a.atty, A, sp->attn_proj_t,
+                               add_out_bias ? w.attn_proj_b : nullptr, sp->heads, N, C,
+                               sp->heads_k, s.D);
+    else
+        be.matmul_forward(tmp, a.atty, w.attn_proj_w, add_out_bias ? w.attn_proj_b : nullptr, N,
+                          A, C);
     tp_.sum_rows(tmp, NrC);      // all-reduce, or reduce-scatter into tmp[0, NrC)
     be.add(a.res2, x, tmp, NrC);  // sequential: x + attn; parallel: also x + attn
 
@@ -75,13 +88,28 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
     const float* mlp_in = c.parallel_residual ? x : a.res2;
     norm_forward(be, c, a.ln2 + slot, a.ln2_mean, a.ln2_rstd, mlp_in, w.ln2_w, w.ln2_b, Nr);
     tp_.gather_rows(a.ln2, NrC);
-    be.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, s.F2);
+    if (sp && sp->units) {
+        // the listed units' rows of fc ([gate | up] halves alike); the others' entries of fch
+        // keep stale values that the activation passes through and fc_proj never reads
+        for (int half = 0; half < s.F2 / F; ++half)
+            be.matmul_rows_forward(a.fch + half * F, s.F2, a.ln2,
+                                   w.fc_w + static_cast<size_t>(half) * F * C,
+                                   w.fc_b ? w.fc_b + half * F : nullptr, sp->units, N, C,
+                                   sp->units_k, 1);
+    } else {
+        be.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, s.F2);
+    }
     if (c.gated_mlp())
         be.swiglu_forward(a.fch_act, a.fch, N, F);
     else
         be.activation_forward(a.fch_act, a.fch, static_cast<size_t>(N) * F, c.activation);
-    be.matmul_forward(tmp, a.fch_act, w.fc_proj_w, add_out_bias ? w.fc_proj_b : nullptr, N, F,
-                      C);
+    if (sp && sp->units)
+        be.matmul_rows_project(tmp, a.fch_act, F, sp->fc_proj_t,
+                               add_out_bias ? w.fc_proj_b : nullptr, sp->units, N, C,
+                               sp->units_k, 1);
+    else
+        be.matmul_forward(tmp, a.fch_act, w.fc_proj_w, add_out_bias ? w.fc_proj_b : nullptr, N,
+                          F, C);
     tp_.sum_rows(tmp, NrC);
     be.add(x_out, a.res2, tmp, NrC);
 }

@@ -59,6 +59,21 @@ struct BlockActs {
                                  // kv_repeat, scratch that every layer reuses
 };
 
+// Contextual sparsity of one block in a generation step (model/sparsity.h): per token, the
+// MLP hidden units and the heads to run. The others are skipped: a unit's fc row and fc_proj
+// column, a head's q rows, attention and output-projection columns. Keys and values are still
+// projected for every head, so the cache stays right for later tokens. Device memory; the
+// attention step is told the same heads (CachedAttention::set_heads). Null lists: all.
+struct BlockSparsity {
+    const int32_t* units = nullptr;  // (N, units_k) unit indices, -1: none
+    int units_k = 0;
+    const int32_t* heads = nullptr;  // (N, heads_k) head indices, -1: none
+    int heads_k = 0;
+    const float* fc_proj_t = nullptr;    // (F, C) fc_proj weight transposed (rows are units)
+    const float* attn_proj_t = nullptr;  // (A, C) attention projection transposed
+    float* kv = nullptr;                 // (N, 2 Hkv D) scratch: every head's keys and values
+};
+
 // Activation gradients of one backward pass through a block, reused by every layer.
 struct BlockGradBuffers {
     float* dln;       // (N, C)
@@ -109,9 +124,11 @@ public:
         : config_(config), shard_(shard), tp_(tp), backend_(backend) {}
 
     // x_out (Nr, C) = block(x (Nr, C)) (writes; x_out must not alias x). tmp (N, C) scratch.
-    // N: the pass's rows (Nr = N without sequence parallelism).
+    // N: the pass's rows (Nr = N without sequence parallelism). sparse: generation with
+    // contextual sparsity (not with tensor parallelism), else null.
     void forward(const BlockWeights& w, const float* x, float* x_out, const BlockActs& a,
-                 float* tmp, int N, int layer, AttentionStep& attention) const;
+                 float* tmp, int N, int layer, AttentionStep& attention,
+                 const BlockSparsity* sparse = nullptr) const;
     // dx (Nr, C): d(loss)/d(x_out) in, d(loss)/d(x) out. Parameter gradients ACCUMULATE into g;
     // x and a are the forward's input and activations.
     void backward(const BlockWeights& w, const BlockWeights& g, const float* x,

@@ -54,6 +54,13 @@ void Model::replace_pe(std::unique_ptr<PePlugin> pe) {
     set_attention_choice(attention_choice_);
 }
 
+void Model::set_activation(Activation act) {
+    CTX_CHECK(!config_.gated_mlp() && act != Activation::SwiGLU, "set_activation: {} -> {}: only "
+              "the elementwise activations (gelu_tanh, gelu_erf, relu) can be swapped; SwiGLU "
+              "has another MLP shape", activation_name(config_.activation), activation_name(act));
+    config_.activation = act;  // the block reads the config by reference
+}
+
 static float* view_or_null(const ArenaLayout& layout, const Arena& a, const std::string& name) {
     const ParamView* v = layout.find(name);
     return v ? a.at(*v) : nullptr;

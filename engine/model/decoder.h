@@ -58,6 +58,11 @@ public:
     // either): a RoPE with another base or scaling, for base-frequency adjustment or a factor
     // search. Throws ctx::Error naming the PE that has parameters.
     void replace_pe(std::unique_ptr<PePlugin> pe);
+    // Swaps the MLP activation for another elementwise one (gelu_tanh, gelu_erf, relu), the
+    // parameters unchanged: the first step of fine-tuning a model into ReLU form, where
+    // contextual sparsity is exact (model/sparsity.h). SwiGLU, which has other shapes, is
+    // refused either way.
+    void set_activation(Activation act);
     const ArenaLayout& layout() const { return layout_; }
     Arena& params() { return params_; }
     const Arena& params() const { return params_; }

@@ -1,9 +1,12 @@
 #include "model/generate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
+#include "model/sparsity.h"
 
 namespace ctx {
 
@@ -12,7 +15,8 @@ struct KvGenerator::Buffers {
     std::vector<float> kpos_host;        // (rows, S) the cache positions on the host
     // step activations for up to N = max(S, rows) new tokens
     Arena acts;
-    float *encoded, *x, *x_next, *ln, *mean, *rstd, *qkv, *atty, *tmp, *res2, *fch, *fch_act;
+    float *encoded, *x, *x_next, *ln, *ln1, *mean, *rstd, *qkv, *atty, *tmp, *res2, *fch,
+        *fch_act;
     float* qkv_grouped;  // (N, Q) grouped-query only, else null
     float *last, *lnf, *logits, *attn_scratch;
     std::vector<int32_t> tokens;         // (N) host
@@ -29,6 +33,123 @@ struct KvGenerator::Buffers {
         : cache(be, c.n_layer, rows, S, sh.A),
           attention(be, sh.A, sh.H, cache) {}
 };
+
+// Contextual sparsity state: the options, the keep counts, per layer the output projections
+// transposed (a selected unit's or head's weights as contiguous rows), and decode-step buffers
+// for up to `rows` tokens.
+struct KvGenerator::Sparse {
+    SparsityOptions opt;
+    int units_k = 0, heads_k = 0;  // 0: that kind runs dense
+    float units_threshold = 0.0f;
+    std::vector<Arena> fc_proj_t, attn_proj_t;  // per layer (F, C), (A, C)
+    Arena work;
+    float *u = nullptr, *scores = nullptr, *kv = nullptr;
+    int32_t *units = nullptr, *heads = nullptr;  // (rows, units_k), (rows, heads_k)
+    int layer = -1;  // the layer the lists were predicted for
+};
+
+namespace {
+
+// The transpose of a (rows, cols) device matrix, through the host (once, at setup).
+Arena transposed(Backend& be, const float* w, size_t rows, size_t cols) {
+    std::vector<float> h(rows * cols), t(rows * cols);
+    be.copy_to_host(h.data(), w, h.size());
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t c = 0; c < cols; ++c) t[c * rows + r] = h[r * cols + c];
+    Arena out(be, t.size());
+    be.copy_to_device(out.data(), t.data(), t.size());
+    return out;
+}
+
+}  // namespace
+
+void KvGenerator::set_sparsity(const SparsityOptions& o) {
+    if (o.predictors == nullptr) {
+        sparse_.reset();
+        return;
+    }
+    const ModelConfig& c = m_.config();
+    const ModelConfig& pc = o.predictors->config();
+    CTX_CHECK(pc.n_layer == c.n_layer && pc.d_model == c.d_model && pc.n_head == c.n_head &&
+                  pc.ffn() == c.ffn(),
+              "sparsity: the predictors were made for another model ({} layers, d_model {}, {} "
+              "heads, {} hidden units; this model has {}, {}, {}, {})", pc.n_layer, pc.d_model,
+              pc.n_head, pc.ffn(), c.n_layer, c.d_model, c.n_head, c.ffn());
+    CTX_CHECK(o.units >= 0.0f && o.units < 1.0f && o.heads >= 0.0f && o.heads < 1.0f,
+              "sparsity: units and heads are the fractions skipped, in [0, 1); got {} and {}",
+              o.units, o.heads);
+    CTX_CHECK(!m_.tensor_parallel(), "sparsity: decoding with contextual sparsity under tensor "
+              "parallelism is not supported (each rank would need its share of the selection)");
+    CTX_CHECK(&o.predictors->backend() == &m_.backend(), "sparsity: the predictors live on "
+              "another backend than the model");
+    auto sp = std::make_unique<Sparse>();
+    sp->opt = o;
+    const int F = c.ffn(), H = c.n_head, C = c.d_model, A = C, R = rows_;
+    const bool units = o.units > 0.0f || o.units_positive;
+    sp->units_k = units ? keep_count(1.0f - o.units, F) : 0;
+    sp->units_threshold = o.units_positive ? 0.0f : -std::numeric_limits<float>::infinity();
+    sp->heads_k = o.heads > 0.0f ? keep_count(1.0f - o.heads, H) : 0;
+    Backend& be = m_.backend();
+    for (int l = 0; l < c.n_layer; ++l) {
+        const BlockWeights w = m_.layer_weights(l);
+        if (sp->units_k) sp->fc_proj_t.push_back(transposed(be, w.fc_proj_w, C, F));
+        if (sp->heads_k) sp->attn_proj_t.push_back(transposed(be, w.attn_proj_w, C, A));
+    }
+    const PredictorShape& ps = o.predictors->shape();
+    const size_t rmax = std::max(ps.unit_rank, ps.head_rank);
+    const size_t KV = static_cast<size_t>(m_.shard().Q - A);
+    const std::vector<size_t> sizes = {R * rmax, R * static_cast<size_t>(std::max(F, H)), R * KV,
+                                       static_cast<size_t>(R) * sp->units_k,
+                                       static_cast<size_t>(R) * sp->heads_k};
+    size_t total = 0;
+    for (size_t n : sizes) total += (n + 15) / 16 * 16;
+    sp->work = Arena(be, total);
+    float* p = sp->work.data();
+    float** slots[] = {&sp->u, &sp->scores, &sp->kv};
+    for (size_t i = 0; i < 3; ++i) {
+        *slots[i] = p;
+        p += (sizes[i] + 15) / 16 * 16;
+    }
+    // index lists live in the float arena (4-byte words, copied bit for bit)
+    sp->units = reinterpret_cast<int32_t*>(p);
+    p += (sizes[3] + 15) / 16 * 16;
+    sp->heads = reinterpret_cast<int32_t*>(p);
+    sparse_ = std::move(sp);
+}
+
+void KvGenerator::predict(int l, const float* z, int N) {
+    Sparse& sp = *sparse_;
+    Backend& be = m_.backend();
+    const SparsityPredictors& p = *sp.opt.predictors;
+    if (sp.units_k) {
+        p.unit_scores(l, z, sp.scores, sp.u, N);
+        be.select_topk(sp.units, sp.scores, N, m_.config().ffn(), sp.units_k, sp.units_threshold);
+    }
+    if (sp.heads_k) {
+        p.head_scores(l, z, sp.scores, sp.u, N);
+        be.select_topk(sp.heads, sp.scores, N, m_.config().n_head, sp.heads_k,
+                       -std::numeric_limits<float>::infinity());
+    }
+    sp.layer = l;
+}
+
+BlockSparsity KvGenerator::block_sparsity(int l) const {
+    const Sparse& sp = *sparse_;
+    CTX_CHECK(sp.layer == l, "internal: layer {} runs with the selection of layer {}", l, sp.layer);
+    BlockSparsity bs;
+    if (sp.units_k) {
+        bs.units = sp.units;
+        bs.units_k = sp.units_k;
+        bs.fc_proj_t = sp.fc_proj_t[static_cast<size_t>(l)].data();
+    }
+    if (sp.heads_k) {
+        bs.heads = sp.heads;
+        bs.heads_k = sp.heads_k;
+        bs.attn_proj_t = sp.attn_proj_t[static_cast<size_t>(l)].data();
+        bs.kv = sp.kv;
+    }
+    return bs;
+}
 
 KvGenerator::KvGenerator(Model& model, int rows, int max_len, int window, DynamicRope dynamic)
     : m_(model), rows_(rows), max_len_(max_len), window_(window), dynamic_(dynamic) {
@@ -53,16 +174,16 @@ KvGenerator::KvGenerator(Model& model, int rows, int max_len, int window, Dynami
         b.dynamic_rotary = at_context != longer;
     }
     b.kpos_host.assign(R * S, 0.0f);
-    const std::vector<size_t> sizes = {N * C, N * C, N * C, N * C, N, N, N * 3 * A, N * A,
-                                       N * C, N * C, N * F2, N * F, R * C, R * C, R * V,
+    const std::vector<size_t> sizes = {N * C, N * C, N * C, N * C, N * C, N, N, N * 3 * A,
+                                       N * A, N * C, N * C, N * F2, N * F, R * C, R * C, R * V,
                                        be.attention_cached_scratch_floats(max_len), N * Q};
     size_t total = 0;
     for (size_t s : sizes) total += (s + 15) / 16 * 16;
     b.acts = Arena(be, total);
-    float** slots[] = {&b.encoded, &b.x, &b.x_next, &b.ln, &b.mean, &b.rstd, &b.qkv, &b.atty,
-                       &b.tmp, &b.res2, &b.fch, &b.fch_act, &b.last, &b.lnf, &b.logits,
+    float** slots[] = {&b.encoded, &b.x, &b.x_next, &b.ln, &b.ln1, &b.mean, &b.rstd, &b.qkv,
+                       &b.atty, &b.tmp, &b.res2, &b.fch, &b.fch_act, &b.last, &b.lnf, &b.logits,
                        &b.attn_scratch, &b.qkv_grouped};
-    static_assert(sizeof(slots) / sizeof(slots[0]) == 17);
+    static_assert(sizeof(slots) / sizeof(slots[0]) == 18);
     size_t off = 0;
     for (size_t i = 0; i < sizes.size(); ++i) {
         *slots[i] = b.acts.data() + off;
@@ -184,11 +305,26 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
     }
     b.attention.begin(r0, nb, Tq, lens_.data(), staged.positions, &specs, attn, b.attn_scratch);
 
-    // ---- the blocks: the model's, over the cache (ln1 and ln2 share the step's buffers)
-    const BlockActs acts{b.ln,  b.mean, b.rstd, b.qkv, b.atty,    nullptr,
-                         b.res2, b.ln,  b.mean, b.rstd, b.fch,     b.fch_act, b.qkv_grouped};
+    // ---- the blocks: the model's, over the cache (the norms share mean and rstd; ln1 is kept
+    // apart for the sparsity predictors and observers)
+    const BlockActs acts{b.ln1,  b.mean, b.rstd, b.qkv, b.atty,    nullptr,
+                         b.res2, b.ln,   b.mean, b.rstd, b.fch,    b.fch_act, b.qkv_grouped};
+    // Contextual sparsity in decode steps: layer 0 predicts from its own ln1 output, layer
+    // l + 1 from layer l's (the lookahead), computed once block l has run.
+    Sparse* sp = Tq == 1 ? sparse_.get() : nullptr;
+    if (sp) {
+        const BlockWeights w0 = m.layer_weights(0);
+        norm_forward(be, cfg, b.ln1, b.mean, b.rstd, b.x, w0.ln1_w, w0.ln1_b, N);
+        predict(0, b.ln1, N);
+    }
     for (int l = 0; l < cfg.n_layer; ++l) {
-        m.block().forward(m.layer_weights(l), b.x, b.x_next, acts, b.tmp, N, l, b.attention);
+        BlockSparsity bs;
+        if (sp) bs = block_sparsity(l);
+        b.attention.set_heads(bs.heads, bs.heads_k);
+        m.block().forward(m.layer_weights(l), b.x, b.x_next, acts, b.tmp, N, l, b.attention,
+                          sp ? &bs : nullptr);
+        if (sp && l + 1 < cfg.n_layer) predict(l + 1, b.ln1, N);
+        if (observer_) observer_(l, acts, N);
         std::swap(b.x, b.x_next);
     }
     for (int i = 0; i < nb; ++i)
@@ -205,6 +341,57 @@ void KvGenerator::step(int r0, int nb, int Tq, const int32_t* tokens) {
         return;
     }
     m.gather_vocab_columns(b.logits, static_cast<size_t>(nb), out);  // vocabulary-parallel
+}
+
+// ---------------------------------------------------------------- teacher-forced decoding
+
+double DecodeScore::perplexity() const {
+    return tokens > 0 ? std::exp(nll_sum / static_cast<double>(tokens)) : 0.0;
+}
+double DecodeScore::decode_tokens_per_s() const {
+    return decode_seconds > 0 ? static_cast<double>(decoded) / decode_seconds : 0.0;
+}
+
+DecodeScore score_by_decoding(Model& model, const std::vector<std::vector<int32_t>>& rows,
+                              int prefix, const SparsityOptions& sparsity) {
+    CTX_CHECK(!rows.empty(), "score_by_decoding: no rows");
+    const int n = static_cast<int>(rows[0].size()), R = static_cast<int>(rows.size());
+    CTX_CHECK(prefix >= 1 && prefix < n, "score_by_decoding: prefix {} must be in [1, {})",
+              prefix, n);
+    for (const auto& r : rows)
+        CTX_CHECK(static_cast<int>(r.size()) == n, "score_by_decoding: rows of {} and {} tokens; "
+                  "all must have the same length", n, r.size());
+    const int V = model.config().vocab_size;
+    KvGenerator gen(model, R, n);
+    gen.set_sparsity(sparsity);
+    for (int r = 0; r < R; ++r) gen.prefill(r, rows[static_cast<size_t>(r)].data(), nullptr, prefix);
+    DecodeScore out;
+    std::vector<int32_t> next(static_cast<size_t>(R));
+    std::vector<float> pos(static_cast<size_t>(R));
+    auto score = [&](int t) {  // the logits predict token t of every row
+        for (int r = 0; r < R; ++r) {
+            const float* lg = gen.logits(r);
+            const float mx = *std::max_element(lg, lg + V);
+            double z = 0;
+            for (int v = 0; v < V; ++v) z += std::exp(static_cast<double>(lg[v]) - mx);
+            out.nll_sum += std::log(z) + mx - lg[rows[static_cast<size_t>(r)][static_cast<size_t>(t)]];
+        }
+        out.tokens += R;
+    };
+    for (int t = prefix; t < n; ++t) {
+        score(t);
+        if (t + 1 == n) break;
+        for (int r = 0; r < R; ++r) {
+            next[static_cast<size_t>(r)] = rows[static_cast<size_t>(r)][static_cast<size_t>(t)];
+            pos[static_cast<size_t>(r)] = static_cast<float>(t);
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        gen.decode(next.data(), pos.data());
+        out.decode_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        out.decoded += R;
+    }
+    return out;
 }
 
 // ---------------------------------------------------------------- greedy generation
@@ -239,6 +426,7 @@ std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector
     }
     const int V = model.config().vocab_size;
     KvGenerator gen(model, R, longest + std::max(o.max_new_tokens, 1), o.window, o.dynamic_rope);
+    gen.set_sparsity(o.sparsity);
     for (int r = 0; r < R; ++r)
         gen.prefill(r, prompts[static_cast<size_t>(r)].data(),
                     positions.empty() ? nullptr : positions[static_cast<size_t>(r)].data(),

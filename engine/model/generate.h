@@ -26,6 +26,22 @@ namespace ctx {
 // different lengths) and advanced together by decode().
 enum class DynamicRope { Recompute, Keep };
 
+class SparsityPredictors;
+
+// Contextual sparsity in decode steps (model/sparsity.h): each new token runs the top-scoring
+// (1 - units) of the MLP hidden units and (1 - heads) of the heads by the predictors'
+// scores. units_positive (ReLU models): of those, only units with a positive score (predicted
+// active), which with units = 0 is every predicted-active unit. Prefill stays dense.
+struct SparsityOptions {
+    const SparsityPredictors* predictors = nullptr;  // null: dense
+    float units = 0.0f;  // fraction of MLP hidden units skipped, in [0, 1)
+    float heads = 0.0f;  // fraction of heads skipped, in [0, 1)
+    bool units_positive = false;
+};
+
+// Called after each block of a step (layer, its activations with ln1 kept apart, N tokens).
+using LayerObserver = std::function<void(int layer, const BlockActs& acts, int N)>;
+
 class KvGenerator {
 public:
     // Room for `rows` rows of up to `max_len` tokens each (prompt + generated). window > 0
@@ -50,8 +66,17 @@ public:
     int max_len() const { return max_len_; }
     int64_t recomputed_rows() const { return recomputed_; }  // DynamicRope::Recompute events
 
+    // Checks the options against the model (shapes, fractions; no tensor parallelism) and
+    // prepares the transposed output weights the sparse products read.
+    void set_sparsity(const SparsityOptions& options);
+    void set_layer_observer(LayerObserver observer) { observer_ = std::move(observer); }
+
 private:
     struct Buffers;
+    struct Sparse;
+    // Predicts layer l's selection (units and heads) of a decode step from z (N, C).
+    void predict(int l, const float* z, int N);
+    BlockSparsity block_sparsity(int l) const;  // what predict() chose, for layer l's block
     // Runs the blocks over Tq new tokens of rows [r0, r0 + nb) whose tokens/positions are
     // already in the cache slots lens - Tq .. lens - 1 (lens already advanced).
     void step(int r0, int nb, int Tq, const int32_t* tokens);
@@ -62,6 +87,8 @@ private:
     int64_t recomputed_ = 0;
     std::vector<int32_t> lens_;
     std::unique_ptr<Buffers> buf_;
+    std::unique_ptr<Sparse> sparse_;
+    LayerObserver observer_;
 };
 
 struct GenerateOptions {
@@ -72,6 +99,7 @@ struct GenerateOptions {
     std::function<std::string(const std::vector<int32_t>&)> decode;
     int window = 0;  // attend only to the last `window` tokens (0: all); the windowed control
     DynamicRope dynamic_rope = DynamicRope::Recompute;
+    SparsityOptions sparsity;  // contextual sparsity of decode steps (default: dense)
 };
 
 struct GenerateResult {
@@ -82,6 +110,21 @@ struct GenerateResult {
 };
 
 const char* finish_name(GenerateResult::Finish f);  // "length" | "stop_token" | "stop_string"
+
+// Teacher-forced decoding: each row's first `prefix` tokens are prefilled, then its true tokens
+// go through decode steps one at a time (all rows together), summing -log p(the next true
+// token) over the decoded positions. It scores exactly what generation computes (the cache,
+// contextual sparsity), and times the decode steps alone. Rows: equal lengths > prefix.
+struct DecodeScore {
+    double nll_sum = 0;   // over the scored tokens
+    int64_t tokens = 0;   // scored tokens: rows x (length - prefix)
+    int64_t decoded = 0;  // tokens that went through decode steps
+    double decode_seconds = 0;  // wall time of the decode steps (prefill excluded)
+    double perplexity() const;
+    double decode_tokens_per_s() const;
+};
+DecodeScore score_by_decoding(Model& model, const std::vector<std::vector<int32_t>>& rows,
+                              int prefix, const SparsityOptions& sparsity = {});
 
 // Greedy (argmax, lowest id on ties) generation for a batch of prompts of any lengths.
 // positions: per prompt, or empty for 0 .. n-1.

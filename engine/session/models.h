@@ -15,6 +15,7 @@
 #include "model/decoder.h"
 #include "model/device_select.h"
 #include "model/optimizer.h"
+#include "model/sparsity.h"
 #include "session/engine.h"
 
 namespace ctx {
@@ -30,6 +31,8 @@ struct ModelHandle {
     int trained_length = 0;  // Lt at construction (evaluation multiples are relative to it)
     std::string pe_options_json = "{}";  // the PE's options, to rebuild it from a checkpoint
     int64_t tokens_seen = 0;             // global tokens trained on
+    // Contextual sparsity predictors (model:train_predictors / load_predictors), or null.
+    std::shared_ptr<SparsityPredictors> predictors;
 };
 using ModelRef = std::shared_ptr<ModelHandle>;
 

@@ -1,0 +1,80 @@
+-- Contextual sparsity (Deja Vu; docs/SPARSITY.md) on a trained model: predictors trained on its
+-- own activations, then decoding dense and at several sparsity levels, each with its decode
+-- speed, its teacher-forced decode perplexity at 4 Lt and the passkey probe it generates at 2 Lt.
+-- Then the same model fine-tuned into ReLU form (model:set_activation("relu") and more steps on
+-- the corpus), where a unit's label is exact (active or not) and decoding may keep just the
+-- units its predictor calls active.
+--
+--   ctxengine recipes/sparsity.lua [CHECKPOINT (file or run dir; runs/chunk_025/rope)]
+--                                  [OUT (runs/sparsity)] [quick]
+local C = require("common")
+local ckpt = arg[1] or "runs/chunk_025/rope"
+local out = arg[2] or "runs/sparsity"
+local quick = arg[3] == "quick"
+if quick then C.quick(out .. "/quick") end
+local path = ckpt:match("%.h5$") and ckpt or ctx.latest_checkpoint(ckpt)
+if not path then error("no checkpoint in " .. ckpt .. " (run recipes/chunk_025.lua first)", 0) end
+local corpus = ctx.data.corpus(C.corpus)
+local Lt = ctx.load(path):config().trained_length
+local L = quick and 2 * Lt or 4 * Lt
+-- 2 Lt (quick: 8 Lt, the probe's fixed text is longer than 4 x its Lt of 32)
+local passkey = ctx.eval("passkey", { token_lengths = { (quick and 8 or 2) * Lt }, num_depths = quick and 2 or 5,
+                                      per_setting = quick and 1 or 4 })
+
+local function predictors(model, name)
+  local s = model:train_predictors{ data = corpus.train, tokens = quick and 1024 or 16384,
+                                    held_out = quick and 512 or 4096, epochs = quick and 3 or 20 }
+  ctx.log(string.format("%s predictors: unit recall %.3f (keep 0.25), head recall %.3f (keep 0.5)%s",
+                        name, s.recall_mlp, s.recall_heads,
+                        s.recall_active and string.format(", active units found %.3f selecting %.3f",
+                                                          s.recall_active, s.selected_active) or ""))
+  model:save_predictors(out .. "/" .. name .. "/sparsity_predictors.safetensors")
+end
+
+-- one row per level: decode tokens/s, perplexity at L by teacher-forced decoding, passkey
+local function measure(model, name, levels)
+  local rows = {}
+  for _, lv in ipairs(levels) do
+    local s = model:decode_score{ data = corpus.val, rows = 4, row_len = L, prefix = Lt,
+                                  sparsity = lv.sparsity }
+    local acc = 0 / 0
+    for _, r in ipairs(ctx.run_eval{ eval = passkey, model = model, data = corpus.val,
+                                     tokenizer = corpus.tokenizer, out_dir = out .. "/" .. name,
+                                     sparsity = lv.sparsity, tags = { level = lv.name } }) do
+      if r.task == "passkey_by_length" then acc = r.accuracy end
+    end
+    rows[#rows + 1] = { lv.name, s.decode_tokens_per_s, s.perplexity, acc }
+  end
+  ctx.log(string.format("%s: %-22s %12s %8s %10s %8s %8s", name, "level", "decode tok/s", "speedup",
+                        "ppl@" .. L, "change", "passkey"))
+  for _, r in ipairs(rows) do
+    ctx.log(string.format("%s: %-22s %12.0f %7.2fx %10.3f %7.2f%% %8.2f", name, r[1], r[2],
+                          r[2] / rows[1][2], r[3], 100 * (r[3] / rows[1][3] - 1), r[4]))
+  end
+end
+
+local model = ctx.load(path)
+predictors(model, "gelu")
+measure(model, "gelu", {
+  { name = "dense" },
+  { name = "mlp 0.5", sparsity = { mlp = 0.5 } },
+  { name = "mlp 0.75", sparsity = { mlp = 0.75 } },
+  { name = "mlp 0.9", sparsity = { mlp = 0.9 } },
+  { name = "heads 0.5", sparsity = { heads = 0.5 } },
+  { name = "mlp 0.75 + heads 0.5", sparsity = { mlp = 0.75, heads = 0.5 } },
+})
+
+local relu = ctx.load(path)
+relu:set_activation("relu")
+local steps = quick and 20 or 600
+local rows = ctx.data.rows{ docs = corpus.train, window = Lt, batch_size = C.batch_size, seed = 77 }
+local t = ctx.train{ model = relu, data = rows, steps = steps, log_every = quick and 0 or 100,
+                     optimizer = { lr = 1e-3, warmup_steps = 10, min_lr = 1e-4 } }
+ctx.log(string.format("relu: fine-tuned %d steps, loss %.3f -> %.3f", steps, t.first_loss, t.final_loss))
+predictors(relu, "relu")
+measure(relu, "relu", {
+  { name = "dense" },
+  { name = "mlp active", sparsity = { mlp_positive = true } },
+  { name = "mlp 0.75", sparsity = { mlp = 0.75 } },
+  { name = "mlp active + heads 0.5", sparsity = { mlp_positive = true, heads = 0.5 } },
+})
