@@ -6,7 +6,8 @@
 -- units its predictor calls active.
 --
 --   ctxengine recipes/sparsity.lua [CHECKPOINT (file or run dir; runs/chunk_025/rope)]
---                                  [OUT (runs/sparsity)] [quick]
+--                                  [OUT (runs/sparsity)] [quick | python-docs]
+-- python-docs: the model was trained on that corpus (recipes/paper_grid.lua python-docs).
 local C = require("common")
 local ckpt = arg[1] or "runs/chunk_025/rope"
 local out = arg[2] or "runs/sparsity"
@@ -14,7 +15,15 @@ local quick = arg[3] == "quick"
 if quick then C.quick(out .. "/quick") end
 local path = ckpt:match("%.h5$") and ckpt or ctx.latest_checkpoint(ckpt)
 if not path then error("no checkpoint in " .. ckpt .. " (run recipes/chunk_025.lua first)", 0) end
-local corpus = ctx.data.corpus(C.corpus)
+local corpus
+if arg[3] == "python-docs" then
+  local dir = "data/real/python-docs-bpe4096"
+  corpus = { train = ctx.data.shard(dir .. "/shards/train.shard"),
+             val = ctx.data.shard(dir .. "/shards/val.shard"),
+             tokenizer = ctx.tokenizer(dir .. "/tokenizer/tokenizer.json") }
+else
+  corpus = ctx.data.corpus(C.corpus)
+end
 local Lt = ctx.load(path):config().trained_length
 local L = quick and 2 * Lt or 4 * Lt
 -- 2 Lt (quick: 8 Lt, the probe's fixed text is longer than 4 x its Lt of 32)
@@ -31,25 +40,41 @@ local function predictors(model, name)
   model:save_predictors(out .. "/" .. name .. "/sparsity_predictors.safetensors")
 end
 
--- one row per level: decode tokens/s, perplexity at L by teacher-forced decoding, passkey
+-- The generated corpus's recalls: teacher-forced recall accuracy by distance at L (eval/
+-- perplexity scores its rows by decoding when sparsity is set), [0, Lt) and [L/2, L).
+local recall = arg[3] ~= "python-docs"
+local recall_task = ctx.eval("perplexity", { multiples = { L // Lt }, max_windows = quick and 4 or 32,
+                                             batch_size = 4, recall = true })
+
+-- one row per level: decode tokens/s, perplexity at L by teacher-forced decoding, recall
+-- accuracy near and far, passkey
 local function measure(model, name, levels)
   local rows = {}
   for _, lv in ipairs(levels) do
     local s = model:decode_score{ data = corpus.val, rows = 4, row_len = L, prefix = Lt,
                                   sparsity = lv.sparsity }
-    local acc = 0 / 0
-    for _, r in ipairs(ctx.run_eval{ eval = passkey, model = model, data = corpus.val,
-                                     tokenizer = corpus.tokenizer, out_dir = out .. "/" .. name,
-                                     sparsity = lv.sparsity, tags = { level = lv.name } }) do
-      if r.task == "passkey_by_length" then acc = r.accuracy end
+    local function run(task)
+      return ctx.run_eval{ eval = task, model = model, data = corpus.val, tokenizer = corpus.tokenizer,
+                           out_dir = out .. "/" .. name, sparsity = lv.sparsity, tags = { level = lv.name } }
     end
-    rows[#rows + 1] = { lv.name, s.decode_tokens_per_s, s.perplexity, acc }
+    local function num(v) return type(v) == "number" and v or 0 / 0 end  -- "nan": none scored
+    local acc, near, far = 0 / 0, 0 / 0, 0 / 0
+    for _, r in ipairs(run(passkey)) do
+      if r.task == "passkey_by_length" then acc = num(r.accuracy) end
+    end
+    if recall then
+      for _, r in ipairs(run(recall_task)) do
+        if r.task == "perplexity_recall" and r.distance_from == 0 then near = num(r.accuracy) end
+        if r.task == "perplexity_recall" and r.distance_from == L // 2 then far = num(r.accuracy) end
+      end
+    end
+    rows[#rows + 1] = { lv.name, s.decode_tokens_per_s, s.perplexity, near, far, acc }
   end
-  ctx.log(string.format("%s: %-22s %12s %8s %10s %8s %8s", name, "level", "decode tok/s", "speedup",
-                        "ppl@" .. L, "change", "passkey"))
+  ctx.log(string.format("%s: %-22s %12s %8s %10s %8s %9s %9s %8s", name, "level", "decode tok/s",
+                        "speedup", "ppl@" .. L, "change", "rec<Lt", "rec>=" .. L // 2, "passkey"))
   for _, r in ipairs(rows) do
-    ctx.log(string.format("%s: %-22s %12.0f %7.2fx %10.3f %7.2f%% %8.2f", name, r[1], r[2],
-                          r[2] / rows[1][2], r[3], 100 * (r[3] / rows[1][3] - 1), r[4]))
+    ctx.log(string.format("%s: %-22s %12.0f %7.2fx %10.3f %7.2f%% %9.3f %9.3f %8.2f", name, r[1], r[2],
+                          r[2] / rows[1][2], r[3], 100 * (r[3] / rows[1][3] - 1), r[4], r[5], r[6]))
   end
 end
 

@@ -242,6 +242,21 @@ TEST(DecodeScore, EqualsTheForwardPassLosses) {
     EXPECT_EQ(want.mask_sum, double(d.tokens));
     EXPECT_NEAR(d.nll_sum, want.loss_sum, 1e-4 * want.loss_sum);
     EXPECT_NEAR(d.perplexity(), std::exp(want.mean()), 1e-4 * std::exp(want.mean()));
+    // per token, at gapped positions and from the first token on (prefix 1), with argmax ids
+    for (int r = 0; r < R; ++r)
+        for (int t = 0; t < n - 1; ++t) b.positions[size_t(r) * (n - 1) + t] = 1.25f * t;
+    std::fill(b.mask.begin(), b.mask.end(), 1.0f);
+    m.forward(b.batch());
+    const std::vector<float> logits = m.logits(b.batch());
+    std::vector<float> lp(size_t(R) * (n - 1));
+    std::vector<int32_t> best(lp.size());
+    decode_rows(m, DecodeRows{R, n - 1, b.tokens.data(), b.positions.data(), b.targets.data()}, 1,
+                0, SparsityOptions{}, lp.data(), best.data());
+    for (size_t i = 0; i < lp.size(); ++i) {
+        EXPECT_NEAR(lp[i], -m.losses()[i], 1e-4) << "token " << i;
+        const float* l = logits.data() + i * c.vocab_size;
+        EXPECT_EQ(best[i], int32_t(std::max_element(l, l + c.vocab_size) - l)) << "token " << i;
+    }
     EXPECT_THROW(score_by_decoding(m, rows, 0), Error);
     EXPECT_THROW(score_by_decoding(m, rows, n), Error);
     EXPECT_THROW(score_by_decoding(m, {rows[0], {1, 2, 3}}, 1), Error);

@@ -33,71 +33,100 @@ ctx_status fail_status(ctx_err* err, const std::string& message) {
     return CTX_ERR_INVALID_ARGUMENT;
 }
 
+// This rank's rows (staged in `rows`, their indices in `mine`) scored into out (2, n_rows,
+// row_len): log-probabilities, then argmax ids, at the rows' places. One forward pass.
+void score_by_forward(Model& model, BatchBuffers& rows, const ctx_score_request& q,
+                      const std::vector<int64_t>& mine, std::vector<float>& out) {
+    const int B = rows.B, T = rows.T;
+    const int64_t V = model.config().vocab_size;
+    const size_t total = static_cast<size_t>(q.n_rows * q.row_len);
+    const int saved_window = model.attention_window();
+    model.set_attention_window(q.window);
+    try {
+        model.forward(rows.batch());
+    } catch (...) {
+        model.set_attention_window(saved_window);
+        throw;
+    }
+    model.set_attention_window(saved_window);
+    const float* losses = model.losses();
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t)
+            out[mine[b] * q.row_len + t] = -losses[static_cast<size_t>(b) * T + t];
+    if (!q.argmax) return;
+    const std::vector<float> logits = model.logits(rows.batch());  // (B, T, V)
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t) {
+            const float* l = logits.data() + (static_cast<size_t>(b) * T + t) * V;
+            const int64_t best = std::max_element(l, l + V) - l;  // first maximum
+            out[total + mine[b] * q.row_len + t] = static_cast<float>(best);
+        }
+}
+
+// The same by teacher-forced decoding through the KV-cache path with contextual sparsity.
+void score_by_decoding_sparse(Model& model, BatchBuffers& rows, const ctx_score_request& q,
+                              const SparsityOptions& sparsity, const std::vector<int64_t>& mine,
+                              std::vector<float>& out) {
+    const int B = rows.B, T = rows.T;
+    const size_t total = static_cast<size_t>(q.n_rows * q.row_len);
+    std::vector<float> lp(static_cast<size_t>(B) * T);
+    std::vector<int32_t> best(lp.size());
+    decode_rows(model, DecodeRows{B, T, rows.tokens.data(), rows.positions.data(),
+                                  rows.targets.data()},
+                1, q.window, sparsity, lp.data(), best.data());
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t) {
+            const size_t i = static_cast<size_t>(b) * T + t;
+            out[mine[b] * q.row_len + t] = lp[i];
+            if (q.argmax) out[total + mine[b] * q.row_len + t] = static_cast<float>(best[i]);
+        }
+}
+
+}  // namespace
+
 // Rows are split across ranks (row r on rank r % world); the outputs are then summed over
 // ranks, which reassembles them exactly because every other rank contributes zeros (argmax ids
 // travel as floats: exact below 2^24).
-}  // namespace
-
-void score_rows(Model& model, Comm& comm, BatchBuffers& rows, const ctx_score_request& q) {
-    {
-        CTX_CHECK(q.n_rows > 0 && q.row_len > 0, "score_rows: n_rows and row_len must be positive");
-        CTX_CHECK(q.window >= 0, "score_rows: window must be >= 0, got {}", q.window);
-        CTX_CHECK(q.tokens && q.positions && q.targets, "score_rows: tokens, positions and "
-                                                        "targets must be given");
-        const int64_t V = model.config().vocab_size;
-        CTX_CHECK(!q.argmax || V < (int64_t(1) << 24), "score_rows: vocabulary too large");
-        const int rank = comm.rank(), world = comm.size();
-        const size_t total = static_cast<size_t>(q.n_rows * q.row_len);
-        // (2, n_rows, row_len): log-probabilities, then argmax ids
-        std::vector<float> out(2 * total, 0.0f);
-        std::vector<int64_t> mine;
-        for (int64_t r = rank; r < q.n_rows; r += world) mine.push_back(r);
-        if (!mine.empty()) {
-            const int B = static_cast<int>(mine.size()), T = static_cast<int>(q.row_len);
-            if (rows.B != B || rows.T != T) rows.resize(B, T);
-            for (int b = 0; b < B; ++b) {
-                const size_t src = static_cast<size_t>(mine[b] * q.row_len);
-                std::copy(q.tokens + src, q.tokens + src + T, rows.tokens.begin() + b * T);
-                std::copy(q.positions + src, q.positions + src + T,
-                          rows.positions.begin() + b * T);
-                std::copy(q.targets + src, q.targets + src + T, rows.targets.begin() + b * T);
-            }
-            std::fill(rows.mask.begin(), rows.mask.end(), 1.0f);
-            const int saved_window = model.attention_window();
-            model.set_attention_window(q.window);
-            try {
-                model.forward(rows.batch());
-            } catch (...) {
-                model.set_attention_window(saved_window);
-                throw;
-            }
-            model.set_attention_window(saved_window);
-            const float* losses = model.losses();
-            for (int b = 0; b < B; ++b)
-                for (int t = 0; t < T; ++t)
-                    out[mine[b] * q.row_len + t] = -losses[static_cast<size_t>(b) * T + t];
-            if (q.argmax) {
-                const std::vector<float> logits = model.logits(rows.batch());  // (B, T, V)
-                for (int b = 0; b < B; ++b)
-                    for (int t = 0; t < T; ++t) {
-                        const float* l = logits.data() + (static_cast<size_t>(b) * T + t) * V;
-                        const int64_t best = std::max_element(l, l + V) - l;  // first maximum
-                        out[total + mine[b] * q.row_len + t] = static_cast<float>(best);
-                    }
-            }
+void score_rows(Model& model, Comm& comm, BatchBuffers& rows, const ctx_score_request& q,
+                const SparsityOptions* sparsity) {
+    CTX_CHECK(q.n_rows > 0 && q.row_len > 0, "score_rows: n_rows and row_len must be positive");
+    CTX_CHECK(q.window >= 0, "score_rows: window must be >= 0, got {}", q.window);
+    CTX_CHECK(q.tokens && q.positions && q.targets, "score_rows: tokens, positions and "
+                                                    "targets must be given");
+    const int64_t V = model.config().vocab_size;
+    CTX_CHECK(!q.argmax || V < (int64_t(1) << 24), "score_rows: vocabulary too large");
+    const int rank = comm.rank(), world = comm.size();
+    const size_t total = static_cast<size_t>(q.n_rows * q.row_len);
+    // (2, n_rows, row_len): log-probabilities, then argmax ids
+    std::vector<float> out(2 * total, 0.0f);
+    std::vector<int64_t> mine;
+    for (int64_t r = rank; r < q.n_rows; r += world) mine.push_back(r);
+    if (!mine.empty()) {
+        const int B = static_cast<int>(mine.size()), T = static_cast<int>(q.row_len);
+        if (rows.B != B || rows.T != T) rows.resize(B, T);
+        for (int b = 0; b < B; ++b) {
+            const size_t src = static_cast<size_t>(mine[b] * q.row_len);
+            std::copy(q.tokens + src, q.tokens + src + T, rows.tokens.begin() + b * T);
+            std::copy(q.positions + src, q.positions + src + T, rows.positions.begin() + b * T);
+            std::copy(q.targets + src, q.targets + src + T, rows.targets.begin() + b * T);
         }
-        comm.allreduce_sum(out.data(), q.argmax ? 2 * total : total);
-        if (q.logprobs) std::copy_n(out.begin(), total, q.logprobs);
-        if (q.argmax)
-            for (size_t i = 0; i < total; ++i) q.argmax[i] = static_cast<int32_t>(out[total + i]);
+        std::fill(rows.mask.begin(), rows.mask.end(), 1.0f);
+        if (sparsity && sparsity->predictors)
+            score_by_decoding_sparse(model, rows, q, *sparsity, mine, out);
+        else
+            score_by_forward(model, rows, q, mine, out);
     }
+    comm.allreduce_sum(out.data(), q.argmax ? 2 * total : total);
+    if (q.logprobs) std::copy_n(out.begin(), total, q.logprobs);
+    if (q.argmax)
+        for (size_t i = 0; i < total; ++i) q.argmax[i] = static_cast<int32_t>(out[total + i]);
 }
 
 namespace {
 
 ctx_status score_rows_impl(ctx_eval_host* h, const ctx_score_request& q, ctx_err* err) {
     try {
-        score_rows(*h->context->model, *h->context->comm, h->rows, q);
+        score_rows(*h->context->model, *h->context->comm, h->rows, q, &h->context->sparsity);
         return CTX_OK;
     } catch (const std::exception& e) {
         return fail_status(err, e.what());

@@ -23,7 +23,11 @@ namespace ctx {
 // of q.row_len, attention limited to q.window tokens if > 0. Rows are split across the ranks of
 // comm (row r on rank r % world) and the results gathered, so every rank must call it with the
 // same request. rows is staging, resized as needed. Throws ctx::Error.
-void score_rows(Model& model, Comm& comm, BatchBuffers& rows, const ctx_score_request& q);
+// With sparsity predictors set, the rows are scored by teacher-forced decoding through the
+// KV-cache path with contextual sparsity instead (model/generate.h, decode_rows), so scoring
+// tasks measure the sparse model.
+void score_rows(Model& model, Comm& comm, BatchBuffers& rows, const ctx_score_request& q,
+                const SparsityOptions* sparsity = nullptr);
 
 // What one evaluation run sees. Lives for the duration of EvalPlugin::run.
 struct EvalContext {

@@ -352,46 +352,69 @@ double DecodeScore::decode_tokens_per_s() const {
     return decode_seconds > 0 ? static_cast<double>(decoded) / decode_seconds : 0.0;
 }
 
+DecodeScore decode_rows(Model& model, const DecodeRows& q, int prefix, int window,
+                        const SparsityOptions& sparsity, float* logprobs, int32_t* argmax) {
+    const int B = q.B, T = q.T;
+    CTX_CHECK(B >= 1 && T >= 1 && q.tokens && q.targets, "decode_rows: need rows of tokens and "
+              "targets, got {} x {}", B, T);
+    CTX_CHECK(prefix >= 1 && prefix <= T, "decode_rows: prefix {} must be in [1, {}]", prefix, T);
+    const int V = model.config().vocab_size;
+    KvGenerator gen(model, B, T, window);
+    gen.set_sparsity(sparsity);
+    std::vector<float> pos(static_cast<size_t>(B) * T);
+    for (size_t i = 0; i < pos.size(); ++i)
+        pos[i] = q.positions ? q.positions[i] : static_cast<float>(i % static_cast<size_t>(T));
+    for (int r = 0; r < B; ++r)
+        gen.prefill(r, q.tokens + static_cast<size_t>(r) * T, pos.data() + static_cast<size_t>(r) * T,
+                    prefix);
+    if (logprobs) std::fill(logprobs, logprobs + static_cast<size_t>(B) * T, 0.0f);
+    if (argmax) std::fill(argmax, argmax + static_cast<size_t>(B) * T, 0);
+    DecodeScore out;
+    std::vector<int32_t> next(static_cast<size_t>(B));
+    std::vector<float> next_pos(static_cast<size_t>(B));
+    for (int t = prefix - 1; t < T; ++t) {
+        for (int r = 0; r < B; ++r) {  // the logits after token t predict targets[t]
+            const size_t i = static_cast<size_t>(r) * T + t;
+            const float* lg = gen.logits(r);
+            const float* best = std::max_element(lg, lg + V);
+            double z = 0;
+            for (int v = 0; v < V; ++v) z += std::exp(static_cast<double>(lg[v]) - *best);
+            const double lp = lg[q.targets[i]] - *best - std::log(z);
+            out.nll_sum -= lp;
+            if (logprobs) logprobs[i] = static_cast<float>(lp);
+            if (argmax) argmax[i] = static_cast<int32_t>(best - lg);
+        }
+        out.tokens += B;
+        if (t + 1 == T) break;
+        for (int r = 0; r < B; ++r) {
+            next[static_cast<size_t>(r)] = q.tokens[static_cast<size_t>(r) * T + t + 1];
+            next_pos[static_cast<size_t>(r)] = pos[static_cast<size_t>(r) * T + t + 1];
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        gen.decode(next.data(), next_pos.data());
+        out.decode_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        out.decoded += B;
+    }
+    return out;
+}
+
 DecodeScore score_by_decoding(Model& model, const std::vector<std::vector<int32_t>>& rows,
                               int prefix, const SparsityOptions& sparsity) {
     CTX_CHECK(!rows.empty(), "score_by_decoding: no rows");
     const int n = static_cast<int>(rows[0].size()), R = static_cast<int>(rows.size());
     CTX_CHECK(prefix >= 1 && prefix < n, "score_by_decoding: prefix {} must be in [1, {})",
               prefix, n);
-    for (const auto& r : rows)
+    // inputs: tokens 0 .. n-2, targets: 1 .. n-1
+    std::vector<int32_t> tokens, targets;
+    for (const auto& r : rows) {
         CTX_CHECK(static_cast<int>(r.size()) == n, "score_by_decoding: rows of {} and {} tokens; "
                   "all must have the same length", n, r.size());
-    const int V = model.config().vocab_size;
-    KvGenerator gen(model, R, n);
-    gen.set_sparsity(sparsity);
-    for (int r = 0; r < R; ++r) gen.prefill(r, rows[static_cast<size_t>(r)].data(), nullptr, prefix);
-    DecodeScore out;
-    std::vector<int32_t> next(static_cast<size_t>(R));
-    std::vector<float> pos(static_cast<size_t>(R));
-    auto score = [&](int t) {  // the logits predict token t of every row
-        for (int r = 0; r < R; ++r) {
-            const float* lg = gen.logits(r);
-            const float mx = *std::max_element(lg, lg + V);
-            double z = 0;
-            for (int v = 0; v < V; ++v) z += std::exp(static_cast<double>(lg[v]) - mx);
-            out.nll_sum += std::log(z) + mx - lg[rows[static_cast<size_t>(r)][static_cast<size_t>(t)]];
-        }
-        out.tokens += R;
-    };
-    for (int t = prefix; t < n; ++t) {
-        score(t);
-        if (t + 1 == n) break;
-        for (int r = 0; r < R; ++r) {
-            next[static_cast<size_t>(r)] = rows[static_cast<size_t>(r)][static_cast<size_t>(t)];
-            pos[static_cast<size_t>(r)] = static_cast<float>(t);
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        gen.decode(next.data(), pos.data());
-        out.decode_seconds +=
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        out.decoded += R;
+        tokens.insert(tokens.end(), r.begin(), r.end() - 1);
+        targets.insert(targets.end(), r.begin() + 1, r.end());
     }
-    return out;
+    return decode_rows(model, DecodeRows{R, n - 1, tokens.data(), nullptr, targets.data()}, prefix,
+                       0, sparsity, nullptr, nullptr);
 }
 
 // ---------------------------------------------------------------- greedy generation

@@ -126,6 +126,21 @@ struct DecodeScore {
 DecodeScore score_by_decoding(Model& model, const std::vector<std::vector<int32_t>>& rows,
                               int prefix, const SparsityOptions& sparsity = {});
 
+// The general form: B rows of T input tokens (host, (B, T)) at positions (null: 0 .. T-1) with
+// their targets; the first `prefix` tokens of each row are prefilled and the rest decoded one
+// step at a time (window > 0: the windowed control). logprobs (B, T) = log p(targets[t] |
+// tokens[0..t]) and argmax (B, T) (may be null) for t >= prefix - 1; entries before are 0.
+// The DecodeScore sums over the same entries. Evaluation tasks score rows this way when they
+// run with sparsity (eval/eval_plugin.h), so perplexity and recall see the sparse model.
+struct DecodeRows {
+    int B = 0, T = 0;
+    const int32_t* tokens = nullptr;
+    const float* positions = nullptr;
+    const int32_t* targets = nullptr;
+};
+DecodeScore decode_rows(Model& model, const DecodeRows& rows, int prefix, int window,
+                        const SparsityOptions& sparsity, float* logprobs, int32_t* argmax);
+
 // Greedy (argmax, lowest id on ties) generation for a batch of prompts of any lengths.
 // positions: per prompt, or empty for 0 .. n-1.
 std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector<int32_t>>& prompts,
