@@ -18,6 +18,12 @@
 #include <variant>
 
 namespace ctx {
+
+ModelHandle& check_model(lua_State* L, int index) {
+    auto* ref = static_cast<ModelRef*>(luaL_checkudata(L, index, kModelType));
+    return **ref;
+}
+
 namespace {
 
 using lua::guarded;
@@ -32,11 +38,6 @@ using lua::new_userdata;
 using lua::option_userdata;
 using lua::test_userdata;
 
-
-ModelHandle& check_model(lua_State* L, int index) {
-    auto* ref = static_cast<ModelRef*>(luaL_checkudata(L, index, kModelType));
-    return **ref;
-}
 
 // ---- ctx.model
 // The ModelConfig keys (model_config_fields) and these.

@@ -21,9 +21,6 @@ namespace {
 
 using lua::OptType;
 
-ModelHandle& check_model(lua_State* L, int index) {
-    return **static_cast<ModelRef*>(luaL_checkudata(L, index, kModelType));
-}
 
 // The Lua sequence at `index` as token ids (T = int32_t: integers >= 0) or numbers (float), or
 // an error naming `what`.

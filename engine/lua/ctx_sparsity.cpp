@@ -27,9 +27,6 @@ using lua::OptType;
 
 namespace {
 
-ModelHandle& check_model(lua_State* L, int index) {
-    return **static_cast<ModelRef*>(luaL_checkudata(L, index, kModelType));
-}
 
 // n rows of `len` tokens spread evenly over the windows of docs, from the `first`-th of
 // `slots` equal parts (so a training and a held-out part do not overlap).

@@ -23,6 +23,8 @@ struct PeSpec {
 inline constexpr const char* kModelType = "ctx.Model";
 
 void register_ctx_types(lua_State* L);
+// The model at `index` (a Lua error naming the expected type otherwise).
+ModelHandle& check_model(lua_State* L, int index);
 // model:logprobs and model:generate (ctx_probes.cpp), raw lua_CFunctions (wrap in guarded<>).
 int model_logprobs(lua_State* L);
 int model_generate(lua_State* L);
