@@ -56,6 +56,7 @@ void save_state(lua_State* L, const std::string& path, const lua::Options& o) {
     json meta = json::object();
     if (!user.empty()) meta["user"] = user;
     write_checkpoint(engine, path, model_checkpoint_state(engine, h, data, meta));
+    save_predictors_beside(L, h, std::filesystem::path(path).parent_path().string());
 }
 
 // ctx.save(path, {model = m, data = stream, metadata = {...}})
@@ -116,6 +117,7 @@ int l_load(lua_State* L) {
     EngineContext& engine = lua_detail::engine(L);
     const TrainingState s = load_checkpoint(path);
     ModelRef h = model_from_checkpoint(engine, s, path, parse_device_request(L, o));
+    load_predictors_beside(L, *h, std::filesystem::path(path).parent_path().string());
     if (o.has("data")) {
         DataRef d = lua::option_userdata<DataRef>(L, o, "data", kDataType, "a ctx.data source");
         d->stream->restore(s, engine.data_comm());

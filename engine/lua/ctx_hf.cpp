@@ -10,6 +10,7 @@
 #include "data/tokenizer.h"
 #include "lua/ctx_module.h"
 #include "lua/ctx_tokenizer.h"
+#include "lua/ctx_types.h"
 #include "lua/lua_guard.h"
 #include "lua/userdata.h"
 
@@ -41,6 +42,7 @@ int l_load_hf(lua_State* L) {
     const std::string where = lua::caller_where(L);
     const auto o = lua::Options::parse(L, 2, device_option_specs(), "ctx.load_hf", where);
     ModelRef h = load_hf_model(L, dir, parse_device_request(L, o), where);
+    load_predictors_beside(L, *h, dir);
     std::error_code ec;
     const bool has_tok = fs::is_regular_file(fs::path(dir) / "tokenizer.json", ec) ||
                          (fs::is_regular_file(fs::path(dir) / "vocab.json", ec) &&
@@ -90,6 +92,7 @@ int l_save_hf(lua_State* L) {
     }
     // Every rank gathers (tensor parallelism), rank 0 writes; its error is raised on every rank.
     save_hf_model(*lua_detail::engine(L).comm, **ref, dir, source, tok.get());
+    save_predictors_beside(L, **ref, dir);
     return 0;
 }
 

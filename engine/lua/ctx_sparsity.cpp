@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -222,6 +223,25 @@ int model_decode_score(lua_State* L) {
     lua_pushnumber(L, s.decode_seconds);
     lua_setfield(L, -2, "decode_seconds");
     return 1;
+}
+
+void save_predictors_beside(lua_State* L, const ModelHandle& h, const std::string& dir) {
+    if (!h.predictors) return;
+    const std::string path = (std::filesystem::path(dir) / kPredictorsFile).string();
+    on_rank0(*lua_detail::engine(L).comm, [&] { save_predictors(*h.predictors, path); });
+}
+
+void load_predictors_beside(lua_State* L, ModelHandle& h, const std::string& dir) {
+    const std::string path = (std::filesystem::path(dir) / kPredictorsFile).string();
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) return;
+    const bool logs = lua_detail::engine(L).comm->rank() == 0;
+    try {
+        h.predictors = load_predictors(path, h.model->config(), h.model->backend());
+        if (logs) spdlog::info("sparsity predictors loaded from {}", path);
+    } catch (const Error& e) {  // another model's file in a shared directory: say so, go on
+        if (logs) spdlog::warn("sparsity predictors not loaded: {}", e.what());
+    }
 }
 
 // model:save_predictors(path): rank 0 writes (collective)

@@ -33,6 +33,11 @@ int model_train_predictors(lua_State* L);
 int model_save_predictors(lua_State* L);
 int model_load_predictors(lua_State* L);
 int model_decode_score(lua_State* L);
+// The predictors side file (io/sparsity_file.h) in `dir`: written by ctx.save, save_checkpoint
+// and save_hf when the model has predictors (rank 0), read by ctx.load and load_hf when present
+// (a file for another model shape is skipped with a warning).
+void save_predictors_beside(lua_State* L, const ModelHandle& h, const std::string& dir);
+void load_predictors_beside(lua_State* L, ModelHandle& h, const std::string& dir);
 // The `sparsity = {mlp = s, heads = s, mlp_positive = b}` option of generation (the key in o),
 // for h's predictors; dense when absent. Errors name `context` and the key.
 SparsityOptions parse_sparsity_option(lua_State* L, const lua::Options& o, const ModelHandle& h,

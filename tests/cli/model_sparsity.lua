@@ -66,6 +66,16 @@ local other = ctx.model{ style = "gpt2", vocab_size = 259, d_model = 48, n_head 
 assert(err(other.load_predictors, other, arg[1] .. "/sparsity_predictors.safetensors")
          :find("d_model = 32, this model has 48"))
 assert(err(m.load_predictors, m, arg[1] .. "/nosuch.safetensors"):find("nosuch"))
+-- the predictors travel with the model: checkpoints and HF exports carry the side file, and
+-- loading picks it up (the same scores after the round trip)
+local ck = ctx.save_checkpoint(arg[1] .. "/ckpt", { model = m })
+local back = ctx.load(ck)
+assert(back:decode_score(opts).perplexity == d2.perplexity)
+ctx.save_hf(m, arg[1] .. "/hf")
+local hf = ctx.load_hf(arg[1] .. "/hf")
+local h1 = hf:decode_score(opts)
+assert(math.abs(h1.perplexity / d2.perplexity - 1) < 1e-5, string.format("%.7g vs %.7g", h1.perplexity, d2.perplexity))
+
 -- into ReLU form: exact unit labels (active or not), their recall reported, positive-score
 -- selection allowed; SwiGLU and unknown names refused
 m:set_activation("relu")
