@@ -259,7 +259,10 @@ def plot_grid(plt, dirs, out):
         return None
     methods = list(OrderedDict.fromkeys(r["row"] for r in rows if r["row"] != "scratch"))
     pes = [("learned", "APE"), ("rope", "RoPE")]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    # a corpus without recall spans (Python docs) has no recall row: perplexity panels only
+    has_recall = any(r["measure"] == "recall_bin2" for r in rows)
+    fig, axes = plt.subplots(2 if has_recall else 1, 2, figsize=(12, 8.5 if has_recall else 4.5),
+                             squeeze=False)
     for col, (pe, label) in enumerate(pes):
         ax = axes[0][col]
         for i, m in enumerate(methods):
@@ -273,6 +276,8 @@ def plot_grid(plt, dirs, out):
         ax.set_ylabel("mean per-window perplexity")
         ax.set_title(f"{label}: perplexity by length")
         ax.grid(True, alpha=0.3)
+        if not has_recall:
+            continue
         ax = axes[1][col]
         bars = [(m, r) for m in methods for r in rows
                 if r["row"] == m and r["pe"] == pe and r["measure"] == "recall_bin2" and r["multiple"] == "4"]
