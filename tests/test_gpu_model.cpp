@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "model/generate.h"
+#include "model/sparsity.h"
 #include "model/optimizer.h"
 #include "model_fixtures.h"
 
@@ -193,6 +194,40 @@ TEST_P(OpsGpuModel, CachedGenerationMatchesCpu) {
         g_gpu.decode(next.data(), next_pos.data());
     }
     EXPECT_EQ(gpu().input_readbacks(), readbacks) << "an op copied step data back to the host";
+}
+
+// Decoding with contextual sparsity (half the units, half the heads) on the GPU follows the CPU:
+// the same predictors (same seed), the same selections, the same logits to float rounding.
+TEST_P(OpsGpuModel, SparseCachedGenerationMatchesCpu) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (cuda_device_count() == 0)";
+    const ModelCase& mc = GetParam();
+    const ModelConfig c = config_for(mc);
+    Model m_cpu(c, test::cpu(), test::make_pe(mc.pe, c, mc.opts), 5);
+    Model m_gpu(c, gpu(), test::make_pe(mc.pe, c, mc.opts), 5);
+    SparsityPredictors p_cpu(c, test::cpu(), PredictorShape{}, 3), p_gpu(c, gpu(), PredictorShape{}, 3);
+    SparsityOptions so;
+    so.units = 0.5f;
+    so.heads = c.n_head >= 2 ? 0.5f : 0.0f;
+    const int V = c.vocab_size;
+    const std::vector<int32_t> prompt = {3, 7, 1, 9, 2};
+    KvGenerator g_cpu(m_cpu, 1, 16), g_gpu(m_gpu, 1, 16);
+    so.predictors = &p_cpu;
+    g_cpu.set_sparsity(so);
+    so.predictors = &p_gpu;
+    g_gpu.set_sparsity(so);
+    g_cpu.prefill(0, prompt.data(), nullptr, 5);
+    g_gpu.prefill(0, prompt.data(), nullptr, 5);
+    for (int step = 0; step < 5; ++step) {
+        const float* a = g_cpu.logits(0);
+        const float* g = g_gpu.logits(0);
+        double err = 0;
+        for (int v = 0; v < V; ++v) err = std::max(err, std::fabs(double(a[v]) - double(g[v])));
+        EXPECT_LT(err, 1e-3) << "step " << step;
+        const int32_t next = static_cast<int32_t>(std::max_element(a, a + V) - a);
+        const float pos = g_cpu.last_position(0) + 1.0f;
+        g_cpu.decode(&next, &pos);
+        g_gpu.decode(&next, &pos);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(
