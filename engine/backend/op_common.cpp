@@ -87,6 +87,15 @@ void check_attention_cached(int S, int C, int H, const AttentionOptions& opt) {
               "are a training layout, not supported here");
 }
 
+void check_rows_op(const char* op, int N, int K, int G) {
+    CTX_CHECK(N >= 0 && K >= 0 && G >= 1, "{}: need N >= 0, K >= 0, G >= 1, got {}, {}, {}", op,
+              N, K, G);
+}
+
+void check_topk(int N, int M, int K) {
+    CTX_CHECK(N >= 0 && K >= 1 && K <= M, "select_topk: need 1 <= K ({}) <= M ({})", K, M);
+}
+
 const char* attention_mode_name(AttentionMode m) {
     return m == AttentionMode::Flash ? "flash" : "materialised";
 }

@@ -29,5 +29,9 @@ void check_rotary(int C, int H, const RotarySpec& spec);
 void check_attention(int T, int C, int H, const AttentionOptions& opt);
 // Attention over a KV cache: the above, packed rows refused, and its head subset (opt.heads).
 void check_attention_cached(int S, int C, int H, const AttentionOptions& opt);
+// The contextual-sparsity ops' shapes: matmul_rows_* (N, K >= 0, groups of G >= 1 rows) and
+// select_topk (1 <= K <= M).
+void check_rows_op(const char* op, int N, int K, int G);
+void check_topk(int N, int M, int K);
 
 }  // namespace ctx

@@ -29,8 +29,8 @@ using lua::OptType;
 namespace {
 
 
-// n rows of `len` tokens spread evenly over the windows of docs, from the `first`-th of
-// `slots` equal parts (so a training and a held-out part do not overlap).
+// n rows of `len` tokens spread evenly over the windows of docs: window slot i * parts + part
+// of n * parts slots, so the rows of different parts (training, held out) never coincide.
 std::vector<std::vector<int32_t>> spread_rows(const DocStore& docs, int len, int n, int part,
                                               int parts, const std::string& what) {
     const std::vector<Window> w = make_windows(docs, len - 1);  // a window reads Le + 1 tokens
@@ -136,10 +136,10 @@ int model_train_predictors(lua_State* L) {
     t.seed = static_cast<uint64_t>(o.integer("seed", 1));
     const float recall_units = static_cast<float>(o.number("recall_mlp", 0.25));
     const float recall_heads = static_cast<float>(o.number("recall_heads", 0.5));
-    for (const char* key : {"recall_mlp", "recall_heads"}) {
-        const double v = o.number(key, 0.5);
-        if (!(v > 0 && v <= 1)) o.fail_key(key, fmt::format("must be in (0, 1], got {}", v));
-    }
+    if (!(recall_units > 0 && recall_units <= 1))
+        o.fail_key("recall_mlp", fmt::format("must be in (0, 1], got {}", recall_units));
+    if (!(recall_heads > 0 && recall_heads <= 1))
+        o.fail_key("recall_heads", fmt::format("must be in (0, 1], got {}", recall_heads));
     const int n_train = static_cast<int>(tokens / row_len), n_held = static_cast<int>(held / row_len);
     const int parts = 2;  // training rows from even slots, held-out from odd ones
     const std::string what = where + " model:train_predictors";
@@ -154,9 +154,9 @@ int model_train_predictors(lua_State* L) {
     const PredictorRecall recall = predictor_recall(*p, test, recall_units, recall_heads);
     h.predictors = p;
     if (lua_detail::engine(L).comm->rank() == 0)
-        spdlog::info("sparsity predictors: {} training tokens, {} held out; unit recall {:.3f} at "
-                 "keep {}, head recall {:.3f} at keep {}", train.tokens, test.tokens,
-                 recall.mean_units(), recall_units, recall.mean_heads(), recall_heads);
+        spdlog::info("sparsity predictors: {} training tokens, {} held out; unit recall {:.3f} "
+                     "at keep {}, head recall {:.3f} at keep {}", train.tokens, test.tokens,
+                     recall.mean_units(), recall_units, recall.mean_heads(), recall_heads);
     lua_newtable(L);
     lua_pushnumber(L, recall.mean_units());
     lua_setfield(L, -2, "recall_mlp");

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/op_common.h"
 #include "core/error.h"
 
 namespace ctx::cpu {
@@ -17,11 +18,6 @@ namespace {
 // Below this many multiply-adds an op runs on one thread: a decode step of a small model is
 // a few microseconds of work per op, less than waking the team costs.
 constexpr size_t kParallelWork = size_t(1) << 16;
-
-void check_rows_op(const char* op, int N, int K, int G) {
-    CTX_CHECK(N >= 0 && K >= 0 && G >= 1, "{}: need N >= 0, K >= 0, G >= 1, got {}, {}, {}", op,
-              N, K, G);
-}
 
 }  // namespace
 
@@ -81,7 +77,7 @@ void CpuBackend::matmul_rows_project(float* out, const float* h, int ldh, const 
 
 void CpuBackend::select_topk(int32_t* idx, const float* scores, int N, int M, int K,
                              float threshold) {
-    CTX_CHECK(N >= 0 && K >= 1 && K <= M, "select_topk: need 1 <= K ({}) <= M ({})", K, M);
+    check_topk(N, M, K);
     const bool parallel = size_t(N) * M >= kParallelWork / 8;
 #pragma omp parallel for schedule(static) num_threads(threads_) if (parallel)
     for (int n = 0; n < N; n++) {

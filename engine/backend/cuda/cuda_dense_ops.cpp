@@ -245,8 +245,7 @@ void CudaBackend::swiglu_backward(float* dinp, const float* inp, const float* do
 void CudaBackend::matmul_rows_forward(float* out, int ldo, const float* inp, const float* W,
                                       const float* bias, const int32_t* idx, int N, int IC, int K,
                                       int G) {
-    CTX_CHECK(N >= 0 && K >= 0 && G >= 1, "matmul_rows_forward: need N >= 0, K >= 0, G >= 1, "
-              "got {}, {}, {}", N, K, G);
+    check_rows_op("matmul_rows_forward", N, K, G);
     activate();
     done(launch_matmul_rows_forward(out, ldo, inp, W, bias, idx, N, IC, K, G, stream_),
          "matmul_rows_forward");
@@ -255,8 +254,7 @@ void CudaBackend::matmul_rows_forward(float* out, int ldo, const float* inp, con
 void CudaBackend::matmul_rows_project(float* out, const float* h, int ldh, const float* Wt,
                                       const float* bias, const int32_t* idx, int N, int OC, int K,
                                       int G) {
-    CTX_CHECK(N >= 0 && K >= 0 && G >= 1, "matmul_rows_project: need N >= 0, K >= 0, G >= 1, "
-              "got {}, {}, {}", N, K, G);
+    check_rows_op("matmul_rows_project", N, K, G);
     activate();
     done(launch_matmul_rows_project(out, h, ldh, Wt, bias, idx, N, OC, K, G, stream_),
          "matmul_rows_project");
@@ -264,7 +262,7 @@ void CudaBackend::matmul_rows_project(float* out, const float* h, int ldh, const
 
 void CudaBackend::select_topk(int32_t* idx, const float* scores, int N, int M, int K,
                               float threshold) {
-    CTX_CHECK(N >= 0 && K >= 1 && K <= M, "select_topk: need 1 <= K ({}) <= M ({})", K, M);
+    check_topk(N, M, K);
     activate();
     done(launch_select_topk(idx, scores, N, M, K, threshold, stream_), "select_topk");
 }
