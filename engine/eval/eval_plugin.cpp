@@ -84,9 +84,15 @@ void score_by_decoding_sparse(Model& model, BatchBuffers& rows, const ctx_score_
 
 }  // namespace
 
-// Rows are split across ranks (row r on rank r % world); the outputs are then summed over
-// ranks, which reassembles them exactly because every other rank contributes zeros (argmax ids
-// travel as floats: exact below 2^24).
+// Rows are scored in groups of consecutive rows, group g on rank g % world, one forward pass
+// (or decoding run) per group; the outputs are then summed over ranks, which reassembles them
+// exactly because every other rank contributes zeros (argmax ids travel as floats: exact below
+// 2^24). A group's size depends only on the rows, so each group is the same call on any number
+// of ranks and the scores do not depend on the world size, even where the matrix library's
+// result for a row depends on the rows computed with it (OpenBLAS's AVX2 kernels). A group holds
+// up to kScoreGroupTokens tokens (at least one row), which also bounds the activations' memory.
+constexpr int64_t kScoreGroupTokens = 4096;
+
 void score_rows(Model& model, Comm& comm, BatchBuffers& rows, const ctx_score_request& q,
                 const SparsityOptions* sparsity) {
     CTX_CHECK(q.n_rows > 0 && q.row_len > 0, "score_rows: n_rows and row_len must be positive");
@@ -99,9 +105,11 @@ void score_rows(Model& model, Comm& comm, BatchBuffers& rows, const ctx_score_re
     const size_t total = static_cast<size_t>(q.n_rows * q.row_len);
     // (2, n_rows, row_len): log-probabilities, then argmax ids
     std::vector<float> out(2 * total, 0.0f);
+    const int64_t group = std::max<int64_t>(1, kScoreGroupTokens / q.row_len);
     std::vector<int64_t> mine;
-    for (int64_t r = rank; r < q.n_rows; r += world) mine.push_back(r);
-    if (!mine.empty()) {
+    for (int64_t g0 = rank * group; g0 < q.n_rows; g0 += world * group) {
+        mine.clear();
+        for (int64_t r = g0; r < std::min(q.n_rows, g0 + group); ++r) mine.push_back(r);
         const int B = static_cast<int>(mine.size()), T = static_cast<int>(q.row_len);
         if (rows.B != B || rows.T != T) rows.resize(B, T);
         for (int b = 0; b < B; ++b) {

@@ -21,7 +21,8 @@ namespace ctx {
 // The scoring behind ctx_eval_api's score_rows / row_logprobs, for any caller (eval plugins,
 // model:logprobs): per-token log-probabilities of q.targets (and argmax ids) of q.n_rows rows
 // of q.row_len, attention limited to q.window tokens if > 0. Rows are split across the ranks of
-// comm (row r on rank r % world) and the results gathered, so every rank must call it with the
+// comm in groups of consecutive rows whose size depends only on the request (so the scores do not
+// depend on the number of ranks) and the results gathered, so every rank must call it with the
 // same request. rows is staging, resized as needed. Throws ctx::Error.
 // With sparsity predictors set, the rows are scored by teacher-forced decoding through the
 // KV-cache path with contextual sparsity instead (model/generate.h, decode_rows), so scoring

@@ -24,6 +24,25 @@ inline void thread_block(int n, int& begin, int& end) {
     end = std::min(n, begin + chunk);
 }
 
+// A product's output (rows, cols) as a fixed grid of tiles, each one single-threaded sgemm, the
+// tiles spread over the threads. A tile's result depends only on its inputs and shape, never on
+// the thread count; the library's own threading does not promise that (its AVX2 "Haswell"
+// kernels give different sums with 1 and 2 threads; OPENBLAS_CORETYPE=Haswell or an AVX2-only
+// CPU selects them). OpenBLAS's OpenMP build runs single-threaded inside an active parallel
+// region, and with one thread the region is inactive but the library's limit is one thread too
+// (the backend's omp_set_num_threads), so the region has no `if`: a one-tile product still runs
+// on one thread. Tiles of 256 x 256 keep the library's packing small next to each tile's k-loop.
+constexpr int kGemmTile = 256;
+template <typename TileFn>
+void fixed_grid(int rows, int cols, const TileFn& tile) {
+    const int tr = (rows + kGemmTile - 1) / kGemmTile, tc = (cols + kGemmTile - 1) / kGemmTile;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < tr * tc; t++) {
+        const int r0 = (t / tc) * kGemmTile, c0 = (t % tc) * kGemmTile;
+        tile(r0, std::min(kGemmTile, rows - r0), c0, std::min(kGemmTile, cols - c0));
+    }
+}
+
 // Interpolated position-table lookup (backend.h): rows j0 = floor(p), j1 = min(j0 + 1, P - 1),
 // weights (1 - f), f.
 struct Interp {
@@ -234,21 +253,30 @@ void CpuBackend::matmul_forward(float* out, const float* inp, const float* W, co
         }
         beta = 1.0f;
     }
-    // out (N, OC) = inp (N, IC) @ W^T, W (OC, IC)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, W, IC, beta,
-                out, OC);
+    // out (N, OC) = inp (N, IC) @ W^T, W (OC, IC): a fixed grid of (rows, output channels) tiles
+    fixed_grid(N, OC, [&](int r0, int nr, int c0, int nc) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nc, IC, 1.0f,
+                    inp + size_t(r0) * IC, IC, W + size_t(c0) * IC, IC, beta,
+                    out + size_t(r0) * OC + c0, OC);
+    });
 }
 
 void CpuBackend::matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
                                  const float* inp, const float* W, int N, int IC, int OC) {
-    // dinp (N, IC) += dout (N, OC) @ W (OC, IC)
+    // dinp (N, IC) += dout (N, OC) @ W (OC, IC): tiles of (rows, input channels)
     if (dinp != nullptr) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, W, IC,
-                    1.0f, dinp, IC);
+        fixed_grid(N, IC, [&](int r0, int nr, int c0, int nc) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, nc, OC, 1.0f,
+                        dout + size_t(r0) * OC, OC, W + c0, IC, 1.0f, dinp + size_t(r0) * IC + c0,
+                        IC);
+        });
     }
-    // dW (OC, IC) += dout^T (OC, N) @ inp (N, IC)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
-                dW, IC);
+    // dW (OC, IC) += dout^T (OC, N) @ inp (N, IC): tiles of (output, input channels), each
+    // summing over all N rows
+    fixed_grid(OC, IC, [&](int r0, int nr, int c0, int nc) {
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nr, nc, N, 1.0f, dout + r0, OC,
+                    inp + c0, IC, 1.0f, dW + size_t(r0) * IC + c0, IC);
+    });
     // dbias (OC) += column sums of dout; each thread owns a block of output channels.
     if (dbias != nullptr) {
 #pragma omp parallel
