@@ -28,10 +28,18 @@ TEST(CpuBlas, GenericFallbacksAreReplacedByTheCpusWidestKernels) {
     EXPECT_EQ(blas_core_override("Core2", sse), "");  // nothing better to offer
 }
 
-TEST(CpuBlas, ChoicesTheLibraryMadeFromAKnownCpuStand) {
+TEST(CpuBlas, AvxTwoKernelsOnAnAvx512CpuAreReplaced) {
+    // what 0.3.21 picks on an AMD Zen 5 (family 26, AVX-512)
+    const CpuFeatures avx512{true, true}, avx2{true, false};
+    EXPECT_EQ(blas_core_override("Haswell", avx512), "SkylakeX");
+    EXPECT_EQ(blas_core_override("Zen", avx512), "SkylakeX");
+    EXPECT_EQ(blas_core_override("Haswell", avx2), "");  // already the widest the CPU runs
+    EXPECT_EQ(blas_core_override("Zen", avx2), "");
+}
+
+TEST(CpuBlas, AvxFiveTwelveChoicesAndUnknownNamesStand) {
     const CpuFeatures avx512{true, true};
-    for (const char* known : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids",
-                              "unknown"})
+    for (const char* known : {"SkylakeX", "Cooperlake", "SapphireRapids", "unknown"})
         EXPECT_EQ(blas_core_override(known, avx512), "") << known;
 }
 

@@ -36,9 +36,12 @@ std::string blas_core_override(const std::string& detected, const CpuFeatures& c
         "Katmai", "Coppermine", "Northwood", "Prescott", "Banias", "Atom", "Core2", "Penryn",
         "Dunnington", "Nehalem", "Athlon", "Opteron", "Opteron_SSE3", "Barcelona", "Nano",
         "Sandybridge", "Bobcat", "Bulldozer", "Piledriver", "Steamroller", "Excavator"};
-    if (kPreAvx2.count(detected) == 0) return "";
-    if (cpu.avx512) return "SkylakeX";
-    if (cpu.avx2_fma) return "Haswell";
+    // Its AVX2 cores on a CPU with AVX-512 use half the vector width: on an AMD Zen 5 the
+    // Haswell sgemm ran at 0.5-0.6x the SkylakeX/Cooperlake one (docs/BENCHMARKS.md).
+    static const std::set<std::string> kAvx2 = {"Haswell", "Zen"};
+    if (cpu.avx512 && (kPreAvx2.count(detected) != 0 || kAvx2.count(detected) != 0))
+        return "SkylakeX";
+    if (cpu.avx2_fma && kPreAvx2.count(detected) != 0) return "Haswell";
     return "";
 }
 
@@ -55,12 +58,15 @@ BlasKernels choose_kernels() {
     const std::string want = blas_core_override(k.detected, cpu_features());
     if (want.empty()) return k;
     if (const char* user = std::getenv("OPENBLAS_CORETYPE"); user != nullptr && *user != '\0') {
-        k.note = "OPENBLAS_CORETYPE=" + std::string(user) + " set by the user: kept";
+        k.note = "OPENBLAS_CORETYPE=" + std::string(user) + " set in the environment: kept";
+        spdlog::warn("OPENBLAS_CORETYPE={} in the environment keeps OpenBLAS's '{}' kernels; this "
+                     "CPU runs its '{}' kernels (matrix products up to 2x faster); unset it to let "
+                     "ctxengine choose", user, k.detected, want);
         return k;
     }
     if (gotoblas_dynamic_init == nullptr || gotoblas_dynamic_quit == nullptr) {
         k.note = "this OpenBLAS cannot change its kernels at run time";
-        spdlog::warn("OpenBLAS uses its generic '{}' kernels on a CPU that has {} ({}); products "
+        spdlog::warn("OpenBLAS uses its '{}' kernels on a CPU that has {} ({}); products "
                      "will run several times below the CPU's speed",
                      k.detected, want == "SkylakeX" ? "AVX-512" : "AVX2", k.note);
         return k;
@@ -71,8 +77,8 @@ BlasKernels choose_kernels() {
     gotoblas_dynamic_init();
     unsetenv("OPENBLAS_CORETYPE");
     k.active = corename();
-    k.note = "OpenBLAS took its generic '" + k.detected + "' kernels (it does not know this CPU's "
-             "model); the CPU has " + (want == "SkylakeX" ? "AVX-512" : "AVX2") + ", so its '" +
+    k.note = "OpenBLAS took its '" + k.detected + "' kernels (it does not know this CPU's model); "
+             "the CPU has " + (want == "SkylakeX" ? "AVX-512" : "AVX2") + ", so its '" +
              k.active + "' kernels run (OPENBLAS_CORETYPE overrides)";
     spdlog::info("{}", k.note);
     return k;
