@@ -350,6 +350,52 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OpsCpuMatmul,
                                            MatmulCase{33, 17, 70, true}),
                          [](const auto& info) { return ::testing::PrintToString(info.param); });
 
+// The products run as a fixed grid of library tiles (and a small layer's weight gradient as
+// fixed chunks of rows): shapes that cross tiles and chunks, against double loops, and the same
+// bits with 1 and 2 threads.
+TEST(OpsCpuMatmulTiles, MatchDoubleLoopsAndDoNotDependOnTheThreadCount) {
+    struct Shape { int N, IC, OC; };
+    for (const Shape sh : {Shape{2500, 64, 192}, Shape{1100, 40, 9}, Shape{300, 300, 520}}) {
+        const int N = sh.N, IC = sh.IC, OC = sh.OC;
+        SCOPED_TRACE(::testing::Message() << "N " << N << " IC " << IC << " OC " << OC);
+        ref::Rng rng(91 + N + IC + OC);
+        const Vec inp = rng.normals(size_t(N) * IC), W = rng.normals(size_t(OC) * IC, 0.3),
+                  bias = rng.normals(OC), R = rng.normals(size_t(N) * OC);
+        const auto inp_f = ref::to_float(inp), W_f = ref::to_float(W), bias_f = ref::to_float(bias),
+                   R_f = ref::to_float(R);
+        // double loops: out = inp W^T + bias, dinp = R W, dW = R^T inp
+        Vec out_ref(size_t(N) * OC), dinp_ref(size_t(N) * IC, 0.0), dW_ref(size_t(OC) * IC, 0.0);
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                double acc = bias[o];
+                for (int i = 0; i < IC; i++) acc += inp[size_t(n) * IC + i] * W[size_t(o) * IC + i];
+                out_ref[size_t(n) * OC + o] = acc;
+                const double r = R[size_t(n) * OC + o];
+                for (int i = 0; i < IC; i++) {
+                    dinp_ref[size_t(n) * IC + i] += r * W[size_t(o) * IC + i];
+                    dW_ref[size_t(o) * IC + i] += r * inp[size_t(n) * IC + i];
+                }
+            }
+        std::vector<float> out[2], dinp[2], dW[2];
+        for (int threads : {1, 2}) {
+            std::unique_ptr<ctx::Backend> be = ctx::make_cpu_backend(threads);
+            const int k = threads - 1;
+            out[k].assign(size_t(N) * OC, 7.0f);
+            dinp[k].assign(size_t(N) * IC, 0.0f);
+            dW[k].assign(size_t(OC) * IC, 0.0f);
+            be->matmul_forward(out[k].data(), inp_f.data(), W_f.data(), bias_f.data(), N, IC, OC);
+            be->matmul_backward(dinp[k].data(), dW[k].data(), nullptr, R_f.data(), inp_f.data(),
+                                W_f.data(), N, IC, OC);
+        }
+        EXPECT_LT(ref::max_rel_error(out[1], out_ref), kFwdTol);
+        EXPECT_LT(ref::max_rel_error(dinp[1], dinp_ref), kFwdTol);
+        EXPECT_LT(ref::max_rel_error(dW[1], dW_ref), kFwdTol);
+        EXPECT_EQ(out[0], out[1]);
+        EXPECT_EQ(dinp[0], dinp[1]);
+        EXPECT_EQ(dW[0], dW[1]);
+    }
+}
+
 // ================================================================ activation
 
 TEST(OpsCpuActivation, GeluForwardAndGradients) {

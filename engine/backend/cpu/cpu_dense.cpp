@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/op_common.h"
@@ -33,6 +34,8 @@ inline void thread_block(int n, int& begin, int& end) {
 // (the backend's omp_set_num_threads), so the region has no `if`: a one-tile product still runs
 // on one thread. Tiles of 256 x 256 keep the library's packing small next to each tile's k-loop.
 constexpr int kGemmTile = 256;
+// Weight gradients of fewer tiles than this also split their N rows, in chunks of kGemmChunk.
+constexpr int kGemmFewTiles = 4, kGemmChunk = 1024;
 template <typename TileFn>
 void fixed_grid(int rows, int cols, const TileFn& tile) {
     const int tr = (rows + kGemmTile - 1) / kGemmTile, tc = (cols + kGemmTile - 1) / kGemmTile;
@@ -273,10 +276,39 @@ void CpuBackend::matmul_backward(float* dinp, float* dW, float* dbias, const flo
     }
     // dW (OC, IC) += dout^T (OC, N) @ inp (N, IC): tiles of (output, input channels), each
     // summing over all N rows
-    fixed_grid(OC, IC, [&](int r0, int nr, int c0, int nc) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nr, nc, N, 1.0f, dout + r0, OC,
-                    inp + c0, IC, 1.0f, dW + size_t(r0) * IC + c0, IC);
-    });
+    const int tiles = ((OC + kGemmTile - 1) / kGemmTile) * ((IC + kGemmTile - 1) / kGemmTile);
+    const int chunks = tiles < kGemmFewTiles ? (N + kGemmChunk - 1) / kGemmChunk : 1;
+    if (chunks == 1) {
+        fixed_grid(OC, IC, [&](int r0, int nr, int c0, int nc) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nr, nc, N, 1.0f, dout + r0, OC,
+                        inp + c0, IC, 1.0f, dW + size_t(r0) * IC + c0, IC);
+        });
+    } else {
+        // A small layer's few tiles would leave threads idle: N is cut into fixed chunks as well,
+        // their partial products P (chunks, OC, IC) added to dW in chunk order. The sums still
+        // depend on the shape alone.
+        const size_t M = size_t(OC) * IC;
+        static thread_local std::vector<float> partial;
+        if (partial.size() < size_t(chunks) * M) partial.resize(size_t(chunks) * M);
+        float* P = partial.data();
+        const int to = (OC + kGemmTile - 1) / kGemmTile, ti = (IC + kGemmTile - 1) / kGemmTile;
+#pragma omp parallel for schedule(static)
+        for (int t = 0; t < chunks * to * ti; t++) {
+            const int k = t / (to * ti), o0 = (t % (to * ti)) / ti * kGemmTile,
+                      c0 = t % ti * kGemmTile, n0 = k * kGemmChunk;
+            const int nk = std::min(kGemmChunk, N - n0), no = std::min(kGemmTile, OC - o0),
+                      nc = std::min(kGemmTile, IC - c0);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, no, nc, nk, 1.0f,
+                        dout + size_t(n0) * OC + o0, OC, inp + size_t(n0) * IC + c0, IC, 0.0f,
+                        P + size_t(k) * M + size_t(o0) * IC + c0, IC);
+        }
+#pragma omp parallel for schedule(static)
+        for (size_t e = 0; e < M; e++) {
+            float sum = P[e];
+            for (int k = 1; k < chunks; k++) sum += P[size_t(k) * M + e];
+            dW[e] += sum;
+        }
+    }
     // dbias (OC) += column sums of dout; each thread owns a block of output channels.
     if (dbias != nullptr) {
 #pragma omp parallel
