@@ -6,7 +6,7 @@
 -- units its predictor calls active.
 --
 --   ctxengine recipes/sparsity.lua [CHECKPOINT (file or run dir; runs/chunk_025/rope)]
---                                  [OUT (runs/sparsity)] [quick | python-docs]
+--                                  [OUT (runs/sparsity)] [quick | python-docs] [RELU_STEPS (600)]
 -- python-docs: the model was trained on that corpus (recipes/paper_grid.lua python-docs).
 local C = require("common")
 local ckpt = arg[1] or "runs/chunk_025/rope"
@@ -105,7 +105,7 @@ measure(model, "gelu", {
 
 local relu = ctx.load(path)
 relu:set_activation("relu")
-local steps = quick and 20 or 600
+local steps = quick and 20 or tonumber(arg[4]) or 600
 local rows = ctx.data.rows{ docs = corpus.train, window = Lt, batch_size = C.batch_size, seed = 77 }
 local t = ctx.train{ model = relu, data = rows, steps = steps, log_every = quick and 0 or 100,
                      optimizer = { lr = 1e-3, warmup_steps = 10, min_lr = 1e-4 } }
