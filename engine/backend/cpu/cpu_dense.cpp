@@ -36,9 +36,10 @@ inline void thread_block(int n, int& begin, int& end) {
 constexpr int kGemmTile = 256;
 // Weight gradients of fewer tiles than this also split their N rows, in chunks of kGemmChunk.
 constexpr int kGemmFewTiles = 4, kGemmChunk = 1024;
+constexpr int tiles_of(int n) { return (n + kGemmTile - 1) / kGemmTile; }
 template <typename TileFn>
 void fixed_grid(int rows, int cols, const TileFn& tile) {
-    const int tr = (rows + kGemmTile - 1) / kGemmTile, tc = (cols + kGemmTile - 1) / kGemmTile;
+    const int tr = tiles_of(rows), tc = tiles_of(cols);
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < tr * tc; t++) {
         const int r0 = (t / tc) * kGemmTile, c0 = (t % tc) * kGemmTile;
@@ -276,8 +277,9 @@ void CpuBackend::matmul_backward(float* dinp, float* dW, float* dbias, const flo
     }
     // dW (OC, IC) += dout^T (OC, N) @ inp (N, IC): tiles of (output, input channels), each
     // summing over all N rows
-    const int tiles = ((OC + kGemmTile - 1) / kGemmTile) * ((IC + kGemmTile - 1) / kGemmTile);
-    const int chunks = tiles < kGemmFewTiles ? (N + kGemmChunk - 1) / kGemmChunk : 1;
+    const int to = tiles_of(OC), ti = tiles_of(IC);
+    // at least one chunk: N = 0 takes the plain grid (k = 0 products add nothing)
+    const int chunks = to * ti < kGemmFewTiles ? std::max(1, (N + kGemmChunk - 1) / kGemmChunk) : 1;
     if (chunks == 1) {
         fixed_grid(OC, IC, [&](int r0, int nr, int c0, int nc) {
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nr, nc, N, 1.0f, dout + r0, OC,
@@ -291,7 +293,6 @@ void CpuBackend::matmul_backward(float* dinp, float* dW, float* dbias, const flo
         static thread_local std::vector<float> partial;
         if (partial.size() < size_t(chunks) * M) partial.resize(size_t(chunks) * M);
         float* P = partial.data();
-        const int to = (OC + kGemmTile - 1) / kGemmTile, ti = (IC + kGemmTile - 1) / kGemmTile;
 #pragma omp parallel for schedule(static)
         for (int t = 0; t < chunks * to * ti; t++) {
             const int k = t / (to * ti), o0 = (t % (to * ti)) / ti * kGemmTile,
