@@ -13,9 +13,19 @@
 // of one 16-column step: the FlashAttention-2 trick that keeps P in registers between S = Q K^T
 // and O = P V.
 //
+// ldmatrix.x4 (ldsm_x4) loads four 8 x 8 bf16 matrices of a shared tile, lane L giving the row
+// address of matrix L / 8, row L % 8. Lane L receives, of each matrix m, register f[m] = row L / 4,
+// columns 2 (L % 4) and 2 (L % 4) + 1: the fragment layout above; with .trans (ldsm_x4_trans),
+// column L / 4, rows 2 (L % 4) and 2 (L % 4) + 1, so a B operand stored k-major (V rows in O = P V)
+// is read without a transposed copy. cp_async16 / cp_async4 (cp.async, sm_80) copy global memory
+// to shared memory without registers: issued for the next tile while this one is computed, and
+// waited for by group (cp_async_commit, cp_async_wait<N>).
+//
 // Built by nvcc, mma_bf16_16816 is the instruction; compiled by the CUDA emulation
 // (engine/backend/cuda/emu, plain C++), it is the same product computed from the fragments of
-// all 32 lanes with their exact layouts above, so the emulated kernels exercise the layout logic.
+// all 32 lanes with their exact layouts above, so the emulated kernels exercise the layout logic;
+// ldmatrix is emulated the same way from the 32 lanes' row addresses, and cp.async by copies that
+// land only when a wait covers them.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -82,6 +92,88 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
         }
         d[e] = acc;
     }
+#endif
+}
+
+// Four 8 x 8 matrices of bf16 from shared memory (row addresses p, one per lane, 16-byte aligned).
+template <bool kTrans>
+__device__ __forceinline__ void ldsm_x4_impl(uint32_t (&f)[4], const uint16_t* p) {
+#if defined(__CUDACC__)
+    const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
+    if constexpr (kTrans)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
+                     : "r"(a)
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(f[0]), "=r"(f[1]), "=r"(f[2]), "=r"(f[3])
+                     : "r"(a)
+                     : "memory");
+#else
+    const uint16_t* rows[32];
+    emu::warp_gather(&p, sizeof p, rows);
+    const int lane = emu::lane_id(), g = lane >> 2, t = lane & 3;
+    for (int m = 0; m < 4; m++) {
+        uint16_t lo, hi;
+        if (kTrans) {  // column g of rows 2t, 2t + 1
+            lo = rows[8 * m + 2 * t][g];
+            hi = rows[8 * m + 2 * t + 1][g];
+        } else {  // row g, columns 2t, 2t + 1
+            lo = rows[8 * m + g][2 * t];
+            hi = rows[8 * m + g][2 * t + 1];
+        }
+        f[m] = uint32_t(lo) | (uint32_t(hi) << 16);
+    }
+#endif
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&f)[4], const uint16_t* p) {
+    ldsm_x4_impl<false>(f, p);
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&f)[4], const uint16_t* p) {
+    ldsm_x4_impl<true>(f, p);
+}
+
+// 16 bytes global -> shared, asynchronously (both addresses 16-byte aligned).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+#if defined(__CUDACC__)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                     uint32_t(__cvta_generic_to_shared(dst))),
+                 "l"(src)
+                 : "memory");
+#else
+    emu::cp_async(dst, src, 16, 16);
+#endif
+}
+
+// 4 bytes global -> shared, asynchronously; zeros instead when !valid (src is then not read).
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+#if defined(__CUDACC__)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
+                     uint32_t(__cvta_generic_to_shared(dst))),
+                 "l"(src), "r"(valid ? 4 : 0)
+                 : "memory");
+#else
+    emu::cp_async(dst, src, 4, valid ? 4 : 0);
+#endif
+}
+
+// Closes the group of the copies issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDACC__)
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#else
+    emu::cp_async_commit();
+#endif
+}
+
+// Waits until at most N committed groups (the newest) are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDACC__)
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#else
+    emu::cp_async_wait(N);
 #endif
 }
 

@@ -29,6 +29,13 @@ uint64_t& warp_slot(int lane);
 // Every lane of the warp publishes `bytes` (<= 64) from mine; all receives the 32 lanes' copies
 // in lane order (the emulated tensor-core instruction, cuda_mma.cuh, gathers its fragments so).
 void warp_gather(const void* mine, size_t bytes, void* all);
+// Asynchronous copies (cp.async, cuda_mma.cuh): a copy's source is read when it is issued, but
+// its bytes land in shared memory only when a wait covers its group, as on the GPU, so a
+// kernel that reads a tile before waiting for it reads the garbage the emulated shared memory
+// starts with. src_bytes < bytes fills the rest with zeros.
+void cp_async(void* dst, const void* src, int bytes, int src_bytes);
+void cp_async_commit();
+void cp_async_wait(int newest_pending);  // every committed group but the newest n has landed
 void* dyn_shared();
 void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body);
 void check_dyn_shared(const void* kernel, size_t shmem);  // aborts above the kernel's limit

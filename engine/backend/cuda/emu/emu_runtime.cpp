@@ -24,7 +24,15 @@ emu_uint3 g_tid{0, 0, 0}, g_bid{0, 0, 0};
 dim3 g_bdim, g_gdim;
 
 namespace {
-struct Fiber { ucontext_t ctx; emu_uint3 tid; int linear = 0; bool done = false; };
+struct PendingCopy { void* dst; unsigned char bytes[16]; int n; };
+struct Fiber {
+    ucontext_t ctx;
+    emu_uint3 tid;
+    int linear = 0;
+    bool done = false;
+    std::vector<PendingCopy> open;                   // cp.async copies not yet committed
+    std::vector<std::vector<PendingCopy>> committed;  // groups in commit order
+};
 struct Barrier { int count = 0, alive = 0; unsigned gen = 0; };
 ucontext_t g_sched;
 std::vector<Fiber> g_fibers;
@@ -78,6 +86,32 @@ void trampoline() {
 }  // namespace
 
 void syncthreads() { wait(g_block); }
+void cp_async(void* dst, const void* src, int bytes, int src_bytes) {
+    if (bytes != 4 && bytes != 8 && bytes != 16) {
+        fprintf(stderr, "emu: cp.async of %d bytes (4, 8 or 16)\n", bytes);
+        abort();
+    }
+    if (uintptr_t(dst) % unsigned(bytes) != 0 || (src_bytes > 0 && uintptr_t(src) % unsigned(bytes) != 0)) {
+        fprintf(stderr, "emu: cp.async of %d bytes from/to a misaligned address\n", bytes);
+        abort();
+    }
+    PendingCopy c{dst, {}, bytes};
+    const int n = src_bytes < bytes ? (src_bytes > 0 ? src_bytes : 0) : bytes;
+    if (n > 0) std::memcpy(c.bytes, src, size_t(n));
+    std::memset(c.bytes + n, 0, size_t(bytes - n));
+    g_cur->open.push_back(c);
+}
+void cp_async_commit() {
+    g_cur->committed.push_back(std::move(g_cur->open));
+    g_cur->open.clear();
+}
+void cp_async_wait(int newest_pending) {
+    auto& groups = g_cur->committed;
+    while (int(groups.size()) > newest_pending) {
+        for (const PendingCopy& c : groups.front()) std::memcpy(c.dst, c.bytes, size_t(c.n));
+        groups.erase(groups.begin());
+    }
+}
 void warp_barrier() { wait(g_warps[size_t(g_cur->linear / 32)]); }
 int lane_id() { return g_cur->linear % 32; }
 uint64_t& warp_slot(int lane) { return g_slots[size_t(g_cur->linear / 32) * 32 + size_t(lane)]; }

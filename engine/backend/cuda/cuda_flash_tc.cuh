@@ -1,0 +1,264 @@
+// CUDA backend (private, device code): what the tensor-core flash kernels share
+// (cuda_flash_tc.cu: forward and packing; cuda_flash_tc_bwd.cu: backward): tile sizes, the
+// arguments, asynchronous staging, ldmatrix fragment loads and the products built from them,
+// mask classification of a warp's block, and the bias families the logit loops are specialised
+// for. The file comment of cuda_flash_tc.cu describes the algorithm.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cuda/cuda_bias.cuh"
+#include "backend/cuda/cuda_device.cuh"
+#include "backend/cuda/cuda_flash.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_mma.cuh"
+
+namespace ctx::cuda::tc {
+
+inline constexpr int kThreads = 128;  // 4 warps
+inline constexpr int kBr = 64;        // queries per block (forward, dq): 16 per warp
+inline constexpr int kBc = 64;        // keys per tile (forward, dq), keys per block (dkv): 16 per warp
+inline constexpr int kBq = 32;        // queries per tile of the dkv kernel
+inline constexpr int kPad = 8;        // bf16 padding per staged row (16 bytes)
+inline constexpr int kSP = kBc + 1;   // row stride of the T5 staging tiles (floats / ints)
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+static_assert(kBr == 2 * kBiasGradRows, "a block's partial fills two 32-row slots");
+
+struct TcArgs {
+    const float* pos;                  // (B, T)
+    const uint16_t *q, *k, *v, *g;     // packed bf16 rows (B, H, Tp, kD); null if not packed
+    int T, Tp, C, H, D, window;
+    const int32_t* doc_start;  // (B, T) packed rows, or null (KeyMask)
+    float scale;               // 1 / sqrt(D)
+    BiasArgs bs;
+};
+
+// R rows of W bf16 from src (row stride lds elements) into dst (row stride W + kPad), as
+// asynchronous 16-byte copies of the whole block (the caller commits the group).
+template <int R, int W>
+__device__ __forceinline__ void stage_async(uint16_t* dst, const uint16_t* src, size_t lds) {
+    constexpr int V = W / 8, N = R * V, IT = (N + kThreads - 1) / kThreads;
+    static_assert(W % 8 == 0, "whole 16-byte vectors per row");
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = int(threadIdx.x) + it * kThreads;
+        if (N % kThreads == 0 || idx < N) {
+            const int r = idx / V, v = idx % V;
+            cp_async16(dst + r * (W + kPad) + v * 8, src + size_t(r) * lds + v * 8);
+        }
+    }
+}
+
+// dst[c] = src[i0 + c] for c < n, 0 at and past T, asynchronously.
+__device__ __forceinline__ void stage_floats_async(float* dst, const float* src, int i0, int n,
+                                                   int T) {
+    for (int c = threadIdx.x; c < n; c += kThreads) {
+        const bool in = i0 + c < T;
+        cp_async4(dst + c, src + (in ? i0 + c : 0), in);
+    }
+}
+
+// The four 8 x 8 matrices of the 16 x 16 block at (r0, c0) of a staged tile (row stride LS), in
+// the order (r0, c0), (r0 + 8, c0), (r0, c0 + 8), (r0 + 8, c0 + 8). As an A operand f is its
+// fragment; as a B operand stored n-major (row n, k contiguous) the n-tiles r0 and r0 + 8 are
+// {f0, f2} and {f1, f3}; read with kTrans from a tile stored k-major (row k, n contiguous), the
+// n-tiles c0 and c0 + 8 are {f0, f1} and {f2, f3}.
+template <bool kTrans>
+__device__ __forceinline__ void ldsm_block(uint32_t (&f)[4], const uint16_t* tile, int LS, int r0,
+                                           int c0, int lane) {
+    const int m = lane >> 3;
+    const uint16_t* p = tile + (r0 + (m & 1) * 8 + (lane & 7)) * LS + c0 + (m >> 1) * 8;
+    if constexpr (kTrans)
+        ldsm_x4_trans(f, p);
+    else
+        ldsm_x4(f, p);
+}
+
+// x (16 x 8 NT) = A (16 x 16 KS) times the first 8 NT rows of Bn (n-major, row stride LS)
+// transposed, A given as KS fragments: S = Q K^T (Q in registers).
+template <int KS, int NT>
+__device__ __forceinline__ void product_nt(float (&x)[NT][4], const uint32_t (&af)[KS][4],
+                                           const uint16_t* Bn, int LS, int lane) {
+    static_assert(NT % 2 == 0, "n-tiles in pairs");
+#pragma unroll
+    for (int n = 0; n < NT; n++) x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; n2++) {
+            uint32_t bf[4];
+            ldsm_block<false>(bf, Bn, LS, n2 * 16, kk * 16, lane);
+            const uint32_t b0[2] = {bf[0], bf[2]}, b1[2] = {bf[1], bf[3]};
+            mma_bf16_16816(x[2 * n2], af[kk], b0);
+            mma_bf16_16816(x[2 * n2 + 1], af[kk], b1);
+        }
+}
+
+// The two products of a backward tile, both over the head dim: x = A1 B1^T and y = A2 B2^T,
+// A rows [r, r + 16) of staged tiles, B rows the n columns. dq: S = Q K^T, dP = dO V^T; dkv:
+// S^T = K Q^T, dP^T = V dO^T.
+template <int KS, int NT>
+__device__ __forceinline__ void tile_pair(float (&x)[NT][4], float (&y)[NT][4],
+                                          const uint16_t* A1, const uint16_t* A2, int r,
+                                          const uint16_t* B1, const uint16_t* B2, int LS,
+                                          int lane) {
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) x[n][e] = y[n][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        uint32_t a1[4], a2[4];
+        ldsm_block<false>(a1, A1, LS, r, kk * 16, lane);
+        ldsm_block<false>(a2, A2, LS, r, kk * 16, lane);
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; n2++) {
+            uint32_t bf[4];
+            ldsm_block<false>(bf, B1, LS, n2 * 16, kk * 16, lane);
+            const uint32_t p0[2] = {bf[0], bf[2]}, p1[2] = {bf[1], bf[3]};
+            mma_bf16_16816(x[2 * n2], a1, p0);
+            mma_bf16_16816(x[2 * n2 + 1], a1, p1);
+            ldsm_block<false>(bf, B2, LS, n2 * 16, kk * 16, lane);
+            const uint32_t q0[2] = {bf[0], bf[2]}, q1[2] = {bf[1], bf[3]};
+            mma_bf16_16816(y[2 * n2], a2, q0);
+            mma_bf16_16816(y[2 * n2 + 1], a2, q1);
+        }
+    }
+}
+
+// A fragment of the 16 x 16 block formed by the C fragments of column tiles c and c + 1.
+__device__ __forceinline__ void c_to_a(uint32_t (&f)[4], const float (&c0)[4],
+                                       const float (&c1)[4]) {
+    f[0] = pack_bf16(c0[0], c0[1]);
+    f[1] = pack_bf16(c0[2], c0[3]);
+    f[2] = pack_bf16(c1[0], c1[1]);
+    f[3] = pack_bf16(c1[2], c1[3]);
+}
+
+// acc (16 x 8 DN) += X Y with X the 16 x 16 KC block held as C fragments in c (two 8-column
+// tiles per k step: P or dS straight from registers) and Y rows [0, 16 KC) of the k-major tile
+// Bk (row k, n contiguous), read with ldmatrix.trans: O += P V, dq += dS K, dv += P^T dO,
+// dk += dS^T Q.
+template <int KC, int DN>
+__device__ __forceinline__ void product_from_c(float (&acc)[DN][4], const float (&c)[2 * KC][4],
+                                               const uint16_t* Bk, int LS, int lane) {
+    static_assert(DN % 2 == 0, "n-tiles in pairs");
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++) {
+        uint32_t af[4];
+        c_to_a(af, c[2 * kc], c[2 * kc + 1]);
+#pragma unroll
+        for (int dn2 = 0; dn2 < DN / 2; dn2++) {
+            uint32_t bf[4];
+            ldsm_block<true>(bf, Bk, LS, kc * 16, dn2 * 16, lane);
+            const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+            mma_bf16_16816(acc[2 * dn2], af, b0);
+            mma_bf16_16816(acc[2 * dn2 + 1], af, b1);
+        }
+    }
+}
+
+// ================================================================ masks and biases
+
+// Query i may attend key j of batch row b: causal, its window, its document (packed rows).
+__device__ __forceinline__ bool in_mask(const TcArgs& a, int b, int i, int j) {
+    return i < a.T && j <= i && j >= key_lo(KeyMask{a.window, a.doc_start}, b, a.T, i);
+}
+
+// First key query i attends (i < T); non-decreasing in i, so over rows [r0, r1] it is smallest
+// at r0 and largest at r1.
+__device__ __forceinline__ int row_lo(const TcArgs& a, int b, int i) {
+    return key_lo(KeyMask{a.window, a.doc_start}, b, a.T, i);
+}
+
+// How a warp's block of rows (queries) [i0, i1] meets keys [j0, j1]: kSkip (no pair attends),
+// kFull (every pair attends: no per-logit test), kPartial.
+enum TileCover { kSkip, kFull, kPartial };
+__device__ __forceinline__ TileCover cover(const TcArgs& a, int b, int i0, int i1, int j0,
+                                           int j1) {
+    if (i0 >= a.T || j0 > i1 || j1 < row_lo(a, b, i0)) return kSkip;
+    if (i1 < a.T && j1 <= i0 && j0 >= row_lo(a, b, i1)) return kFull;
+    return kPartial;
+}
+
+__device__ __forceinline__ const float* table_row(const TcArgs& a, int b, int h, int i) {
+    return a.bs.kind == kTable && i < a.T ? a.bs.table + ((size_t(b) * a.H + h) * a.T + i) * a.T
+                                          : nullptr;
+}
+
+// The bias families the logit loops are instantiated for; the rest go through bias_value.
+inline constexpr int kOtherBias = -1;
+__device__ __forceinline__ int bias_family(int kind) {
+    return kind == kNone || kind == kLinear || kind == kKerpleLog ? kind : kOtherBias;
+}
+
+// The head's bias parameters a[h], b[h] where the family has them (0 otherwise).
+__device__ __forceinline__ float param_a(const BiasArgs& bs, int h) {
+    return bs.kind >= kLinear && bs.kind <= kKerplePower ? bs.a[h] : 0.0f;
+}
+__device__ __forceinline__ float param_b(const BiasArgs& bs, int h) {
+    return bs.kind == kKerpleLog || bs.kind == kKerplePower ? bs.b[h] : 0.0f;
+}
+
+// Bias of logit (i, j) for family F (pa, pb: the head's parameters a[h], b[h]); the same
+// arithmetic as bias_value.
+template <int F>
+__device__ __forceinline__ float bias_of(const BiasArgs& bs, int h, float pa, float pb, float pi,
+                                         float pj, const float* trow, int j) {
+    if constexpr (F == kNone)
+        return 0.0f;
+    else if constexpr (F == kLinear)
+        return -(pa * (pi - pj));
+    else if constexpr (F == kKerpleLog)
+        return -(pa * logf(1.0f + pb * fabsf(pi - pj)));
+    else
+        return bias_value(bs, h, pi, pj, trow, j);
+}
+
+// f(family, masked) with both as compile-time constants (std::integral_constant), so the logit
+// loop of each tile is specialised; the choice is uniform over the block.
+template <class Fn>
+__device__ __forceinline__ void with_family(int family, bool masked, Fn&& f) {
+    using M1 = std::true_type;
+    using M0 = std::false_type;
+    auto go = [&](auto fam) {
+        if (masked)
+            f(fam, M1{});
+        else
+            f(fam, M0{});
+    };
+    switch (family) {
+        case kNone: go(std::integral_constant<int, kNone>{}); break;
+        case kLinear: go(std::integral_constant<int, kLinear>{}); break;
+        case kKerpleLog: go(std::integral_constant<int, kKerpleLog>{}); break;
+        default: go(std::integral_constant<int, kOtherBias>{}); break;
+    }
+}
+
+// The query tile a block works on: heaviest (latest) first, so the long causal rows start early.
+__device__ __forceinline__ int tile_index() { return int(gridDim.x - 1 - blockIdx.x); }
+
+// First key tile of query tile q0 (causal with window); its last key is min(T, q0 + kBr) - 1.
+__device__ __forceinline__ int first_key_tile(int q0, int window) {
+    const int j_lo = window > 0 ? max(0, q0 - window + 1) : 0;
+    return (j_lo / kBc) * kBc;
+}
+
+// Positions are read only by the families of a position-dependent bias.
+__device__ __forceinline__ bool needs_positions(int kind) { return kind != kNone && kind != kTable; }
+
+// ================================================================ host side (cuda_flash_tc.cu)
+
+int tc_head_dim(int D);  // the kernel's head dim (32, 64, 80, 128) for D
+int padded_T(int T);     // T rounded up to whole key tiles
+// rows (B, H, Tp, kD) bf16 of src's heads at col0 (src (B, T, ld)), zero-padded.
+cudaError_t pack(uint16_t* rows, const float* src, int ld, int col0, int B, int T, int H, int D,
+                 cudaStream_t s);
+TcArgs make_args(const float* positions, int T, int C, int H, KeyMask mask, const BiasArgs& bias);
+
+}  // namespace ctx::cuda::tc

@@ -1,0 +1,361 @@
+// CUDA backend kernels: the backward pass of the tensor-core flash attention, the dq kernel and
+// the dk / dv kernel (cuda_flash_tc.cu describes both, the operand packing and the tiles;
+// cuda_flash_tc.cuh holds what they share with the forward kernel).
+#include "backend/cuda/cuda_flash_tc.cuh"
+
+namespace ctx::cuda::tc {
+
+// d logit / d (a, b) of the Linear and KERPLE families times v, added to ga, gb (as cuda_flash.cu).
+__device__ __forceinline__ void bias_param_grads(double& ga, double& gb, int kind, float v,
+                                                 float pi, float pj, float pa, float pb) {
+    switch (kind) {
+        case kLinear:
+            ga -= double(v * (pi - pj));
+            break;
+        case kKerpleLog: {
+            const float dd = fabsf(pi - pj), u = 1.0f + pb * dd;
+            ga -= double(v * logf(u));
+            gb -= double(v * pa * dd / u);
+            break;
+        }
+        case kKerplePower: {
+            const float dd = fabsf(pi - pj);
+            if (dd > 0.0f) {
+                const float pw = powf(dd, pb);
+                ga -= double(v * pw);
+                gb -= double(v * pa * pw * logf(dd));
+            }
+            break;
+        }
+        default:
+            break;
+    }
+}
+
+// ================================================================ dq
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    flash_tc_dq_kernel(float* dqkv, float* partials, float* dtable, const float* lse,
+                       const float* dvec, TcArgs a) {
+    // Qs, dOs (kBr, LS) | two stages of [Ks, Vs (kBc, LS) | posK (kBc floats)] |
+    // T5: Sd, Bk (kBr, kSP)
+    extern __shared__ float sm[];
+    __shared__ double red[32];
+    constexpr int LS = kD + kPad, KS = kD / 16, DN = kD / 8, NT = kBc / 8;
+    constexpr int kStage = 2 * kBc * LS + 2 * kBc;  // bf16 elements
+    uint16_t* Qs = reinterpret_cast<uint16_t*>(sm);
+    uint16_t* dOs = Qs + kBr * LS;
+    auto Ks = [&](int st) { return dOs + kBr * LS + st * kStage; };
+    auto Vs = [&](int st) { return Ks(st) + kBc * LS; };
+    auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kBc * LS); };
+    float* Sd = reinterpret_cast<float*>(Ks(2));
+    int* Bk = reinterpret_cast<int*>(Sd + kBr * kSP);
+    const int T = a.T, C = a.C, D = a.D, H = a.H, kind = a.bs.kind, family = bias_family(kind);
+    const int tile = tile_index(), q0 = tile * kBr, h = blockIdx.y, b = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const size_t bh = size_t(b) * H + h, rows = bh * a.Tp * kD;
+    const float* pos = a.pos + size_t(b) * T;
+    const bool positions = needs_positions(kind);
+    auto load = [&](int k0, int st) {
+        stage_async<kBc, kD>(Ks(st), a.k + rows + size_t(k0) * kD, kD);
+        stage_async<kBc, kD>(Vs(st), a.v + rows + size_t(k0) * kD, kD);
+        if (positions) stage_floats_async(posK(st), pos, k0, kBc, T);
+        cp_async_commit();
+    };
+    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kBr - 1);
+    const int n_tiles = (j_last - k_first) / kBc + 1;
+    stage_async<kBr, kD>(Qs, a.q + rows + size_t(q0) * kD, kD);
+    stage_async<kBr, kD>(dOs, a.g + rows + size_t(q0) * kD, kD);
+    load(k_first, 0);  // Q and dO travel in the first group
+
+    const int wr = warp * 16, w0 = q0 + wr, w1 = w0 + 15;
+    int i[2], lo[2], hi[2];
+    float pi[2], lse2[2], d_r[2];
+    const float* trow[2];
+    size_t row[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        i[r] = w0 + g + 8 * r;
+        row[r] = bh * T + i[r];
+        const bool real = i[r] < T;
+        lo[r] = real ? row_lo(a, b, i[r]) : 1;
+        hi[r] = real ? i[r] : 0;
+        pi[r] = real && positions ? pos[i[r]] : 0.0f;
+        lse2[r] = real ? lse[row[r]] * kLog2e : 0.0f;
+        d_r[r] = real ? dvec[row[r]] : 0.0f;
+        trow[r] = table_row(a, b, h, i[r]);
+    }
+    const bool grads = partials != nullptr;
+    const bool t5 = grads && kind == kT5;
+    const float pa = param_a(a.bs, h), pb = param_b(a.bs, h), scale2 = a.scale * kLog2e;
+    double ga = 0.0, gb = 0.0;
+    double gt[4] = {0.0, 0.0, 0.0, 0.0};  // T5: buckets tid + kThreads u
+    float acc[DN][4];
+#pragma unroll
+    for (int dn = 0; dn < DN; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
+
+    for (int it = 0; it < n_tiles; it++) {
+        const int k0 = k_first + it * kBc, st = it & 1;
+        if (it + 1 < n_tiles) {
+            load(k0 + kBc, st ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
+        if (cv == kSkip) {
+            if (t5)  // the bucket scan below reads every row of the tile
+                for (int e = lane; e < 16 * kBc; e += 32) Bk[(wr + e / kBc) * kSP + e % kBc] = -1;
+        } else {
+            float s[NT][4], dp[NT][4];
+            tile_pair<KS, NT>(s, dp, Qs, dOs, wr, Ks(st), Vs(st), LS, lane);
+            const float* pk = posK(st);
+            // s becomes dS = P (dP - D_i), 0 outside the mask
+            with_family(family, cv == kPartial, [&](auto fam, auto masked) {
+                constexpr int F = decltype(fam)::value;
+                constexpr bool kMasked = decltype(masked)::value;
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), j = k0 + c;
+                        const bool in = !kMasked || (j >= lo[r] && j <= hi[r]);
+                        const float pj = positions ? pk[c] : 0.0f;
+                        float v = 0.0f;
+                        if (in) {
+                            const float bias = bias_of<F>(a.bs, h, pa, pb, pi[r],
+                                                          pj, trow[r], j);
+                            const float x = fmaf(s[n][e], scale2, bias * kLog2e);
+                            v = exp2f(x - lse2[r]) * (dp[n][e] - d_r[r]);
+                            if (dtable != nullptr) dtable[row[r] * T + j] += v;
+                            if (grads && !t5) bias_param_grads(ga, gb, kind, v, pi[r], pj, pa, pb);
+                        }
+                        if (t5) {
+                            Sd[(wr + g + 8 * r) * kSP + c] = v;
+                            Bk[(wr + g + 8 * r) * kSP + c] = in ? t5_bucket(a.bs, pi[r], pj) : -1;
+                        }
+                        s[n][e] = v;
+                    }
+            });
+            product_from_c<kBc / 16, DN>(acc, s, Ks(st), LS, lane);
+        }
+        if (t5) {
+            __syncthreads();  // Sd, Bk complete
+            t5_tile_grad(gt, Bk, Sd, kBr, kBc, kSP, tid, kThreads);
+        }
+        __syncthreads();  // stage st (and Sd, Bk) are refilled by the next iteration
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (i[r] >= T) continue;
+        float* dq = dqkv + (size_t(b) * T + i[r]) * 3 * C + size_t(h) * D;
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++) {
+            const int d = dn * 8 + 2 * t;
+            if (d < D) dq[d] += acc[dn][2 * r] * a.scale;
+            if (d + 1 < D) dq[d + 1] += acc[dn][2 * r + 1] * a.scale;
+        }
+    }
+    if (grads) {
+        // this block's rows are 32-row chunks 2 tile and 2 tile + 1 of the partials layout
+        const int chunks = (T + kBiasGradRows - 1) / kBiasGradRows;
+        float* slot = partials + ((size_t(b) * H + h) * chunks + 2 * tile) * kMaxT5Buckets;
+        float* next = 2 * tile + 1 < chunks ? slot + kMaxT5Buckets : nullptr;
+        if (t5) {
+            for (int u = 0; u < 4; u++) {
+                const int x = tid + kThreads * u;
+                if (x < a.bs.nb) {
+                    slot[x] = float(gt[u]);
+                    if (next) next[x] = 0.0f;
+                }
+            }
+        } else {
+            ga = block_sum(ga, red);
+            gb = block_sum(gb, red);
+            if (tid == 0) {
+                slot[0] = float(ga);
+                slot[1] = float(gb);
+                if (next) next[0] = next[1] = 0.0f;
+            }
+        }
+    }
+}
+
+// ================================================================ dk, dv
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads)
+    flash_tc_dkv_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
+    // Ks, Vs (kBc, LS) | two stages of [Qs, dOs (kBq, LS) | posQ, lseQ, dQ (kBq floats)]
+    extern __shared__ float sm[];
+    constexpr int LS = kD + kPad, KS = kD / 16, DN = kD / 8, NT = kBq / 8;
+    constexpr int kStage = 2 * kBq * LS + 2 * 3 * kBq;  // bf16 elements
+    uint16_t* Ks = reinterpret_cast<uint16_t*>(sm);
+    uint16_t* Vs = Ks + kBc * LS;
+    auto Qs = [&](int st) { return Vs + kBc * LS + st * kStage; };
+    auto dOs = [&](int st) { return Qs(st) + kBq * LS; };
+    auto posQ = [&](int st) { return reinterpret_cast<float*>(dOs(st) + kBq * LS); };
+    auto lseQ = [&](int st) { return posQ(st) + kBq; };
+    auto dQ = [&](int st) { return lseQ(st) + kBq; };
+    const int T = a.T, C = a.C, D = a.D, H = a.H, kind = a.bs.kind, family = bias_family(kind);
+    const int k0 = tile_index() * kBc, h = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const size_t bh = size_t(b) * H + h, rows = bh * a.Tp * kD;
+    const float* pos = a.pos + size_t(b) * T;
+    const bool positions = needs_positions(kind);
+    auto load = [&](int q0, int st) {
+        stage_async<kBq, kD>(Qs(st), a.q + rows + size_t(q0) * kD, kD);
+        stage_async<kBq, kD>(dOs(st), a.g + rows + size_t(q0) * kD, kD);
+        if (positions) stage_floats_async(posQ(st), pos, q0, kBq, T);
+        stage_floats_async(lseQ(st), lse + bh * T, q0, kBq, T);
+        stage_floats_async(dQ(st), dvec + bh * T, q0, kBq, T);
+        cp_async_commit();
+    };
+    // queries before k0 see none of these keys, nor those past the last key's window
+    const int j_last = min(T - 1, k0 + kBc - 1);
+    const int i_last = a.window > 0 ? min(T - 1, j_last + a.window - 1) : T - 1;
+    const int n_tiles = (i_last - k0) / kBq + 1;
+    stage_async<kBc, kD>(Ks, a.k + rows + size_t(k0) * kD, kD);
+    stage_async<kBc, kD>(Vs, a.v + rows + size_t(k0) * kD, kD);
+    load(k0, 0);  // K and V travel in the first group
+
+    const int wk = warp * 16, w0 = k0 + wk, w1 = w0 + 15;  // this warp's keys
+    const int j[2] = {w0 + g, w0 + g + 8};                  // this thread's keys
+    float pj[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) pj[r] = j[r] < T && positions ? pos[j[r]] : 0.0f;
+    const float pa = param_a(a.bs, h), pb = param_b(a.bs, h), scale2 = a.scale * kLog2e;
+    float dk[DN][4], dv[DN][4];
+#pragma unroll
+    for (int dn = 0; dn < DN; dn++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[dn][e] = dv[dn][e] = 0.0f;
+
+    for (int it = 0; it < n_tiles; it++) {
+        const int q0 = k0 + it * kBq, st = it & 1;
+        if (it + 1 < n_tiles) {
+            load(q0 + kBq, st ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        // queries [q0, q0 + kBq) are the rows of the mask test, this warp's keys its columns
+        const TileCover cv = cover(a, b, q0, q0 + kBq - 1, w0, w1);
+        if (cv != kSkip) {
+            float s[NT][4], dp[NT][4];
+            tile_pair<KS, NT>(s, dp, Ks, Vs, wk, Qs(st), dOs(st), LS, lane);
+            const float *pq = posQ(st), *lq = lseQ(st), *dd = dQ(st);
+            // s becomes P^T, dp becomes dS^T (row: key, column: query)
+            with_family(family, cv == kPartial, [&](auto fam, auto masked) {
+                constexpr int F = decltype(fam)::value;
+                constexpr bool kMasked = decltype(masked)::value;
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), i = q0 + c;
+                        float p = 0.0f, ds = 0.0f;
+                        if (!kMasked || in_mask(a, b, i, j[r])) {
+                            const float* trow = F == kOtherBias ? table_row(a, b, h, i) : nullptr;
+                            const float bias = bias_of<F>(a.bs, h, pa, pb,
+                                                          positions ? pq[c] : 0.0f, pj[r], trow,
+                                                          j[r]);
+                            const float x = fmaf(s[n][e], scale2, bias * kLog2e);
+                            p = exp2f(x - lq[c] * kLog2e);
+                            ds = p * (dp[n][e] - dd[c]);
+                        }
+                        s[n][e] = p;
+                        dp[n][e] = ds;
+                    }
+            });
+            product_from_c<kBq / 16, DN>(dv, s, dOs(st), LS, lane);
+            product_from_c<kBq / 16, DN>(dk, dp, Qs(st), LS, lane);
+        }
+        __syncthreads();  // stage st is refilled by the next iteration's load
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (j[r] >= T) continue;
+        float* dst = dqkv + (size_t(b) * T + j[r]) * 3 * C + size_t(h) * D;
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++) {
+            const int d = dn * 8 + 2 * t;
+            if (d < D) {
+                dst[C + d] += dk[dn][2 * r] * a.scale;
+                dst[2 * C + d] += dv[dn][2 * r];
+            }
+            if (d + 1 < D) {
+                dst[C + d + 1] += dk[dn][2 * r + 1] * a.scale;
+                dst[2 * C + d + 1] += dv[dn][2 * r + 1];
+            }
+        }
+    }
+}
+
+// ================================================================ launch
+
+// Dynamic shared memory (bytes) of the two kernels for head dim kD.
+size_t dq_smem(int kD, bool t5) {
+    const size_t LS = size_t(kD) + kPad;
+    const size_t base = (size_t(2 * kBr) * LS + 2 * size_t(2 * kBc) * LS) * 2 + 2 * kBc * 4;
+    return base + (t5 ? size_t(2) * kBr * kSP * 4 : 0);
+}
+size_t dkv_smem(int kD) {
+    const size_t LS = size_t(kD) + kPad;
+    return (size_t(2 * kBc) * LS + 2 * size_t(2 * kBq) * LS) * 2 + 2 * 3 * kBq * 4;
+}
+
+template <int kD>
+cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float* lse,
+                       const float* dvec, const TcArgs& a, int B, cudaStream_t s) {
+    static const cudaError_t ready_dq =
+        allow_dynamic_shared(flash_tc_dq_kernel<kD>, dq_smem(kD, true));
+    static const cudaError_t ready_dkv =
+        allow_dynamic_shared(flash_tc_dkv_kernel<kD>, dkv_smem(kD));
+    if (ready_dq != cudaSuccess) return ready_dq;
+    if (ready_dkv != cudaSuccess) return ready_dkv;
+    const bool t5 = partials != nullptr && a.bs.kind == kT5;
+    const dim3 grid_q((a.T + kBr - 1) / kBr, a.H, B), grid_k((a.T + kBc - 1) / kBc, a.H, B);
+    flash_tc_dq_kernel<kD><<<grid_q, kThreads, dq_smem(kD, t5), s>>>(dqkv, partials, dtable, lse,
+                                                                     dvec, a);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    flash_tc_dkv_kernel<kD><<<grid_k, kThreads, dkv_smem(kD), s>>>(dqkv, lse, dvec, a);
+    return cudaGetLastError();
+}
+
+}  // namespace ctx::cuda::tc
+
+namespace ctx::cuda {
+
+cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
+                                     uint16_t* packed, const float* dout, const float* qkv,
+                                     const float* out, const float* lse, const float* positions,
+                                     int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
+                                     cudaStream_t s) {
+    using namespace tc;
+    if (B <= 0 || T <= 0) return cudaSuccess;
+    TcArgs a = make_args(positions, T, C, H, mask, bias);
+    if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
+    if (cudaError_t e = launch_flash_dvec(dvec, dout, out, B, T, C, H, s); e != cudaSuccess)
+        return e;
+    const size_t n = size_t(B) * H * a.Tp * tc_head_dim(a.D);  // one packed operand
+    uint16_t *q = packed, *k = q + n, *v = k + n, *g = v + n;
+    for (cudaError_t e : {pack(q, qkv, 3 * C, 0, B, T, H, a.D, s),
+                          pack(k, qkv, 3 * C, C, B, T, H, a.D, s),
+                          pack(v, qkv, 3 * C, 2 * C, B, T, H, a.D, s),
+                          pack(g, dout, C, 0, B, T, H, a.D, s)})
+        if (e != cudaSuccess) return e;
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.g = g;
+    if (a.D <= 32) return backward_t<32>(dqkv, partials, dtable, lse, dvec, a, B, s);
+    if (a.D <= 64) return backward_t<64>(dqkv, partials, dtable, lse, dvec, a, B, s);
+    if (a.D <= 80) return backward_t<80>(dqkv, partials, dtable, lse, dvec, a, B, s);
+    return backward_t<kFlashMaxHeadDim>(dqkv, partials, dtable, lse, dvec, a, B, s);
+}
+
+}  // namespace ctx::cuda
