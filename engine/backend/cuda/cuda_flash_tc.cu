@@ -57,16 +57,14 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
     auto Ks = [&](int st) { return Qs + kBr * LS + st * kStage; };
     auto Vs = [&](int st) { return Ks(st) + kBc * LS; };
     auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kBc * LS); };
-    auto load = [&](int k0, int st) {
-        stage_async<kBc, kD>(Ks(st), a.k + rows + size_t(k0) * kD, kD);
-        stage_async<kBc, kD>(Vs(st), a.v + rows + size_t(k0) * kD, kD);
-        if (positions) stage_floats_async(posK(st), pos, k0, kBc, T);
-        cp_async_commit();
-    };
     const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kBr - 1);
     const int n_tiles = (j_last - k_first) / kBc + 1;
     stage_async<kBr, kD>(Qs, a.q + rows + size_t(q0) * kD, kD);
-    load(k_first, 0);  // Q travels in the first group
+    auto load = [&](int it) {
+        const int st = it & 1;
+        stage_key_tile<kD>(Ks(st), Vs(st), posK(st), a, rows, pos, k_first + it * kBc, positions);
+    };
+    load(0);  // Q travels in the first group
 
     // rows i[0] = q0 + wr + g and i[1] = i[0] + 8 of this thread; keys [lo, hi] (empty past T)
     const int wr = warp * 16, w0 = q0 + wr, w1 = w0 + 15;
@@ -90,13 +88,7 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
 
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = k_first + it * kBc, st = it & 1;
-        if (it + 1 < n_tiles) {
-            load(k0 + kBc, st ^ 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();  // tile it (and Q) visible to every warp
+        await_tile(it, n_tiles, load);  // tile it (and Q) visible to every warp
         if (it == 0) {
 #pragma unroll
             for (int kk = 0; kk < KS; kk++) ldsm_block<false>(qf[kk], Qs, LS, wr, kk * 16, lane);
@@ -120,9 +112,9 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
                             s[n][e] = -INFINITY;
                             continue;
                         }
-                        const float bias = bias_of<F>(
-                            a.bs, h, pa, pb, pi[r], positions ? pk[c] : 0.0f, trow[r], j);
-                        const float x = fmaf(s[n][e], scale2, bias * kLog2e);
+                        const float x = fmaf(s[n][e], scale2,
+                                             bias2_of<F>(a.bs, h, pa, pb, pi[r],
+                                                         positions ? pk[c] : 0.0f, trow[r], j));
                         s[n][e] = x;
                         mx[r] = fmaxf(mx[r], x);
                     }

@@ -63,6 +63,20 @@ __device__ __forceinline__ void stage_floats_async(float* dst, const float* src,
     }
 }
 
+// Tile `it` of a loop of n tiles, staged two deep: issues tile it + 1 (load(it + 1), which
+// commits its group) when there is one, waits for tile it's group and makes it visible to the
+// block. The caller ends each iteration with __syncthreads before the stage is reused.
+template <class Load>
+__device__ __forceinline__ void await_tile(int it, int n, Load&& load) {
+    if (it + 1 < n) {
+        load(it + 1);
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+}
+
 // The four 8 x 8 matrices of the 16 x 16 block at (r0, c0) of a staged tile (row stride LS), in
 // the order (r0, c0), (r0 + 8, c0), (r0, c0 + 8), (r0 + 8, c0 + 8). As an A operand f is its
 // fragment; as a B operand stored n-major (row n, k contiguous) the n-tiles r0 and r0 + 8 are
@@ -197,6 +211,18 @@ __device__ __forceinline__ int bias_family(int kind) {
     return kind == kNone || kind == kLinear || kind == kKerpleLog ? kind : kOtherBias;
 }
 
+// Key tile k0 of the forward and dq kernels into one stage: K and V rows (kBc, kD + kPad) and,
+// when the bias reads them, the keys' positions; commits the group.
+template <int kD>
+__device__ __forceinline__ void stage_key_tile(uint16_t* Ks, uint16_t* Vs, float* posK,
+                                               const TcArgs& a, size_t rows, const float* pos,
+                                               int k0, bool positions) {
+    stage_async<kBc, kD>(Ks, a.k + rows + size_t(k0) * kD, kD);
+    stage_async<kBc, kD>(Vs, a.v + rows + size_t(k0) * kD, kD);
+    if (positions) stage_floats_async(posK, pos, k0, kBc, a.T);
+    cp_async_commit();
+}
+
 // The head's bias parameters a[h], b[h] where the family has them (0 otherwise).
 __device__ __forceinline__ float param_a(const BiasArgs& bs, int h) {
     return bs.kind >= kLinear && bs.kind <= kKerplePower ? bs.a[h] : 0.0f;
@@ -205,38 +231,38 @@ __device__ __forceinline__ float param_b(const BiasArgs& bs, int h) {
     return bs.kind == kKerpleLog || bs.kind == kKerplePower ? bs.b[h] : 0.0f;
 }
 
-// Bias of logit (i, j) for family F (pa, pb: the head's parameters a[h], b[h]); the same
-// arithmetic as bias_value.
+// Bias of logit (i, j) times log2 e (the logits are kept in base 2) for family F (pa, pb: the
+// head's parameters a[h], b[h]): ALiBi is one multiply-add, KERPLE-log a fast log2 (bf16 logits
+// need no more), the rest bias_value's exact arithmetic.
 template <int F>
-__device__ __forceinline__ float bias_of(const BiasArgs& bs, int h, float pa, float pb, float pi,
-                                         float pj, const float* trow, int j) {
+__device__ __forceinline__ float bias2_of(const BiasArgs& bs, int h, float pa, float pb, float pi,
+                                          float pj, const float* trow, int j) {
     if constexpr (F == kNone)
         return 0.0f;
     else if constexpr (F == kLinear)
-        return -(pa * (pi - pj));
+        return (pa * kLog2e) * (pj - pi);
     else if constexpr (F == kKerpleLog)
-        return -(pa * logf(1.0f + pb * fabsf(pi - pj)));
+        return -pa * __log2f(fmaf(pb, fabsf(pi - pj), 1.0f));
     else
-        return bias_value(bs, h, pi, pj, trow, j);
+        return bias_value(bs, h, pi, pj, trow, j) * kLog2e;
 }
 
 // f(family, masked) with both as compile-time constants (std::integral_constant), so the logit
-// loop of each tile is specialised; the choice is uniform over the block.
+// loop of each tile is specialised; the choice is uniform over the block. Partial tiles (a few
+// per row: the diagonal, window and document edges) take the general bias path.
 template <class Fn>
 __device__ __forceinline__ void with_family(int family, bool masked, Fn&& f) {
-    using M1 = std::true_type;
-    using M0 = std::false_type;
-    auto go = [&](auto fam) {
-        if (masked)
-            f(fam, M1{});
-        else
-            f(fam, M0{});
-    };
+    using Masked = std::true_type;
+    using Full = std::false_type;
+    if (masked) {
+        f(std::integral_constant<int, kOtherBias>{}, Masked{});
+        return;
+    }
     switch (family) {
-        case kNone: go(std::integral_constant<int, kNone>{}); break;
-        case kLinear: go(std::integral_constant<int, kLinear>{}); break;
-        case kKerpleLog: go(std::integral_constant<int, kKerpleLog>{}); break;
-        default: go(std::integral_constant<int, kOtherBias>{}); break;
+        case kNone: f(std::integral_constant<int, kNone>{}, Full{}); break;
+        case kLinear: f(std::integral_constant<int, kLinear>{}, Full{}); break;
+        case kKerpleLog: f(std::integral_constant<int, kKerpleLog>{}, Full{}); break;
+        default: f(std::integral_constant<int, kOtherBias>{}, Full{}); break;
     }
 }
 

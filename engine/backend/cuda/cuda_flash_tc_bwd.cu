@@ -57,17 +57,15 @@ __global__ void __launch_bounds__(kThreads)
     const size_t bh = size_t(b) * H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
     const bool positions = needs_positions(kind);
-    auto load = [&](int k0, int st) {
-        stage_async<kBc, kD>(Ks(st), a.k + rows + size_t(k0) * kD, kD);
-        stage_async<kBc, kD>(Vs(st), a.v + rows + size_t(k0) * kD, kD);
-        if (positions) stage_floats_async(posK(st), pos, k0, kBc, T);
-        cp_async_commit();
-    };
     const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kBr - 1);
     const int n_tiles = (j_last - k_first) / kBc + 1;
     stage_async<kBr, kD>(Qs, a.q + rows + size_t(q0) * kD, kD);
     stage_async<kBr, kD>(dOs, a.g + rows + size_t(q0) * kD, kD);
-    load(k_first, 0);  // Q and dO travel in the first group
+    auto load = [&](int it) {
+        const int st = it & 1;
+        stage_key_tile<kD>(Ks(st), Vs(st), posK(st), a, rows, pos, k_first + it * kBc, positions);
+    };
+    load(0);  // Q and dO travel in the first group
 
     const int wr = warp * 16, w0 = q0 + wr, w1 = w0 + 15;
     int i[2], lo[2], hi[2];
@@ -97,13 +95,7 @@ __global__ void __launch_bounds__(kThreads)
 
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = k_first + it * kBc, st = it & 1;
-        if (it + 1 < n_tiles) {
-            load(k0 + kBc, st ^ 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        await_tile(it, n_tiles, load);
         const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
         if (cv == kSkip) {
             if (t5)  // the bucket scan below reads every row of the tile
@@ -125,9 +117,8 @@ __global__ void __launch_bounds__(kThreads)
                         const float pj = positions ? pk[c] : 0.0f;
                         float v = 0.0f;
                         if (in) {
-                            const float bias = bias_of<F>(a.bs, h, pa, pb, pi[r],
-                                                          pj, trow[r], j);
-                            const float x = fmaf(s[n][e], scale2, bias * kLog2e);
+                            const float x = fmaf(s[n][e], scale2,
+                                                 bias2_of<F>(a.bs, h, pa, pb, pi[r], pj, trow[r], j));
                             v = exp2f(x - lse2[r]) * (dp[n][e] - d_r[r]);
                             if (dtable != nullptr) dtable[row[r] * T + j] += v;
                             if (grads && !t5) bias_param_grads(ga, gb, kind, v, pi[r], pj, pa, pb);
@@ -200,12 +191,14 @@ __global__ void __launch_bounds__(kThreads)
     auto lseQ = [&](int st) { return posQ(st) + kBq; };
     auto dQ = [&](int st) { return lseQ(st) + kBq; };
     const int T = a.T, C = a.C, D = a.D, H = a.H, kind = a.bs.kind, family = bias_family(kind);
-    const int k0 = tile_index() * kBc, h = blockIdx.y, b = blockIdx.z;
+    // the earliest keys first: they meet the most queries (the reverse of the query kernels)
+    const int k0 = blockIdx.x * kBc, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const size_t bh = size_t(b) * H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
     const bool positions = needs_positions(kind);
-    auto load = [&](int q0, int st) {
+    auto load = [&](int it) {
+        const int q0 = k0 + it * kBq, st = it & 1;
         stage_async<kBq, kD>(Qs(st), a.q + rows + size_t(q0) * kD, kD);
         stage_async<kBq, kD>(dOs(st), a.g + rows + size_t(q0) * kD, kD);
         if (positions) stage_floats_async(posQ(st), pos, q0, kBq, T);
@@ -219,7 +212,7 @@ __global__ void __launch_bounds__(kThreads)
     const int n_tiles = (i_last - k0) / kBq + 1;
     stage_async<kBc, kD>(Ks, a.k + rows + size_t(k0) * kD, kD);
     stage_async<kBc, kD>(Vs, a.v + rows + size_t(k0) * kD, kD);
-    load(k0, 0);  // K and V travel in the first group
+    load(0);  // K and V travel in the first group
 
     const int wk = warp * 16, w0 = k0 + wk, w1 = w0 + 15;  // this warp's keys
     const int j[2] = {w0 + g, w0 + g + 8};                  // this thread's keys
@@ -235,13 +228,7 @@ __global__ void __launch_bounds__(kThreads)
 
     for (int it = 0; it < n_tiles; it++) {
         const int q0 = k0 + it * kBq, st = it & 1;
-        if (it + 1 < n_tiles) {
-            load(q0 + kBq, st ^ 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        await_tile(it, n_tiles, load);
         // queries [q0, q0 + kBq) are the rows of the mask test, this warp's keys its columns
         const TileCover cv = cover(a, b, q0, q0 + kBq - 1, w0, w1);
         if (cv != kSkip) {
@@ -260,10 +247,10 @@ __global__ void __launch_bounds__(kThreads)
                         float p = 0.0f, ds = 0.0f;
                         if (!kMasked || in_mask(a, b, i, j[r])) {
                             const float* trow = F == kOtherBias ? table_row(a, b, h, i) : nullptr;
-                            const float bias = bias_of<F>(a.bs, h, pa, pb,
-                                                          positions ? pq[c] : 0.0f, pj[r], trow,
-                                                          j[r]);
-                            const float x = fmaf(s[n][e], scale2, bias * kLog2e);
+                            const float x = fmaf(
+                                s[n][e], scale2,
+                                bias2_of<F>(a.bs, h, pa, pb, positions ? pq[c] : 0.0f, pj[r], trow,
+                                            j[r]));
                             p = exp2f(x - lq[c] * kLog2e);
                             ds = p * (dp[n][e] - dd[c]);
                         }

@@ -83,6 +83,7 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
 #define gridDim (::emu::g_gdim)
 inline void __syncthreads() { emu::syncthreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barrier(); }
+inline float __log2f(float x) { return std::log2(x); }  // the fast intrinsic; exact here
 inline unsigned __float_as_uint(float f) {
     unsigned u;
     std::memcpy(&u, &f, sizeof u);
