@@ -2,11 +2,14 @@
 # GPU validation from the self-contained bundle (docs/CUDA.md "The GPU bundle"): one command on
 # the GPU machine, nothing to build or install there.
 #
-#   bash <bundle>/gpu_validate.sh [all|tests|bench|sanitize [TOOL]]     (default: all)
+#   bash <bundle>/gpu_validate.sh [all|tests|bench|profile|sanitize [TOOL]]     (default: all)
 #
 #   all       GPU report, the gpu test executables, end-to-end recipes, the benchmarks
 #   tests     GPU report, tests and recipes only
 #   bench     GPU report, benchmarks only
+#   profile   GPU report, Nsight Compute metrics of the tensor-core flash kernels (forward, dq,
+#             dk/dv at head dim 128, T 4096: time, registers, occupancy, tensor-pipe use, local
+#             memory, stall reasons) and `bench --profile` of GPT-2 124M in bf16 (each op's share)
 #   sanitize  the gpu test executables under compute-sanitizer (TOOL: memcheck (default),
 #             racecheck, synccheck, initcheck); CTX_SANITIZE_FILTER=gtest-filter narrows them
 #
@@ -33,8 +36,8 @@ fi
 BUNDLE=$(cd "$BUNDLE" && pwd)
 mode=${1:-all}
 case "$mode" in
-all | tests | bench | sanitize) ;;
-*) sed -n 2,20p "$0"; exit 2 ;;
+all | tests | bench | profile | sanitize) ;;
+*) sed -n 2,23p "$0"; exit 2 ;;
 esac
 
 OUT=${OUT:-$PWD/gpu_validate_out}
@@ -149,9 +152,9 @@ bench() {
     # then the rest while time is left.
     step bench-gpt2-124m-bf16 90 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
     step bench-attention-d128-bf16 60 "${B[@]}" attention --device cuda --precision bf16 \
-        --head-dim 128 --T 1024,2048,4096,8192,16384 --pe none,rope,alibi,kerple_log --steps 5 --repeats 2
+        --head-dim 128 --T 1024,2048,4096,8192,16384 --pe none,rope,alibi,kerple_log,t5_bias --steps 5 --repeats 2
     step bench-attention-d64-bf16 60 "${B[@]}" attention --device cuda --precision bf16 \
-        --head-dim 64 --T 1024,2048,4096,8192,16384 --pe none,rope,alibi,kerple_log --steps 5 --repeats 2
+        --head-dim 64 --T 1024,2048,4096,8192,16384 --pe none,rope,alibi,kerple_log,t5_bias --steps 5 --repeats 2
     step bench-attention-d128 120 "${B[@]}" attention --device cuda --head-dim 128 \
         --T 1024,2048,4096,8192,16384 --pe none,rope,alibi,kerple_log --steps 5 --repeats 2
     step bench-gpt2-124m-fp32 90 "${B[@]}" --config gpt2-124m --device cuda --precision fp32 --steps 10 --warmup 2
@@ -172,6 +175,33 @@ bench() {
     step bench-gpt2-350m-bf16 90 "${B[@]}" --config gpt2-350m --device cuda --precision bf16 --steps 10 --warmup 3
     step bench-gpt2-124m-bf16-materialised 60 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 \
         --attention materialised --steps 10 --warmup 2
+}
+
+# Why the kernels are as fast as they are: what the next change should aim at (docs/CUDA.md).
+profile() {
+    local ncu stall stalls="" m
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
+          2>/dev/null | head -1 || true)
+    for stall in barrier long_scoreboard short_scoreboard mio_throttle math_pipe_throttle wait \
+                 not_selected selected lg_throttle dispatch_stall no_instruction branch_resolving; do
+        stalls+=",smsp__average_warps_issue_stalled_${stall}_per_issue_active.ratio"
+    done
+    m="gpu__time_duration.sum,launch__registers_per_thread,launch__occupancy_limit_registers"
+    m+=",launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active"
+    m+=",sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+    m+=",sm__inst_executed.sum,l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"
+    m+=",l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"
+    m+=",dram__bytes.sum$stalls"
+    if [[ -z "$ncu" ]]; then
+        printf '%-34s %-8s %5s  %s\n' profile-flash-tc-ncu skipped - "ncu not found" | tee -a "$SUMMARY"
+        failures=$((failures + 1))
+    else
+        step profile-flash-tc-ncu 150 "$RUN" "$ncu" -k regex:flash_tc --launch-count 3 \
+            --metrics "$m" "$BUNDLE/bin/ctxengine" bench attention --device cuda --precision bf16 \
+            --head-dim 128 --T 4096 --pe none --steps 1 --repeats 1 --warmup 0
+    fi
+    step profile-gpt2-124m-bf16 120 "$RUN" ctxengine bench --config gpt2-124m --device cuda \
+        --precision bf16 --steps 5 --warmup 2 --profile
 }
 
 sanitize() {
@@ -203,6 +233,7 @@ all)
     ;;
 tests) tests ;;
 bench) bench ;;
+profile) profile ;;
 sanitize) sanitize "${2:-memcheck}" ;;
 esac
 
