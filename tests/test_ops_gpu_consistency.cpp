@@ -59,6 +59,35 @@ TEST(OpsGpuMemory, AllocIsZeroedAndCopiesRoundTrip) {
     EXPECT_EQ(b.host(), want);
 }
 
+// device_memory counts every allocation of the CUDA backends on the device (buffers and
+// grow-only scratch), gives it back on free, and keeps the peak; host backends report none.
+TEST(OpsGpuMemory, DeviceMemoryCountsBuffersAndScratchAndKeepsThePeak) {
+    REQUIRE_GPU();
+    EXPECT_FALSE(cpu().device_memory().available);
+    const ctx::Backend::DeviceMemory m0 = gpu().device_memory();
+    ASSERT_TRUE(m0.available);
+    EXPECT_GE(m0.peak, m0.current);
+    const size_t n = size_t(1) << 20;  // 4 MiB, a multiple of the 64-byte rounding
+    float* a = gpu().alloc_floats(n);
+    const ctx::Backend::DeviceMemory m1 = gpu().device_memory();
+    EXPECT_EQ(m1.current - m0.current, n * sizeof(float));
+    EXPECT_GE(m1.peak, m1.current);
+    gpu().free_floats(a);
+    const ctx::Backend::DeviceMemory m2 = gpu().device_memory();
+    EXPECT_EQ(m2.current, m0.current);
+    EXPECT_EQ(m2.peak, std::max(m0.peak, m1.current));
+    // scratch: staging a batch larger than any before grows the backend's token buffers
+    const int N = 3 << 20;
+    std::vector<int32_t> tokens(size_t(N), 1);
+    ctx::BatchInputs batch;
+    batch.N = N;
+    batch.tokens = tokens.data();
+    gpu().stage_batch(batch);
+    const ctx::Backend::DeviceMemory m3 = gpu().device_memory();
+    EXPECT_GE(m3.current, m2.current + size_t(N) * sizeof(int32_t));
+    EXPECT_GE(m3.peak, m3.current);
+}
+
 TEST(OpsGpuElementwise, AddAccumulateScaleSumSquares) {
     REQUIRE_GPU();
     for (size_t n : {size_t(1), size_t(1000), (size_t(1) << 20) + 7}) {

@@ -197,6 +197,15 @@ public:
     // How many times an op has copied an input back from the device to check or plan it on the
     // host (inputs that were not staged); the model's passes keep it unchanged. Diagnostics.
     virtual uint64_t input_readbacks() const { return 0; }
+    // Device memory held through the device backends' allocations on this backend's device
+    // (parameter arenas, activations, scratch), now and at its peak since the process started,
+    // in bytes; `available` is false on host backends, whose memory is the process's (its RSS).
+    // Diagnostics: `ctxengine bench` prints the peak.
+    struct DeviceMemory {
+        bool available = false;
+        size_t current = 0, peak = 0;
+    };
+    virtual DeviceMemory device_memory() const { return {}; }
 
     // ---- elementwise
     // out (n) = a + b  (writes; out may alias a or b)

@@ -48,6 +48,7 @@ public:
                  size_t cols, bool accumulate) override;
     BatchInputs stage_batch(const BatchInputs& host) override;
     uint64_t input_readbacks() const override { return inner_.input_readbacks(); }
+    DeviceMemory device_memory() const override { return inner_.device_memory(); }
 
     void add(float* out, const float* a, const float* b, size_t n) override;
     void accumulate(float* y, const float* x, size_t n) override;

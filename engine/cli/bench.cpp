@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -284,6 +285,11 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     std::vector<double> all_rss(world.size());
     world.allgather(&my_rss, sizeof my_rss, all_rss.data());
     for (double x : all_rss) rss[0] = std::max(rss[0], x);
+    // the device peak of the busiest rank (the backends' allocations on its GPU)
+    const double my_dev = static_cast<double>(backend->device_memory().peak) / double(1 << 20);
+    std::vector<double> all_dev(world.size());
+    world.allgather(&my_dev, sizeof my_dev, all_dev.data());
+    const double dev_peak = *std::max_element(all_dev.begin(), all_dev.end());
     if (world.rank() != 0) return 0;
 
     std::printf("config=%s params=%zu L=%d C=%d H=%d V=%d T=%d B=%d pe=%s\n", o.config.c_str(),
@@ -314,8 +320,9 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     if (cpu)
         std::printf("peak_memory_mib=%.1f (largest process peak RSS of the ranks)\n", rss[0]);
     else
-        std::printf("peak_memory_mib=n/a (the Backend interface has no device memory statistics; "
-                    "largest host peak RSS of the ranks %.1f MiB)\n", rss[0]);
+        std::printf("peak_memory_mib=%.1f (device: the backend's allocations at their peak, the "
+                    "largest of the ranks; without the CUDA context and cuBLAS workspaces; host "
+                    "peak RSS %.1f MiB)\n", dev_peak, rss[0]);
     std::printf("final_loss=%.4f\n", r.steps.back().loss);
     if (profiler) print_profile(*profiler, profiled_comm, profiled_reducer, seconds, o.steps);
     return 0;

@@ -33,7 +33,7 @@ void usage() {
         "Defaults on CUDA: --head-dim 64,128 --T 1024,2048,4096,8192,16384, B = 16384 / T,\n"
         "H = 2048 / D (16k tokens of d_model 2048, as in the FlashAttention-2 paper),\n"
         "--steps 10. On the CPU: --head-dim 64 --T 256,512 --batch 1 --heads 4 --steps 3.\n"
-        "--pe defaults to none,rope,alibi,kerple_log; --mode to auto (the backend's choice).\n"
+        "--pe defaults to none,rope,alibi,kerple_log,t5_bias; --mode to auto (the backend's choice).\n"
         "--precision bf16 (CUDA): the bf16 backend, whose flash kernels run on tensor cores.\n"
         "Times are the best of --repeats (3) loops of --steps calls, per phase.\n");
 }
@@ -41,7 +41,7 @@ void usage() {
 struct AttnArgs {
     DeviceChoice device = DeviceChoice::Auto;
     std::vector<int> head_dims, Ts;
-    std::vector<std::string> pes{"none", "rope", "alibi", "kerple_log"};
+    std::vector<std::string> pes{"none", "rope", "alibi", "kerple_log", "t5_bias"};
     std::vector<std::string> modes{"auto"};
     int batch = 0, heads = 0;  // 0: per-device default
     int64_t steps = 0, warmup = 1;  // steps 0: per-device default
@@ -397,8 +397,9 @@ int run(const AttnArgs& a, PluginRegistry& registry) {
         }
     if (cpu) std::printf("peak_memory_mib=%.1f (process peak RSS)\n", peak_rss_mib());
     else
-        std::printf("peak_memory_mib=n/a (the Backend interface has no device memory statistics; "
-                    "alloc_MiB is what this benchmark allocated per case)\n");
+        std::printf("peak_memory_mib=%.1f (device: the backend's allocations at their peak over "
+                    "all cases, scratch included; alloc_MiB is what this benchmark allocated per "
+                    "case)\n", static_cast<double>(be.device_memory().peak) / double(1 << 20));
     return failures == 0 ? 0 : 1;
 }
 

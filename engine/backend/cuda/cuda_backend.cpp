@@ -10,14 +10,69 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <type_traits>
+#include <unordered_map>
 
 #include "backend/cuda/cuda_bf16.h"
 #include "core/error.h"
 
 namespace ctx {
 namespace cuda {
+
+// ---------------------------------------------------------------- device memory accounting
+
+namespace {
+struct DeviceTotals {
+    size_t current = 0, peak = 0;
+};
+struct Accounting {
+    std::mutex mu;
+    std::unordered_map<const void*, std::pair<int, size_t>> live;  // pointer -> (device, bytes)
+    std::map<int, DeviceTotals> totals;                             // per device ordinal
+};
+// Never destroyed: backends held in statics free their buffers during exit.
+Accounting& accounting() {
+    static Accounting* a = new Accounting;
+    return *a;
+}
+}  // namespace
+
+cudaError_t tracked_malloc(void** p, size_t bytes) {
+    const cudaError_t e = cudaMalloc(p, bytes);
+    if (e != cudaSuccess) return e;
+    int device = 0;
+    cudaGetDevice(&device);
+    Accounting& a = accounting();
+    std::lock_guard<std::mutex> lock(a.mu);
+    a.live[*p] = {device, bytes};
+    DeviceTotals& t = a.totals[device];
+    t.current += bytes;
+    t.peak = std::max(t.peak, t.current);
+    return e;
+}
+
+cudaError_t tracked_free(void* p) {
+    if (p == nullptr) return cudaSuccess;
+    {
+        Accounting& a = accounting();
+        std::lock_guard<std::mutex> lock(a.mu);
+        if (auto it = a.live.find(p); it != a.live.end()) {
+            a.totals[it->second.first].current -= it->second.second;
+            a.live.erase(it);
+        }
+    }
+    return cudaFree(p);
+}
+
+Backend::DeviceMemory CudaBackend::device_memory() const {
+    Accounting& a = accounting();
+    std::lock_guard<std::mutex> lock(a.mu);
+    const DeviceTotals t = a.totals.count(device_) ? a.totals.at(device_) : DeviceTotals{};
+    return {true, t.current, t.peak};
+}
 
 // ---------------------------------------------------------------- scratch
 
@@ -30,7 +85,7 @@ T* DeviceScratch<T>::ensure(size_t n, const char* op) {
     release();
     const size_t want = n + n / 2;
     void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, want * sizeof(T));
+    const cudaError_t e = tracked_malloc(&p, want * sizeof(T));
     if (e != cudaSuccess) {
         cudaGetLastError();
         fail("cuda backend: {}: cannot allocate {} bytes of scratch: {}", op, want * sizeof(T),
@@ -43,7 +98,7 @@ T* DeviceScratch<T>::ensure(size_t n, const char* op) {
 
 template <class T>
 void DeviceScratch<T>::release() {
-    if (p_ != nullptr) cudaFree(p_);
+    if (p_ != nullptr) tracked_free(p_);
     p_ = nullptr;
     cap_ = 0;
 }
@@ -251,7 +306,7 @@ float* CudaBackend::alloc_floats(size_t n) {
     size_t bytes = (n * sizeof(float) + 63) / 64 * 64;  // cudaMalloc aligns to 256 bytes
     if (bytes == 0) bytes = 64;
     void* p = nullptr;
-    const cudaError_t e = cudaMalloc(&p, bytes);
+    const cudaError_t e = tracked_malloc(&p, bytes);
     if (e != cudaSuccess) {
         cudaGetLastError();
         fail("cuda backend: alloc_floats: cannot allocate {} floats ({:.1f} MiB) on device {}: {}",
@@ -266,7 +321,7 @@ void CudaBackend::free_floats(float* p) {
     if (p == nullptr) return;
     activate();
     // Called from destructors (Arena): report, never throw.
-    const cudaError_t e = cudaFree(p);
+    const cudaError_t e = tracked_free(p);
     if (e != cudaSuccess) {
         cudaGetLastError();
         spdlog::warn("cuda backend: free_floats: {}", cudaGetErrorString(e));

@@ -59,6 +59,12 @@ private:
     size_t cap_ = 0;
 };
 
+// cudaMalloc / cudaFree that keep the per-device totals Backend::device_memory reports (every
+// buffer and scratch of the CUDA backends goes through them; the NCCL reducer's staging does
+// not).
+cudaError_t tracked_malloc(void** p, size_t bytes);
+cudaError_t tracked_free(void* p);
+
 // Throws ctx::Error "cuda backend: <op>: <error string> (<name>)" unless e is cudaSuccess.
 void check_cuda(cudaError_t e, const char* op);
 // Device or managed memory (false for host memory and null).
@@ -104,6 +110,7 @@ public:
                  size_t cols, bool accumulate) override;
     BatchInputs stage_batch(const BatchInputs& host) override;
     uint64_t input_readbacks() const override { return input_readbacks_; }
+    DeviceMemory device_memory() const override;
 
     // ---- elementwise (cuda_backend.cpp)
     void add(float* out, const float* a, const float* b, size_t n) override;
