@@ -20,7 +20,8 @@
 # recorded and the run goes on; steps that no longer fit are recorded as skipped. A test
 # executable that skips every test while nvidia-smi lists a GPU is ALLSKIP (not ok). Exit code 0
 # only when every step passed. Run from the repository, it uses $BUNDLE (default
-# build-gpu-bundle/, made by scripts/gpu_bundle.sh).
+# build-gpu-bundle/, made by scripts/gpu_bundle.sh). CTX_VALIDATE_PACK=1 packs logs/ and tests/
+# into $OUT/logs.tar.gz at the end (the device tool brings back at most 8 files).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -241,4 +242,8 @@ esac
     echo
     echo "$failures step(s) not ok; $(($(date +%s) - START)) s in all; logs in $OUT/logs"
 } | tee -a "$SUMMARY"
+if [[ "${CTX_VALIDATE_PACK:-0}" == 1 ]]; then
+    tar czf "$OUT/logs.tar.gz" -C "$OUT" logs tests && rm -rf "$OUT/logs" "$OUT/tests" &&
+        echo "logs and test XML packed into $OUT/logs.tar.gz" | tee -a "$SUMMARY"
+fi
 ((failures == 0))
