@@ -285,6 +285,14 @@ const uint16_t* CudaBackend::round_to_bf16(const float* x, size_t n, DeviceScrat
     return d;
 }
 
+const uint16_t* CudaBackend::round_rows_to_bf16(const float* x, int rows, int cols, int ld,
+                                                DeviceScratch<uint16_t>& buf, const char* op) {
+    if (ld == cols) return round_to_bf16(x, size_t(rows) * size_t(cols), buf, op);
+    uint16_t* d = buf.ensure(size_t(rows) * size_t(ld), op);
+    check(launch_round_rows_to_bf16(d, size_t(ld), x, size_t(rows), size_t(cols), stream_), op);
+    return d;
+}
+
 // The same operand swap as gemm; bf16 A/B, fp32 C, fp32 accumulation (products of two bf16
 // numbers are exact in fp32, so results differ from an fp32 product of the rounded operands only
 // in summation order). CUBLAS_GEMM_DEFAULT lets cuBLAS pick a tensor-core kernel; on one stream

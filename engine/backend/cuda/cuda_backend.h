@@ -237,6 +237,9 @@ private:
     // optimizer (and scale/accumulate/copy) update the fp32 masters in place.
     const uint16_t* round_to_bf16(const float* x, size_t n, DeviceScratch<uint16_t>& buf,
                                   const char* op);
+    // x (rows, cols) rounded into buf as (rows, ld) rows, zeros in columns [cols, ld).
+    const uint16_t* round_rows_to_bf16(const float* x, int rows, int cols, int ld,
+                                       DeviceScratch<uint16_t>& buf, const char* op);
     // gemm (same row-major convention) with bf16 A, B (bit patterns), fp32 accumulation and an
     // fp32 C (cublasGemmEx, CUBLAS_COMPUTE_32F: tensor cores).
     void gemm_bf16(const char* op, bool ta, bool tb, int M, int N, int K, float alpha,

@@ -23,7 +23,27 @@ __global__ void round_to_bf16_kernel(__nv_bfloat16* dst, const float* src, size_
         dst[i] = __float2bfloat16_rn(src[i]);
 }
 
+// dst (rows, ld) = src (rows, cols) rounded, columns [cols, ld) zero.
+__global__ void round_rows_to_bf16_kernel(__nv_bfloat16* dst, size_t ld, const float* src,
+                                          size_t rows, size_t cols) {
+    const size_t n = rows * ld;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += size_t(gridDim.x) * blockDim.x) {
+        const size_t r = i / ld, c = i % ld;
+        dst[i] = c < cols ? __float2bfloat16_rn(src[r * cols + c]) : __float2bfloat16_rn(0.0f);
+    }
+}
+
 }  // namespace
+
+cudaError_t launch_round_rows_to_bf16(uint16_t* dst, size_t ld, const float* src, size_t rows,
+                                      size_t cols, cudaStream_t s) {
+    if (rows == 0 || ld == 0) return cudaSuccess;
+    if (ld < cols) return cudaErrorInvalidValue;
+    round_rows_to_bf16_kernel<<<grid_for(rows * ld, kThreads), kThreads, 0, s>>>(
+        reinterpret_cast<__nv_bfloat16*>(dst), ld, src, rows, cols);
+    return cudaGetLastError();
+}
 
 cudaError_t launch_round_to_bf16(uint16_t* dst, const float* src, size_t n, cudaStream_t s) {
     static_assert(sizeof(__nv_bfloat16) == sizeof(uint16_t), "bf16 is 16 bits");

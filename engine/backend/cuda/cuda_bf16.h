@@ -18,5 +18,9 @@ namespace ctx::cuda {
 // even 8-bit significand, overflow to +-inf, NaN to the canonical 0x7fff); dst holds the bf16 bit
 // patterns. src and dst must not overlap.
 cudaError_t launch_round_to_bf16(uint16_t* dst, const float* src, size_t n, cudaStream_t s);
+// dst (rows, ld) = src (rows, cols) rounded as above, columns [cols, ld) zero (ld >= cols): a
+// product operand whose rows are padded to an aligned leading dimension.
+cudaError_t launch_round_rows_to_bf16(uint16_t* dst, size_t ld, const float* src, size_t rows,
+                                      size_t cols, cudaStream_t s);
 
 }  // namespace ctx::cuda

@@ -198,15 +198,19 @@ void CudaBackend::matmul_backward(float* dinp, float* dW, float* dbias, const fl
     activate();
     if (precision_ == Precision::Bf16) {
         // Both products take bf16 operands (dout too: cublasGemmEx needs A and B of one type),
-        // accumulate in fp32 and add (beta = 1) into the fp32 gradients.
-        const uint16_t* g = round_to_bf16(dout, size_t(N) * OC, bf16_grad_, op);
+        // accumulate in fp32 and add (beta = 1) into the fp32 gradients. bf16(dout)'s rows are
+        // padded to a multiple of 8 (16 bytes, zeros past OC), the alignment cuBLAS's
+        // tensor-core kernels want of a leading dimension, which an odd OC (GPT-2's vocabulary,
+        // 50257) would deny both products.
+        const int ldg = (OC + 7) / 8 * 8;
+        const uint16_t* g = round_rows_to_bf16(dout, N, OC, ldg, bf16_grad_, op);
         if (dinp != nullptr) {  // dinp (N, IC) += bf16(dout) (N, OC) @ bf16(W) (OC, IC)
             const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
-            gemm_bf16(op, false, false, N, IC, OC, 1.0f, g, OC, w, IC, 1.0f, dinp, IC);
+            gemm_bf16(op, false, false, N, IC, OC, 1.0f, g, ldg, w, IC, 1.0f, dinp, IC);
         }
         // dW (OC, IC) += bf16(dout)^T (OC, N) @ bf16(inp) (N, IC)
         const uint16_t* a = round_to_bf16(inp, size_t(N) * IC, bf16_act_, op);
-        gemm_bf16(op, true, false, OC, IC, N, 1.0f, g, OC, a, IC, 1.0f, dW, IC);
+        gemm_bf16(op, true, false, OC, IC, N, 1.0f, g, ldg, a, IC, 1.0f, dW, IC);
     } else {
         // dinp (N, IC) += dout (N, OC) @ W (OC, IC)
         if (dinp != nullptr)
