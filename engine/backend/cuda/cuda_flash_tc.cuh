@@ -125,22 +125,31 @@ __device__ __forceinline__ void tile_pair(float (&x)[NT][4], float (&y)[NT][4],
     for (int n = 0; n < NT; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) x[n][e] = y[n][e] = 0.0f;
+    // one product at a time: half the A fragments live at once
 #pragma unroll
     for (int kk = 0; kk < KS; kk++) {
-        uint32_t a1[4], a2[4];
-        ldsm_block<false>(a1, A1, LS, r, kk * 16, lane);
-        ldsm_block<false>(a2, A2, LS, r, kk * 16, lane);
+        uint32_t af[4];
+        ldsm_block<false>(af, A1, LS, r, kk * 16, lane);
 #pragma unroll
         for (int n2 = 0; n2 < NT / 2; n2++) {
             uint32_t bf[4];
             ldsm_block<false>(bf, B1, LS, n2 * 16, kk * 16, lane);
-            const uint32_t p0[2] = {bf[0], bf[2]}, p1[2] = {bf[1], bf[3]};
-            mma_bf16_16816(x[2 * n2], a1, p0);
-            mma_bf16_16816(x[2 * n2 + 1], a1, p1);
+            const uint32_t b0[2] = {bf[0], bf[2]}, b1[2] = {bf[1], bf[3]};
+            mma_bf16_16816(x[2 * n2], af, b0);
+            mma_bf16_16816(x[2 * n2 + 1], af, b1);
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        uint32_t af[4];
+        ldsm_block<false>(af, A2, LS, r, kk * 16, lane);
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; n2++) {
+            uint32_t bf[4];
             ldsm_block<false>(bf, B2, LS, n2 * 16, kk * 16, lane);
-            const uint32_t q0[2] = {bf[0], bf[2]}, q1[2] = {bf[1], bf[3]};
-            mma_bf16_16816(y[2 * n2], a2, q0);
-            mma_bf16_16816(y[2 * n2 + 1], a2, q1);
+            const uint32_t b0[2] = {bf[0], bf[2]}, b1[2] = {bf[1], bf[3]};
+            mma_bf16_16816(y[2 * n2], af, b0);
+            mma_bf16_16816(y[2 * n2 + 1], af, b1);
         }
     }
 }
