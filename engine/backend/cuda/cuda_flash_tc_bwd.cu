@@ -298,13 +298,20 @@ size_t dkv_smem(int kD) {
 template <int kD>
 cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float* lse,
                        const float* dvec, const TcArgs& a, int B, cudaStream_t s) {
+    // The dq kernel's limit is raised for the T5 staging only when a T5 gradient first needs it,
+    // so a GPU with less shared memory per block (sm_86/89: 99 KiB) still runs the others.
     static const cudaError_t ready_dq =
-        allow_dynamic_shared(flash_tc_dq_kernel<kD>, dq_smem(kD, true));
+        allow_dynamic_shared(flash_tc_dq_kernel<kD>, dq_smem(kD, false));
     static const cudaError_t ready_dkv =
         allow_dynamic_shared(flash_tc_dkv_kernel<kD>, dkv_smem(kD));
     if (ready_dq != cudaSuccess) return ready_dq;
     if (ready_dkv != cudaSuccess) return ready_dkv;
     const bool t5 = partials != nullptr && a.bs.kind == kT5;
+    if (t5) {
+        static const cudaError_t ready_dq_t5 =
+            allow_dynamic_shared(flash_tc_dq_kernel<kD>, dq_smem(kD, true));
+        if (ready_dq_t5 != cudaSuccess) return ready_dq_t5;
+    }
     const dim3 grid_q((a.T + kBr - 1) / kBr, a.H, B), grid_k((a.T + kBc - 1) / kBc, a.H, B);
     flash_tc_dq_kernel<kD><<<grid_q, kThreads, dq_smem(kD, t5), s>>>(dqkv, partials, dtable, lse,
                                                                      dvec, a);

@@ -32,7 +32,8 @@ void warp_gather(const void* mine, size_t bytes, void* all);
 // Asynchronous copies (cp.async, cuda_mma.cuh): a copy's source is read when it is issued, but
 // its bytes land in shared memory only when a wait covers its group, as on the GPU, so a
 // kernel that reads a tile before waiting for it reads the garbage the emulated shared memory
-// starts with. src_bytes < bytes fills the rest with zeros.
+// starts with; CTX_EMU_CP_ASYNC=eager lands each copy at once instead, which exposes a stage
+// refilled while other warps still read it. src_bytes < bytes fills the rest with zeros.
 void cp_async(void* dst, const void* src, int bytes, int src_bytes);
 void cp_async_commit();
 void cp_async_wait(int newest_pending);  // every committed group but the newest n has landed

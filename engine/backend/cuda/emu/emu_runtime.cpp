@@ -99,6 +99,17 @@ void cp_async(void* dst, const void* src, int bytes, int src_bytes) {
     const int n = src_bytes < bytes ? (src_bytes > 0 ? src_bytes : 0) : bytes;
     if (n > 0) std::memcpy(c.bytes, src, size_t(n));
     std::memset(c.bytes + n, 0, size_t(bytes - n));
+    // CTX_EMU_CP_ASYNC=eager lands a copy when it is issued: the other race, a stage refilled
+    // while another warp still reads it (a missing barrier before the next cp.async), then
+    // shows; the default (deferred) shows a tile read before its wait.
+    static const bool eager = [] {
+        const char* e = std::getenv("CTX_EMU_CP_ASYNC");
+        return e != nullptr && std::strcmp(e, "eager") == 0;
+    }();
+    if (eager) {
+        std::memcpy(c.dst, c.bytes, size_t(c.n));
+        return;
+    }
     g_cur->open.push_back(c);
 }
 void cp_async_commit() {
