@@ -56,6 +56,10 @@ cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, 
 // bf16 of scratch (any contents) for the operands packed per head. launch_flash_tc_backward
 // computes dvec itself, like launch_flash_backward.
 size_t flash_tc_packed_elems(int B, int T, int C, int H);
+// Shared memory per block (dynamic and static bytes) the tensor-core kernels need at head dim D:
+// the forward, and the backward's largest kernel (the dq kernel with its T5 staging when t5).
+size_t flash_tc_forward_smem_bytes(int D);
+size_t flash_tc_backward_smem_bytes(int D, bool t5);
 cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
                                     const float* positions, int B, int T, int C, int H, KeyMask mask,
                                     const BiasArgs& bias, cudaStream_t s);
@@ -96,8 +100,13 @@ public:
                   int B, int T, int C, int H, const AttentionOptions& opt);
 
 private:
+    // Throws a clear ctx::Error when this GPU's shared memory per block (its opt-in limit) is
+    // below `need` bytes: the tensor-core kernels at large head dims on sm_86/89 GPUs.
+    void check_tc_smem(size_t need, int D, const char* op);
+
     BiasStaging& bias_;
     DeviceScratch<uint16_t>* packed_;
+    size_t smem_limit_ = 0;  // the device's opt-in shared memory per block, once read
 };
 
 }  // namespace ctx::cuda

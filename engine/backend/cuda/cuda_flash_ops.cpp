@@ -35,6 +35,22 @@ void FlashAttention::check_supported(int C, int H, const char* op) {
               op, kFlashMaxHeadDim, C, H, H > 0 ? C / H : 0);
 }
 
+void FlashAttention::check_tc_smem(size_t need, int D, const char* op) {
+    if (smem_limit_ == 0) {
+        int device = 0;
+        cudaDeviceProp prop{};
+        if (cudaGetDevice(&device) == cudaSuccess &&
+            cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+            smem_limit_ = prop.sharedMemPerBlockOptin;
+        cudaGetLastError();
+    }
+    CTX_CHECK(smem_limit_ == 0 || need <= smem_limit_,
+              "{}: the bf16 tensor-core flash kernels at head dim {} need {} bytes of shared "
+              "memory per block, and this GPU allows {} (sm_86/89 GPUs have 99 KiB; A100 and "
+              "H100 are enough); use --precision fp32 or the materialised attention mode",
+              op, D, need, smem_limit_);
+}
+
 size_t FlashAttention::backward_scratch_floats(int B, int T, int /*C*/, int H) {
     return size_t(B) * H * T + size_t(B) * H * query_tiles(T) * kMaxT5Buckets;
 }
@@ -48,6 +64,7 @@ void FlashAttention::forward(cudaStream_t stream, float* out, float* lse, const 
     if (B <= 0) return;
     const BiasArgs ba = bias_.stage(opt.bias, H, stream, op);
     if (packed_ != nullptr) {
+        check_tc_smem(flash_tc_forward_smem_bytes(C / H), C / H, op);
         uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H), op);
         check_cuda(launch_flash_tc_forward(out, lse, packed, qkv, positions, B, T, C, H,
                                            KeyMask{opt.window, opt.doc_start}, ba, stream),
@@ -76,6 +93,8 @@ void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, 
     float* partials = scratch + size_t(B) * H * T;  // (B, H, tiles, kMaxT5Buckets)
     float* parts = bias_grads ? partials : nullptr;
     if (packed_ != nullptr) {
+        check_tc_smem(flash_tc_backward_smem_bytes(C / H, bias_grads && bs.kind == BiasKind::T5),
+                      C / H, op);
         uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H), op);
         check_cuda(launch_flash_tc_backward(dqkv, dvec, parts, dtable, packed, dout, qkv, out, lse,
                                             positions, B, T, C, H,

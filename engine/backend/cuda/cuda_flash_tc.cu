@@ -246,6 +246,8 @@ size_t flash_tc_packed_elems(int B, int T, int C, int H) {
     return size_t(4) * B * H * padded_T(T) * tc_head_dim(C / H);
 }
 
+size_t flash_tc_forward_smem_bytes(int D) { return tc::fwd_smem(tc::tc_head_dim(D)); }
+
 cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
                                     const float* positions, int B, int T, int C, int H, KeyMask mask,
                                     const BiasArgs& bias, cudaStream_t s) {

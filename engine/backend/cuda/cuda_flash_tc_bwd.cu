@@ -3,6 +3,8 @@
 // cuda_flash_tc.cuh holds what they share with the forward kernel).
 #include "backend/cuda/cuda_flash_tc.cuh"
 
+#include <algorithm>
+
 namespace ctx::cuda::tc {
 
 // d logit / d (a, b) of the Linear and KERPLE families times v, added to ga, gb (as cuda_flash.cu).
@@ -323,6 +325,12 @@ cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float*
 }  // namespace ctx::cuda::tc
 
 namespace ctx::cuda {
+
+size_t flash_tc_backward_smem_bytes(int D, bool t5) {
+    const int kD = tc::tc_head_dim(D);
+    // the dq kernel's static reduction slots (32 doubles) come on top of its dynamic bytes
+    return std::max(tc::dq_smem(kD, t5) + 32 * sizeof(double), tc::dkv_smem(kD));
+}
 
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                      uint16_t* packed, const float* dout, const float* qkv,

@@ -15,7 +15,7 @@ enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1,
 enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1,
                       cudaMemoryTypeDevice = 2, cudaMemoryTypeManaged = 3 };
 struct cudaPointerAttributes { cudaMemoryType type; int device; void* devicePointer; void* hostPointer; };
-struct cudaDeviceProp { char name[256]; int major; int minor; size_t totalGlobalMem; };
+struct cudaDeviceProp { char name[256]; int major; int minor; size_t totalGlobalMem; size_t sharedMemPerBlockOptin; };
 #define cudaStreamNonBlocking 0x01
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 

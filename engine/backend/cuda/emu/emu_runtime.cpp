@@ -233,6 +233,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     std::memset(p, 0, sizeof(*p));
     std::strcpy(p->name, "CPU emulation");
     p->major = 9; p->minor = 0; p->totalGlobalMem = size_t(80) << 30;
+    p->sharedMemPerBlockOptin = 227 * 1024;  // sm_90
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = reinterpret_cast<cudaStream_t>(0x1); return cudaSuccess; }
