@@ -93,65 +93,58 @@ __device__ __forceinline__ void ldsm_block(uint32_t (&f)[4], const uint16_t* til
         ldsm_x4(f, p);
 }
 
-// x (16 x 8 NT) = A (16 x 16 KS) times the first 8 NT rows of Bn (n-major, row stride LS)
-// transposed, A given as KS fragments: S = Q K^T (Q in registers).
+// x (16 x 8 NT) += the A fragment af times the first 8 NT rows of Bn (n-major, row stride LS),
+// columns [16 kk, 16 kk + 16), transposed: one k step of a product.
+template <int NT>
+__device__ __forceinline__ void mma_k_step(float (&x)[NT][4], const uint32_t (&af)[4],
+                                           const uint16_t* Bn, int LS, int kk, int lane) {
+    static_assert(NT % 2 == 0, "n-tiles in pairs");
+#pragma unroll
+    for (int n2 = 0; n2 < NT / 2; n2++) {
+        uint32_t bf[4];
+        ldsm_block<false>(bf, Bn, LS, n2 * 16, kk * 16, lane);
+        const uint32_t b0[2] = {bf[0], bf[2]}, b1[2] = {bf[1], bf[3]};
+        mma_bf16_16816(x[2 * n2], af, b0);
+        mma_bf16_16816(x[2 * n2 + 1], af, b1);
+    }
+}
+
+// x (16 x 8 NT) = A (16 x 16 KS) times the first 8 NT rows of Bn transposed, A given as KS
+// fragments: S = Q K^T (Q in registers).
 template <int KS, int NT>
 __device__ __forceinline__ void product_nt(float (&x)[NT][4], const uint32_t (&af)[KS][4],
                                            const uint16_t* Bn, int LS, int lane) {
-    static_assert(NT % 2 == 0, "n-tiles in pairs");
 #pragma unroll
     for (int n = 0; n < NT; n++) x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
 #pragma unroll
-    for (int kk = 0; kk < KS; kk++)
+    for (int kk = 0; kk < KS; kk++) mma_k_step<NT>(x, af[kk], Bn, LS, kk, lane);
+}
+
+// The same with A as rows [r, r + 16) of a staged tile, its fragments read per k step.
+template <int KS, int NT>
+__device__ __forceinline__ void product_nt_staged(float (&x)[NT][4], const uint16_t* A, int r,
+                                                  const uint16_t* Bn, int LS, int lane) {
 #pragma unroll
-        for (int n2 = 0; n2 < NT / 2; n2++) {
-            uint32_t bf[4];
-            ldsm_block<false>(bf, Bn, LS, n2 * 16, kk * 16, lane);
-            const uint32_t b0[2] = {bf[0], bf[2]}, b1[2] = {bf[1], bf[3]};
-            mma_bf16_16816(x[2 * n2], af[kk], b0);
-            mma_bf16_16816(x[2 * n2 + 1], af[kk], b1);
-        }
+    for (int n = 0; n < NT; n++) x[n][0] = x[n][1] = x[n][2] = x[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        uint32_t af[4];
+        ldsm_block<false>(af, A, LS, r, kk * 16, lane);
+        mma_k_step<NT>(x, af, Bn, LS, kk, lane);
+    }
 }
 
 // The two products of a backward tile, both over the head dim: x = A1 B1^T and y = A2 B2^T,
 // A rows [r, r + 16) of staged tiles, B rows the n columns. dq: S = Q K^T, dP = dO V^T; dkv:
-// S^T = K Q^T, dP^T = V dO^T.
+// S^T = K Q^T, dP^T = V dO^T. One after the other: half the A fragments live at once (the
+// dk/dv kernel at D = 128 spilled when they were interleaved).
 template <int KS, int NT>
 __device__ __forceinline__ void tile_pair(float (&x)[NT][4], float (&y)[NT][4],
                                           const uint16_t* A1, const uint16_t* A2, int r,
                                           const uint16_t* B1, const uint16_t* B2, int LS,
                                           int lane) {
-#pragma unroll
-    for (int n = 0; n < NT; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) x[n][e] = y[n][e] = 0.0f;
-    // one product at a time: half the A fragments live at once
-#pragma unroll
-    for (int kk = 0; kk < KS; kk++) {
-        uint32_t af[4];
-        ldsm_block<false>(af, A1, LS, r, kk * 16, lane);
-#pragma unroll
-        for (int n2 = 0; n2 < NT / 2; n2++) {
-            uint32_t bf[4];
-            ldsm_block<false>(bf, B1, LS, n2 * 16, kk * 16, lane);
-            const uint32_t b0[2] = {bf[0], bf[2]}, b1[2] = {bf[1], bf[3]};
-            mma_bf16_16816(x[2 * n2], af, b0);
-            mma_bf16_16816(x[2 * n2 + 1], af, b1);
-        }
-    }
-#pragma unroll
-    for (int kk = 0; kk < KS; kk++) {
-        uint32_t af[4];
-        ldsm_block<false>(af, A2, LS, r, kk * 16, lane);
-#pragma unroll
-        for (int n2 = 0; n2 < NT / 2; n2++) {
-            uint32_t bf[4];
-            ldsm_block<false>(bf, B2, LS, n2 * 16, kk * 16, lane);
-            const uint32_t b0[2] = {bf[0], bf[2]}, b1[2] = {bf[1], bf[3]};
-            mma_bf16_16816(y[2 * n2], af, b0);
-            mma_bf16_16816(y[2 * n2 + 1], af, b1);
-        }
-    }
+    product_nt_staged<KS, NT>(x, A1, r, B1, LS, lane);
+    product_nt_staged<KS, NT>(y, A2, r, B2, LS, lane);
 }
 
 // A fragment of the 16 x 16 block formed by the C fragments of column tiles c and c + 1.
