@@ -8,8 +8,9 @@
 #   tests     GPU report, tests and recipes only
 #   bench     GPU report, benchmarks only
 #   profile   GPU report, Nsight Compute metrics of the tensor-core flash kernels (forward, dq,
-#             dk/dv at head dim 128, T 4096: time, registers, occupancy, tensor-pipe use, local
-#             memory, stall reasons) and `bench --profile` of GPT-2 124M in bf16 (each op's share)
+#             dk/dv at head dim 128, T 4096, and at GPT-2's 64, T 1024: time, registers,
+#             occupancy, tensor-pipe use, local memory, stall reasons) and `bench --profile` of
+#             GPT-2 124M in bf16 (each op's share)
 #   sanitize  the gpu test executables under compute-sanitizer (TOOL: memcheck (default),
 #             racecheck, synccheck, initcheck); CTX_SANITIZE_FILTER=gtest-filter narrows them
 #
@@ -38,7 +39,7 @@ BUNDLE=$(cd "$BUNDLE" && pwd)
 mode=${1:-all}
 case "$mode" in
 all | tests | bench | profile | sanitize) ;;
-*) sed -n 2,23p "$0"; exit 2 ;;
+*) sed -n 2,25p "$0"; exit 2 ;;
 esac
 
 OUT=${OUT:-$PWD/gpu_validate_out}
@@ -200,6 +201,10 @@ profile() {
         step profile-flash-tc-ncu 150 "$RUN" "$ncu" -k regex:flash_tc --launch-count 3 \
             --metrics "$m" "$BUNDLE/bin/ctxengine" bench attention --device cuda --precision bf16 \
             --head-dim 128 --T 4096 --pe none --steps 1 --repeats 1 --warmup 0
+        # GPT-2's attention (head dim 64, T 1024), whose backward is most of its cost
+        step profile-flash-tc-ncu-d64 150 "$RUN" "$ncu" -k regex:flash_tc --launch-count 3 \
+            --metrics "$m" "$BUNDLE/bin/ctxengine" bench attention --device cuda --precision bf16 \
+            --head-dim 64 --T 1024 --pe none --steps 1 --repeats 1 --warmup 0
     fi
     step profile-gpt2-124m-bf16 120 "$RUN" ctxengine bench --config gpt2-124m --device cuda \
         --precision bf16 --steps 5 --warmup 2 --profile

@@ -120,10 +120,14 @@ TEST(PackedRows, ChunkRowsKeepGapsAndDocumentsInOrder) {
         for (int t = 0; t < 8; ++t) {
             const int32_t doc = b.tokens[t] / 100, first = b.doc_start[t];
             EXPECT_EQ(b.tokens[first] / 100, doc) << "token " << t << " and its document start";
-            if (first > 0) EXPECT_NE(b.tokens[first - 1] / 100, doc);
+            if (first > 0) {
+                EXPECT_NE(b.tokens[first - 1] / 100, doc);
+            }
             // restart positions: the token's index in its document (all start inside the window)
             EXPECT_EQ(b.positions[t], float(b.tokens[t] % 100)) << t;
-            if (t + 1 < 8 && b.doc_start[t + 1] == t + 1) EXPECT_EQ(b.mask[t], 0.0f) << t;
+            if (t + 1 < 8 && b.doc_start[t + 1] == t + 1) {
+                EXPECT_EQ(b.mask[t], 0.0f) << t;
+            }
         }
     }
 }

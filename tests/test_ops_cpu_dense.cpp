@@ -450,6 +450,36 @@ TEST(OpsCpuActivation, ReluForwardAndGradientsExactly) {
     }
 }
 
+// matmul_activation_forward (the default: the product, then the activation) against the double
+// references: pre = inp W^T + b, out = act(pre), for each elementwise activation; SwiGLU refused.
+TEST(OpsCpuActivation, MatmulActivationForwardIsTheProductThenTheActivation) {
+    ref::Rng rng(43);
+    const int N = 7, IC = 9, OC = 13;
+    const Vec inp = rng.normals(size_t(N) * IC), W = rng.normals(size_t(OC) * IC, 0.4),
+              b = rng.normals(OC, 0.3);
+    const Vec want_pre = ref::matmul_forward(inp, W, b, N, IC, OC);
+    for (ctx::Activation act :
+         {ctx::Activation::GeluTanh, ctx::Activation::GeluErf, ctx::Activation::Relu}) {
+        std::vector<float> pre(size_t(N) * OC), out(pre.size());
+        const auto fi = ref::to_float(inp), fw = ref::to_float(W), fb = ref::to_float(b);
+        cpu().matmul_activation_forward(pre.data(), out.data(), fi.data(), fw.data(), fb.data(), N,
+                                        IC, OC, act);
+        Vec want_out(want_pre.size());
+        for (size_t i = 0; i < want_out.size(); ++i) {
+            const double x = want_pre[i];
+            want_out[i] = act == ctx::Activation::GeluTanh  ? ref::gelu_tanh(x)
+                          : act == ctx::Activation::GeluErf ? ref::gelu_erf(x)
+                                                            : std::max(x, 0.0);
+        }
+        EXPECT_LT(ref::max_rel_error(pre, want_pre), kFwdTol) << int(act);
+        EXPECT_LT(ref::max_rel_error(out, want_out), kFwdTol) << int(act);
+    }
+    std::vector<float> x(size_t(N) * 2 * OC), y(x.size()), w(size_t(2 * OC) * IC);
+    EXPECT_THROW(cpu().matmul_activation_forward(x.data(), y.data(), x.data(), w.data(), nullptr,
+                                                 N, IC, 2 * OC, ctx::Activation::SwiGLU),
+                 ctx::Error);
+}
+
 // SwiGLU: out = silu(gate) * up over rows [gate | up], against double formulas and central
 // differences in each of the 2F inputs (each output depends on one gate and one up entry).
 TEST(OpsCpuActivation, SwiGluForwardAndGradients) {

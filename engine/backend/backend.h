@@ -258,6 +258,14 @@ public:
     virtual void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
                                  const float* inp, const float* W, int N, int IC, int OC) = 0;
 
+    // ---- dense layer and its elementwise activation in one op (the MLP's first product):
+    // pre (N, OC) = inp @ W^T + bias (writes; kept for the backward pass), out (N, OC) =
+    // act(pre) (writes); act is GeluTanh, GeluErf or Relu. The default runs matmul_forward then
+    // activation_forward; CUDA fuses GeluTanh into the product (a cuBLASLt epilogue).
+    virtual void matmul_activation_forward(float* pre, float* out, const float* inp,
+                                           const float* W, const float* bias, int N, int IC,
+                                           int OC, Activation act);
+
     // ---- activation
     // out (n) = act(inp)   (writes)
     virtual void activation_forward(float* out, const float* inp, size_t n, Activation act) = 0;
@@ -405,6 +413,25 @@ public:
                                            const float* all_stats, int S,
                                            const int32_t* targets, const float* mask, int N,
                                            int V, VocabShard shard, float grad_scale) = 0;
+
+    // ---- the language-model head fused with the softmax cross-entropy (training and scoring):
+    // logits = inp (N, C) @ W^T, W (V, C), computed for a chunk of rows at a time into scratch,
+    // so the (N, V) logits never exist whole (at long context and large vocabularies they
+    // outgrow every other activation: 16k tokens x 128k ids is 8 GiB in fp32). Per row n:
+    //   losses[n] = mask[n] * -log softmax(logits[n])[targets[n]]   (writes)
+    // and, when dinp is not null, with dlogits = grad_scale * mask * (softmax - onehot):
+    //   dinp (N, C) += dlogits @ W;  dW (V, C) += dlogits^T @ inp  (when dW is not null).
+    // targets and mask as in crossentropy_*; scratch: lm_head_scratch_floats(N, V) floats.
+    // The chunks depend only on (N, V) and the backend, so a result repeats bit for bit. The
+    // default composes matmul_forward, crossentropy_* and matmul_backward chunk by chunk.
+    virtual void lm_head_loss(float* losses, float* dinp, float* dW, float* scratch,
+                              const float* inp, const float* W, const int32_t* targets,
+                              const float* mask, int N, int C, int V, float grad_scale);
+    // Rows per chunk: as many as fit the backend's chunk budget of floats (min 1, max N), the
+    // N rows split into equal chunks. CTX_LM_HEAD_CHUNK_MIB overrides the budget (MiB of fp32
+    // logits per chunk; a positive integer).
+    virtual int lm_head_chunk_rows(int N, int V) const;
+    virtual size_t lm_head_scratch_floats(int N, int V) const;
 
     // ---- optimizer
     // AdamW with decoupled weight decay on n contiguous floats:

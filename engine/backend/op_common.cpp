@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 
@@ -96,6 +98,36 @@ void check_topk(int N, int M, int K) {
     CTX_CHECK(N >= 0 && K >= 1 && K <= M, "select_topk: need 1 <= K ({}) <= M ({})", K, M);
 }
 
+size_t lm_head_chunk_budget_floats(size_t default_mib) {
+    size_t mib = default_mib;
+    if (const char* env = std::getenv("CTX_LM_HEAD_CHUNK_MIB"); env != nullptr && *env != '\0') {
+        char* end = nullptr;
+        const long long v = std::strtoll(env, &end, 10);
+        CTX_CHECK(end != nullptr && *end == '\0' && v >= 1 && v <= (1LL << 20),
+                  "CTX_LM_HEAD_CHUNK_MIB: expected a positive integer number of MiB (at most "
+                  "1048576) of fp32 logits per chunk of the language-model head, got '{}'", env);
+        mib = static_cast<size_t>(v);
+    }
+    return mib * (size_t(1) << 20) / sizeof(float);
+}
+
+int lm_head_most_rows(size_t row_floats, size_t budget_floats) {
+    const size_t most = budget_floats / std::max<size_t>(1, row_floats);
+    return static_cast<int>(std::clamp<size_t>(most, 1, size_t(1) << 30));
+}
+
+int lm_head_rows_for(int N, int most) {
+    if (N <= 1) return 1;
+    const int chunks = (N + most - 1) / most;
+    return (N + chunks - 1) / chunks;
+}
+
+void check_lm_head(int N, int C, int V, const float* dinp, const float* dW) {
+    CTX_CHECK(N >= 0 && C >= 1 && V >= 1, "lm_head_loss: bad shape N {} C {} V {}", N, C, V);
+    CTX_CHECK(dinp == nullptr || dW != nullptr,
+              "lm_head_loss: training (dinp given) needs the head's gradient dW too");
+}
+
 const char* attention_mode_name(AttentionMode m) {
     return m == AttentionMode::Flash ? "flash" : "materialised";
 }
@@ -105,6 +137,55 @@ const char* precision_name(Precision p) { return p == Precision::Bf16 ? "bf16" :
 }  // namespace ctx
 
 namespace ctx {
+
+void Backend::matmul_activation_forward(float* pre, float* out, const float* inp, const float* W,
+                                        const float* bias, int N, int IC, int OC,
+                                        Activation act) {
+    CTX_CHECK(act != Activation::SwiGLU,
+              "matmul_activation_forward: SwiGLU is gated; use matmul_forward and "
+              "swiglu_forward");
+    matmul_forward(pre, inp, W, bias, N, IC, OC);
+    activation_forward(out, pre, static_cast<size_t>(N) * static_cast<size_t>(OC), act);
+}
+
+// The language-model head and its loss in chunks of rows through the backend's own ops. A host
+// backend checks every target once first, so an error names the row in the whole batch.
+void Backend::lm_head_loss(float* losses, float* dinp, float* dW, float* scratch,
+                           const float* inp, const float* W, const int32_t* targets,
+                           const float* mask, int N, int C, int V, float grad_scale) {
+    check_lm_head(N, C, V, dinp, dW);
+    if (N == 0) return;
+    if (kind() == DeviceKind::CPU) check_targets(targets, mask, N, V);
+    const int R = lm_head_chunk_rows(N, V);
+    for (int r0 = 0; r0 < N; r0 += R) {
+        const int n = std::min(R, N - r0);
+        const size_t o = static_cast<size_t>(r0);
+        const float* x = inp + o * C;
+        const float* m = mask != nullptr ? mask + o : nullptr;
+        matmul_forward(scratch, x, W, nullptr, n, C, V);  // logits (n, V)
+        if (dinp == nullptr) {
+            crossentropy_forward(losses + o, scratch, targets + o, m, n, V);
+            continue;
+        }
+        crossentropy_forward_backward(scratch, losses + o, targets + o, m, n, V, grad_scale);
+        matmul_backward(dinp + o * C, dW, nullptr, scratch, x, W, n, C, V);
+    }
+}
+
+// 32 MiB of logits per chunk on a host: products of 160+ rows at GPT-2's vocabulary keep their
+// speed, and the chunk stays a small part of the activations.
+static int host_lm_head_most_rows(int V) {
+    return lm_head_most_rows(static_cast<size_t>(V), lm_head_chunk_budget_floats(32));
+}
+
+int Backend::lm_head_chunk_rows(int N, int V) const {
+    return lm_head_rows_for(N, host_lm_head_most_rows(V));
+}
+
+size_t Backend::lm_head_scratch_floats(int N, int V) const {
+    return static_cast<size_t>(std::min(std::max(N, 1), host_lm_head_most_rows(V))) *
+           static_cast<size_t>(V);
+}
 
 // Attention across blocks is implemented by the CPU and CUDA backends; any other says so.
 void Backend::attention_block_forward(float*, float*, const float*, const float*,

@@ -34,4 +34,15 @@ void check_attention_cached(int S, int C, int H, const AttentionOptions& opt);
 void check_rows_op(const char* op, int N, int K, int G);
 void check_topk(int N, int M, int K);
 
+// Backend::lm_head_loss's chunks: the budget in floats, `default_mib` MiB of fp32 logits unless
+// CTX_LM_HEAD_CHUNK_MIB says otherwise (a positive integer, else ctx::Error naming it); the most
+// rows of `row_floats` floats it holds (at least 1); the rows per chunk for N rows (the N rows
+// in equal chunks of at most `most`; never more than min(N, most), which sizes the scratch for
+// every N up to the reserved one).
+size_t lm_head_chunk_budget_floats(size_t default_mib);
+int lm_head_most_rows(size_t row_floats, size_t budget_floats);
+int lm_head_rows_for(int N, int most);
+// Backend::lm_head_loss's arguments: shapes, training needs both dinp and dW.
+void check_lm_head(int N, int C, int V, const float* dinp, const float* dW);
+
 }  // namespace ctx

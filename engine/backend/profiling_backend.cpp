@@ -175,6 +175,13 @@ void ProfilingBackend::matmul_forward(float* out, const float* inp, const float*
     CTX_TIMED("matmul_forward", fmt::format("N={} IC={} OC={}", N, IC, OC),
               2.0 * N * double(IC) * OC, inner_.matmul_forward(out, inp, W, bias, N, IC, OC));
 }
+void ProfilingBackend::matmul_activation_forward(float* pre, float* out, const float* inp,
+                                                 const float* W, const float* bias, int N,
+                                                 int IC, int OC, Activation act) {
+    CTX_TIMED("matmul_activation_forward", fmt::format("N={} IC={} OC={}", N, IC, OC),
+              2.0 * N * double(IC) * OC,
+              inner_.matmul_activation_forward(pre, out, inp, W, bias, N, IC, OC, act));
+}
 void ProfilingBackend::matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
                                        const float* inp, const float* W, int N, int IC, int OC) {
     CTX_TIMED("matmul_backward", fmt::format("N={} IC={} OC={}", N, IC, OC),
@@ -239,6 +246,16 @@ void ProfilingBackend::crossentropy_forward_backward(float* logits_to_dlogits, f
     CTX_TIMED("crossentropy_forward_backward", fmt::format("N={} V={}", N, V), 0,
               inner_.crossentropy_forward_backward(logits_to_dlogits, losses, targets, mask, N, V,
                                                    grad_scale));
+}
+// The head's products (2 N C V forward, 4 N C V more in training) and the loss between them.
+void ProfilingBackend::lm_head_loss(float* losses, float* dinp, float* dW, float* scratch,
+                                    const float* inp, const float* W, const int32_t* targets,
+                                    const float* mask, int N, int C, int V, float grad_scale) {
+    CTX_TIMED("lm_head_loss",
+              fmt::format("N={} C={} V={} chunk={}", N, C, V, inner_.lm_head_chunk_rows(N, V)),
+              (dinp != nullptr ? 6.0 : 2.0) * N * double(C) * V,
+              inner_.lm_head_loss(losses, dinp, dW, scratch, inp, W, targets, mask, N, C, V,
+                                  grad_scale));
 }
 void ProfilingBackend::attention_block_forward(float* out_b, float* lse_b, const float* q,
                                                const float* kv, const AttnBlockRows& qrows,

@@ -71,6 +71,9 @@ public:
                           const float* w, const float* rstd, int N, int C) override;
     void matmul_forward(float* out, const float* inp, const float* W, const float* bias, int N,
                         int IC, int OC) override;
+    void matmul_activation_forward(float* pre, float* out, const float* inp, const float* W,
+                                   const float* bias, int N, int IC, int OC,
+                                   Activation act) override;
     void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
                          const float* inp, const float* W, int N, int IC, int OC) override;
     void activation_forward(float* out, const float* inp, size_t n, Activation act) override;
@@ -136,6 +139,15 @@ public:
                                    const float* all_stats, int S, const int32_t* targets,
                                    const float* mask, int N, int V, VocabShard shard,
                                    float grad_scale) override;
+    void lm_head_loss(float* losses, float* dinp, float* dW, float* scratch, const float* inp,
+                      const float* W, const int32_t* targets, const float* mask, int N, int C,
+                      int V, float grad_scale) override;
+    int lm_head_chunk_rows(int N, int V) const override {
+        return inner_.lm_head_chunk_rows(N, V);
+    }
+    size_t lm_head_scratch_floats(int N, int V) const override {
+        return inner_.lm_head_scratch_floats(N, V);
+    }
     void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                       const AdamWParams& hp) override;
 

@@ -96,12 +96,15 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
                                    w.fc_w + static_cast<size_t>(half) * F * C,
                                    w.fc_b ? w.fc_b + half * F : nullptr, sp->units, N, C,
                                    sp->units_k, 1);
+    } else if (!c.gated_mlp()) {  // fc and its activation in one op (a fused epilogue on CUDA)
+        be.matmul_activation_forward(a.fch, a.fch_act, a.ln2, w.fc_w, w.fc_b, N, C, F,
+                                     c.activation);
     } else {
         be.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, s.F2);
     }
     if (c.gated_mlp())
         be.swiglu_forward(a.fch_act, a.fch, N, F);
-    else
+    else if (sp && sp->units)
         be.activation_forward(a.fch_act, a.fch, static_cast<size_t>(N) * F, c.activation);
     if (sp && sp->units)
         be.matmul_rows_project(tmp, a.fch_act, F, sp->fc_proj_t,

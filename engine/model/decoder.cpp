@@ -152,6 +152,10 @@ void Model::reserve(int B, int T_whole) {
     // probabilities are L of them) plus 3 packed pair arrays on the host.
     const size_t table = bias_generic_ ? static_cast<size_t>(B) * H * T * T : 0;
     const size_t xent = W > 1 ? N * 3 : 0;  // vocabulary-parallel loss statistics
+    // The head's logits: a chunk of rows at a time (Backend::lm_head_loss), or this rank's
+    // vocabulary columns of every row under tensor parallelism (the loss needs them all).
+    const size_t logits = W > 1 ? N * V : backend_->lm_head_scratch_floats(static_cast<int>(N),
+                                                                            static_cast<int>(V));
     // Sequence parallelism keeps the residual stream's rows of this rank only.
     const bool sp = tp_.sequence_parallel();
     const size_t Nr = sp ? (N + W - 1) / W : N;
@@ -162,7 +166,7 @@ void Model::reserve(int B, int T_whole) {
         L * N * C, L * Nr, L * Nr, L * N * 3 * A, N * Q,      // ln1, mean, rstd, qkv, grouped
         L * N * A, L * saved, L * Nr * C,                     // atty, att (or lse), res2
         L * N * C, L * Nr, L * Nr, L * N * F2, L * N * F,     // ln2, mean, rstd, fch, fch_act
-        (L + 1) * Nr * C, N * C, N, N, N * V, N, N * C,       // resid, lnf, m, r, logits, losses, tmp
+        (L + 1) * Nr * C, N * C, N, N, logits, N, N * C,      // resid, lnf, m, r, logits, losses, tmp
         N * C, N * C, N * C, N * A, N * 3 * A, N * F2, N * F, N * C, scratch,  // grads, scratch
         table, table, xent, xent * W,  // bias_table, dbias_table, xent_stats, xent_stats_all
         sp ? N * C : 0, sp ? 2 * C : 0};  // dx_full, norm_scratch (sequence parallel)
@@ -348,16 +352,23 @@ void Model::embed(float* x, float* encoded, float* mean, float* rstd, const int3
 }
 
 void Model::head(float* logits, float* ln, float* mean, float* rstd, const float* x, int N) {
+    head_norm(ln, mean, rstd, x, N);
+    // vocabulary-parallel: this rank's (N, V / tp) columns of the logits
+    backend_->matmul_forward(logits, ln, head_weight(), nullptr, N, config_.d_model, shard_.V);
+}
+
+void Model::head_norm(float* ln, float* mean, float* rstd, const float* x, int N) {
     const int C = config_.d_model, Nr = tp_.rows_here(N);
     // x: this rank's rows under sequence parallelism; the head needs every row's norm
     norm_forward(*backend_, config_, ln + tp_.row_offset(N) * C, mean, rstd, x,
                  view_or_null(layout_, params_, "lnf.weight"),
                  view_or_null(layout_, params_, "lnf.bias"), Nr);
     tp_.gather_rows(ln, static_cast<size_t>(Nr) * C);
-    const float* w = config_.tied_embeddings ? params_.at(layout_.view("wte"))
-                                             : view_or_null(layout_, params_, "lm_head.weight");
-    // vocabulary-parallel: this rank's (N, V / tp) columns of the logits
-    backend_->matmul_forward(logits, ln, w, nullptr, N, C, shard_.V);
+}
+
+const float* Model::head_weight() const {
+    return config_.tied_embeddings ? params_.at(layout_.view("wte"))
+                                   : view_or_null(layout_, params_, "lm_head.weight");
 }
 
 BlockActs Model::layer_acts(int l, int B, int T) const {
@@ -408,7 +419,11 @@ void Model::forward_impl(const Batch& b) {
         block_.forward(layer(l, params_), a.resid + l * NC, a.resid + (l + 1) * NC,
                        layer_acts(l, B, T), a.tmp, N, l, attention_step());
 
-    head(a.logits, a.lnf, a.lnf_mean, a.lnf_rstd, a.resid + config_.n_layer * NC, N);
+    const float* xL = a.resid + config_.n_layer * NC;
+    if (tp_.active())  // the loss needs every row's logits (this rank's vocabulary columns)
+        head(a.logits, a.lnf, a.lnf_mean, a.lnf_rstd, xL, N);
+    else  // the head's product is fused with the loss (cross_entropy)
+        head_norm(a.lnf, a.lnf_mean, a.lnf_rstd, xL, N);
 }
 
 // One pass over a batch: forward and the loss, then (train) the backward pass.
@@ -428,13 +443,15 @@ LossSums Model::run_pass(const Batch& b, bool train, float grad_scale) {
     forward_impl(b);
     const int N = b.B * b.T;
     cross_entropy(train, N, grad_scale);
+    // the losses come back after the backward pass: a device backend's copy waits for its
+    // stream, and waiting here would stall the queue between the forward and backward kernels
+    if (train) backward_impl(b);
     backend_->copy_to_host(losses_host_.data(), acts_->losses, N);
     LossSums s;
     for (int i = 0; i < N; ++i) {
         s.loss_sum += losses_host_[i];
         s.mask_sum += b.loss_mask[i];
     }
-    if (train) backward_impl(b);
     return s;
 }
 
@@ -443,14 +460,17 @@ LossSums Model::run_pass(const Batch& b, bool train, float grad_scale) {
 // holds the whole (N, V) logits.
 void Model::cross_entropy(bool train, int N, float grad_scale) {
     Acts& a = *acts_;
-    if (!tp_.active()) {
-        if (train)
-            backend_->crossentropy_forward_backward(a.logits, a.losses, a.batch.targets,
-                                                    a.batch.mask, N, config_.vocab_size,
-                                                    grad_scale);
-        else
-            backend_->crossentropy_forward(a.losses, a.logits, a.batch.targets, a.batch.mask, N,
-                                           config_.vocab_size);
+    if (!tp_.active()) {  // the head and its loss in chunks of rows; training: dln, dhead too
+        const int C = config_.d_model;
+        float* dhead = nullptr;
+        if (train) {
+            dhead = config_.tied_embeddings ? grads_.at(layout_.view("wte"))
+                                            : view_or_null(layout_, grads_, "lm_head.weight");
+            backend_->zero(a.dln, static_cast<size_t>(N) * C);
+        }
+        backend_->lm_head_loss(a.losses, train ? a.dln : nullptr, dhead, a.logits, a.lnf,
+                               head_weight(), a.batch.targets, a.batch.mask, N, C,
+                               config_.vocab_size, grad_scale);
         return;
     }
     backend_->crossentropy_shard_stats(a.xent_stats, a.logits, a.batch.targets, N, shard_.V,
@@ -481,10 +501,20 @@ std::vector<float> Model::logits(const Batch& b) const {
               "logits: no forward pass of a {} x {} batch to read", b.B, b.T);
     const size_t N = static_cast<size_t>(b.B) * T, V = config_.vocab_size;
     std::vector<float> out(N * V);
-    if (!tp_.active())
-        backend_->copy_to_host(out.data(), acts_->logits, out.size());
-    else
+    if (!tp_.active()) {  // from the kept final norm, a chunk of rows at a time in the scratch
+        const int R = backend_->lm_head_chunk_rows(static_cast<int>(N), static_cast<int>(V));
+        for (size_t r0 = 0; r0 < N; r0 += R) {
+            const size_t n = std::min(N - r0, static_cast<size_t>(R));
+            backend_->matmul_forward(acts_->logits, acts_->lnf + r0 * config_.d_model,
+                                     head_weight(), nullptr, static_cast<int>(n),
+                                     config_.d_model, static_cast<int>(V));
+            backend_->copy_to_host(out.data() + r0 * V, acts_->logits, n * V);
+        }
+    } else {  // this rank's vocabulary columns (a pass's backward leaves dlogits there)
+        backend_->matmul_forward(acts_->logits, acts_->lnf, head_weight(), nullptr,
+                                 static_cast<int>(N), config_.d_model, shard_.V);
         gather_vocab_columns(acts_->logits, N, out.data());
+    }
     if (cp == 1) return out;
     // context parallelism: every rank's tokens of each row into place
     std::vector<float> all(out.size() * cp), whole(static_cast<size_t>(b.B) * b.T * V);
@@ -515,8 +545,10 @@ void Model::backward_impl(const Batch& b) {
     float* dhead = config_.tied_embeddings ? dwte : view_or_null(layout_, grads_, "lm_head.weight");
     const float* head = config_.tied_embeddings ? params_.at(layout_.view("wte"))
                                                 : view_or_null(layout_, params_, "lm_head.weight");
-    be.zero(a.dln, NC);
-    be.matmul_backward(a.dln, dhead, nullptr, a.logits, a.lnf, head, N, C, V);
+    if (tp_.active()) {  // else lm_head_loss has written dln and added into dhead
+        be.zero(a.dln, NC);
+        be.matmul_backward(a.dln, dhead, nullptr, a.logits, a.lnf, head, N, C, V);
+    }
     // the residual stream: this rank's Nr rows under sequence parallelism, else all N
     const int Nr = tp_.rows_here(N);
     const size_t NrC = static_cast<size_t>(Nr) * C;

@@ -119,9 +119,10 @@ public:
     LossSums forward_backward(const Batch& batch, float grad_scale);
     // Per-token masked losses of the last forward, (B, T), host memory.
     const float* losses() const { return losses_host_.data(); }
-    // Logits (B, T, V) of the last forward(), copied to the host. Not valid after
-    // forward_backward(), which turns them into their gradients in place. Collective under
-    // tensor parallelism (each rank holds its vocabulary columns).
+    // Logits (B, T, V) of the last pass (forward() or forward_backward()), on the host,
+    // recomputed from its kept final-norm output: a chunk of rows at a time (the passes never
+    // hold all of them), or under tensor parallelism each rank's vocabulary columns, gathered
+    // (collective).
     std::vector<float> logits(const Batch& batch) const;
     // out (rows, V) host = the whole vocabulary's columns of `local` (rows, this rank's V),
     // backend memory; collective over the tensor-parallel group.
@@ -163,6 +164,9 @@ public:
                const float* positions, const float* positions_host, int N);
     // logits (N, V) = head(final layernorm(x (N, C))); ln (N, C), mean, rstd (N) kept.
     void head(float* logits, float* ln, float* mean, float* rstd, const float* x, int N);
+    // The final norm alone (head's first half): ln (N, C), mean, rstd (N).
+    void head_norm(float* ln, float* mean, float* rstd, const float* x, int N);
+    const float* head_weight() const;  // (V, C): wte when tied, else lm_head.weight
     // The checks every row passes before it runs: tokens (and targets, when given) in the
     // vocabulary, positions finite, >= 0 and within a learned table. Host memory, n tokens of
     // row `row` starting at column first_col (for the messages).

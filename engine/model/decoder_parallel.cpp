@@ -94,6 +94,7 @@ LossSums Model::run_pass_cp(const Batch& b, bool train, float grad_scale) {
     forward_impl(lb);
     const int N = B * Tl;
     cross_entropy(train, N, grad_scale);
+    if (train) backward_impl(lb);  // before the losses' copy back, which waits (run_pass)
     // every rank's losses (N) into the whole rows' (B, T)
     std::vector<float>& part = cp_losses_, &all = cp_losses_all_;  // kept: no allocation per step
     part.resize(N);
@@ -113,7 +114,6 @@ LossSums Model::run_pass_cp(const Batch& b, bool train, float grad_scale) {
         s.loss_sum += losses_host_[i];
         s.mask_sum += b.loss_mask[i];
     }
-    if (train) backward_impl(lb);
     cp_whole_ = nullptr;
     return s;
 }

@@ -125,10 +125,11 @@ CudaBackend::CudaBackend(int device, Precision precision)
     sync_each_op_ = s != nullptr && s[0] != '\0' && std::strcmp(s, "0") != 0;
     // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
     // fp32 accumulation)
-    name_ = fmt::format("cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}, cuBLAS{})", device, prop.name,
+    name_ = fmt::format("cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}, cuBLAS{}{})", device, prop.name,
                         prop.major, prop.minor,
                         double(prop.totalGlobalMem) / double(size_t(1) << 30),
-                        precision_name(precision_), sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
+                        precision_name(precision_), lt_.enabled() ? "Lt" : "",
+                        sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
 }
 
 CudaBackend::~CudaBackend() {
@@ -148,6 +149,7 @@ CudaBackend::~CudaBackend() {
     bf16_act_.release();
     bf16_weight_.release();
     bf16_grad_.release();
+    lt_.release();
     if (blas_ != nullptr) cublasDestroy(blas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_blaslt.h"  // BlasLt (products with fused epilogues)
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_flash.h"  // FlashAttention (attention in flash mode)
 
@@ -138,6 +139,9 @@ public:
                         int IC, int OC) override;
     void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
                          const float* inp, const float* W, int N, int IC, int OC) override;
+    void matmul_activation_forward(float* pre, float* out, const float* inp, const float* W,
+                                   const float* bias, int N, int IC, int OC,
+                                   Activation act) override;
     void activation_forward(float* out, const float* inp, size_t n, Activation act) override;
     void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                              Activation act) override;
@@ -169,6 +173,15 @@ public:
                                    float grad_scale) override;
     void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                       const AdamWParams& hp) override;
+
+    // ---- the language-model head fused with its loss (cuda_lm_head_ops.cpp): logit rows
+    // padded to a multiple of 64 columns (aligned for cuBLAS), bf16 gradients straight from the
+    // loss kernel in Precision::Bf16
+    void lm_head_loss(float* losses, float* dinp, float* dW, float* scratch, const float* inp,
+                      const float* W, const int32_t* targets, const float* mask, int N, int C,
+                      int V, float grad_scale) override;
+    int lm_head_chunk_rows(int N, int V) const override;
+    size_t lm_head_scratch_floats(int N, int V) const override;
 
     // ---- rotary, attention (cuda_attention_ops.cpp)
     void rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,
@@ -245,6 +258,12 @@ private:
     void gemm_bf16(const char* op, bool ta, bool tb, int M, int N, int K, float alpha,
                    const uint16_t* A, int lda, const uint16_t* B, int ldb, float beta, float* C,
                    int ldc);
+    // The operands of a product as cuBLAS takes them (bf16: rounded into bf16_act_ and
+    // bf16_weight_), and the product through cuBLASLt with its bias (and GELU) epilogue: false
+    // when that path is off or has no algorithm, having run nothing (cuda_dense_ops.cpp).
+    bool lt_forward(float* out, float* pre, const float* inp, const float* W, const float* bias,
+                    int N, int IC, int OC, const char* op);
+    BlasLt lt_;
     Precision precision_ = Precision::Fp32;
     // grow-only bf16 copies of the operands of one matmul call: activation (N, IC), weight
     // (OC, IC), output gradient (N, OC)

@@ -171,10 +171,27 @@ void CudaBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, co
 
 // ---------------------------------------------------------------- dense layer
 
+// The bias (and GELU) in the product's epilogue (cuda_blaslt.h), the operands rounded first in
+// bf16 as the unfused path rounds them.
+bool CudaBackend::lt_forward(float* out, float* pre, const float* inp, const float* W,
+                             const float* bias, int N, int IC, int OC, const char* op) {
+    if (!lt_.enabled()) return false;
+    BlasLt::Product p{N, IC, OC, precision_ == Precision::Bf16, inp, W, bias, out, pre};
+    if (p.bf16) {
+        p.inp = round_to_bf16(inp, size_t(N) * IC, bf16_act_, op);
+        p.W = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
+    }
+    return lt_.forward(p, stream_, op);
+}
+
 void CudaBackend::matmul_forward(float* out, const float* inp, const float* W, const float* bias,
                                  int N, int IC, int OC) {
     static constexpr const char* op = "matmul_forward";
     activate();
+    if (bias != nullptr && lt_forward(out, nullptr, inp, W, bias, N, IC, OC, op)) {
+        if (sync_each_op_) sync(op);
+        return;
+    }
     float beta = 0.0f;
     if (bias != nullptr) {  // out starts as the bias in every row, then sgemm adds inp @ W^T
         check(launch_broadcast_rows(out, bias, N, OC, stream_), op);
@@ -224,6 +241,22 @@ void CudaBackend::matmul_backward(float* dinp, float* dW, float* dbias, const fl
         check(launch_column_sum_add(dbias, part, dout, N, OC, stream_), op);
     }
     if (sync_each_op_) sync(op);
+}
+
+// pre = inp W^T + bias and out = gelu_tanh(pre) from one cuBLASLt product (GELU_AUX_BIAS); other
+// activations, and shapes the epilogue refuses, as the product then the activation kernel.
+void CudaBackend::matmul_activation_forward(float* pre, float* out, const float* inp,
+                                            const float* W, const float* bias, int N, int IC,
+                                            int OC, Activation act) {
+    static constexpr const char* op = "matmul_activation_forward";
+    CTX_CHECK(act != Activation::SwiGLU, "internal: SwiGLU is gated; use swiglu_forward");
+    activate();
+    if (act == Activation::GeluTanh && lt_forward(out, pre, inp, W, bias, N, IC, OC, op)) {
+        if (sync_each_op_) sync(op);
+        return;
+    }
+    matmul_forward(pre, inp, W, bias, N, IC, OC);
+    activation_forward(out, pre, size_t(N) * size_t(OC), act);
 }
 
 // ---------------------------------------------------------------- activation

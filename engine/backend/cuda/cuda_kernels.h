@@ -110,6 +110,14 @@ cudaError_t launch_kv_repeat(float* qkv, float* dgrouped, const float* grouped,
 cudaError_t launch_crossentropy(float* losses, float* dlogits, const float* logits,
                                 const int32_t* targets, const float* mask, int N, int V,
                                 float grad_scale, cudaStream_t s);
+// The language-model head's loss over a chunk of logit rows (rows, ldl), columns [0, V)
+// (Backend::lm_head_loss; cuda_lm_head.cu): losses (N) written; with a gradient buffer, either
+// dl_f32 (may alias logits, ldd == ldl) or dl_bf16 (bf16 bit patterns), (N, ldd) =
+// grad_scale * mask * (softmax - onehot), zero in columns [V, ldd).
+cudaError_t launch_lm_head_xent(float* losses, float* dl_f32, uint16_t* dl_bf16, int ldd,
+                                const float* logits, int ldl, const int32_t* targets,
+                                const float* mask, int N, int V, float grad_scale,
+                                cudaStream_t s);
 // Vocabulary-parallel cross-entropy (Backend::crossentropy_shard_stats / _finish).
 cudaError_t launch_crossentropy_shard_stats(float* stats, const float* logits,
                                             const int32_t* targets, int N, int V,

@@ -9,10 +9,8 @@ usage: engine/backend/cuda/emu/run_emulated_tests.py BUILD_DIR [--asan] [--model
            [--only=NAME[,NAME...]] [-- GTEST_ARGS]
 
 BUILD_DIR: a configured ctxengine build with CUDA in which the GPU op tests
-(test_ops_gpu_consistency, test_ops_gpu_flash, test_ops_gpu_bf16,
-test_ops_gpu_vocab_parallel, test_ops_gpu_attention_block, test_ops_gpu_sparse; with --model
-also
-test_gpu_model and test_gpu_resume) have been built,
+(tests/test_ops_gpu_*.cpp; with --model also test_gpu_model, test_gpu_resume and
+test_context_parallel_cuda_mpi) have been built,
 so its compile_commands.json, link lines, libraries and plugins can be reused. Objects go to
 BUILD_DIR/cuda_emu[_asan]/.
 --asan: AddressSanitizer (catches out-of-bounds accesses of the kernels; slower).
@@ -91,7 +89,6 @@ def main():
         return [cmd[0]] + extra + keep
 
     backend_flags = flags_of(os.path.join(ROOT, "engine", "backend", "cpu", "cpu_dense.cpp"))
-    test_src = os.path.join(ROOT, "tests", "test_ops_gpu_consistency.cpp")
     jobs = []  # (flags, source, object)
     kernel_files = sorted(f[:-3] for f in os.listdir(CUDA_DIR) if f.endswith(".cu"))
     for k in kernel_files:
@@ -113,20 +110,20 @@ def main():
     for s in sources:
         jobs.append((backend_flags, s, os.path.join(out, os.path.basename(s)[:-4] + ".o")))
     backend_objs = [j[2] for j in jobs]
-    tests = [("test_ops_gpu_consistency", test_src),
-             ("test_ops_gpu_flash", os.path.join(ROOT, "tests", "test_ops_gpu_flash.cpp")),
-             ("test_ops_gpu_bf16", os.path.join(ROOT, "tests", "test_ops_gpu_bf16.cpp")),
-             ("test_ops_gpu_vocab_parallel",
-              os.path.join(ROOT, "tests", "test_ops_gpu_vocab_parallel.cpp")),
-             ("test_ops_gpu_attention_block",
-              os.path.join(ROOT, "tests", "test_ops_gpu_attention_block.cpp")),
-             ("test_ops_gpu_sparse", os.path.join(ROOT, "tests", "test_ops_gpu_sparse.cpp"))]
+    # every op test (tests/test_ops_gpu_*.cpp), so a new one is emulated without being listed
+    tests = [(f[:-4], os.path.join(ROOT, "tests", f))
+             for f in sorted(os.listdir(os.path.join(ROOT, "tests")))
+             if f.startswith("test_ops_gpu_") and f.endswith(".cpp")]
     if model:
         tests.append(("test_gpu_model", os.path.join(ROOT, "tests", "test_gpu_model.cpp")))
         tests.append(("test_gpu_resume", os.path.join(ROOT, "tests", "test_gpu_resume.cpp")))
         tests.append(("test_context_parallel_cuda_mpi",
                       os.path.join(ROOT, "tests", "test_context_parallel_cuda_mpi.cpp")))
     if only is not None:
+        unknown = [o for o in only if o not in [t[0] for t in tests]]
+        if unknown:
+            sys.exit("run_emulated_tests: --only names no emulated test: " + ", ".join(unknown) +
+                     " (the op tests are tests/test_ops_gpu_*.cpp; the model tests need --model)")
         tests = [t for t in tests if t[0] in only]
     for name, src in tests:
         jobs.append((flags_of(src), src, os.path.join(out, name + ".o")))

@@ -1,0 +1,64 @@
+// CUDA backend (private header): dense products through cuBLASLt with their epilogue fused
+// (docs/CUDA.md "cuBLASLt epilogues"). Row-major out (N, OC) = inp (N, IC) @ W^T + bias, and for
+// the MLP's first product out = gelu_tanh(pre), pre = inp @ W^T + bias kept for the backward
+// pass: one pass over the output instead of a bias broadcast, a product reading it back (beta 1)
+// and an activation kernel.
+//
+// Plans (the descriptors and the heuristic's algorithm) are cached per shape, operand type,
+// epilogue and pointer alignment; a configuration cuBLASLt has no algorithm for is remembered
+// (and logged once), and forward() returns false for it so the caller runs its unfused path.
+// CTX_CUBLASLT=0 turns the whole path off (A/B timings on a GPU).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+namespace ctx::cuda {
+
+class BlasLt {
+public:
+    BlasLt();  // reads CTX_CUBLASLT (unset or 1: on, 0: off, else ctx::Error)
+    ~BlasLt();
+    BlasLt(const BlasLt&) = delete;
+    BlasLt& operator=(const BlasLt&) = delete;
+
+    struct Product {
+        int N = 0, IC = 0, OC = 0;
+        bool bf16 = false;             // inp and W: bf16 bit patterns, else fp32
+        const void* inp = nullptr;     // (N, IC)
+        const void* W = nullptr;       // (OC, IC)
+        const float* bias = nullptr;   // (OC) or null
+        float* out = nullptr;          // (N, OC)
+        float* pre = nullptr;          // GELU: (N, OC) the activation's input; null: no GELU
+    };
+    // Runs the product on `stream` and returns true, or returns false having run nothing (the
+    // path is off, or cuBLASLt has no algorithm for it). Throws ctx::Error naming `op` when a
+    // cuBLASLt call fails.
+    bool forward(const Product& p, cudaStream_t stream, const char* op);
+    bool enabled() const { return enabled_; }
+    void release();  // the handle, the plans and the workspace (the backend's destructor)
+
+private:
+    // (N, IC, OC, bf16, epilogue, alignment of inp, W, out, bias, pre)
+    using Key = std::tuple<int, int, int, bool, int, int, int, int, int, int>;
+    struct Plan {
+        bool ok = false;
+        cublasLtMatmulDesc_t desc = nullptr;
+        cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+        cublasLtMatmulAlgo_t algo{};
+    };
+    Plan& plan(const Key& key, const Product& p, int epilogue, const char* op);
+
+    bool enabled_ = true;
+    cublasLtHandle_t handle_ = nullptr;
+    void* workspace_ = nullptr;
+    size_t workspace_bytes_ = 0;
+    std::map<Key, Plan> plans_;
+};
+
+}  // namespace ctx::cuda

@@ -1,0 +1,157 @@
+// The CUDA backend's products with fused epilogues (cuda_blaslt.cpp): matmul_forward with a bias
+// (cuBLASLt's BIAS epilogue) and matmul_activation_forward with GELU (tanh form: GELU_AUX_BIAS,
+// the pre-activation kept in the aux matrix), fp32 and bf16; the unfused fallbacks (other
+// activations, an output width the GELU aux refuses, CTX_CUBLASLT=0) give the same results.
+// Reference: the CPU backend (fp32; for bf16 on bf16-rounded operands, so only the order of the
+// fp32 sums differs). Under the CPU emulation (run_emulated_tests.py) the tests also count the
+// emulated cublasLtMatmul calls, so a silent fallback to the unfused path fails there.
+// Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "gpu_test_support.h"
+
+// Defined only by the emulation's runtime (engine/backend/cuda/emu/cublasLt.h).
+extern "C" long emu_cublaslt_matmul_calls() __attribute__((weak));
+
+namespace {
+
+#define REQUIRE_GPU()                                                                        \
+    do {                                                                                     \
+        if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: the cuBLASLt tests need one"; \
+    } while (0)
+
+long lt_calls() { return emu_cublaslt_matmul_calls ? emu_cublaslt_matmul_calls() : -1; }
+
+float round_bf16(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    uint32_t kept = u & 0xffff0000u;
+    const uint32_t dropped = u & 0xffffu;
+    if (dropped > 0x8000u || (dropped == 0x8000u && (kept & 0x10000u) != 0)) kept += 0x10000u;
+    float r;
+    std::memcpy(&r, &kept, sizeof r);
+    return r;
+}
+
+FVec rounded(FVec v) {
+    for (float& x : v) x = round_bf16(x);
+    return v;
+}
+
+struct Shape {
+    int N, IC, OC;
+};
+// an MLP-like product; odd sizes; an output width that is not a multiple of 8 (the GELU aux's
+// leading dimension must be: that case runs unfused)
+const Shape kShapes[] = {{64, 32, 128}, {33, 17, 24}, {5, 8, 1003}};
+
+struct Data {
+    FVec inp, W, bias;
+};
+
+Data make_data(const Shape& s, uint64_t seed) {
+    ref::Rng rng(seed);
+    return {randn(rng, size_t(s.N) * s.IC), randn(rng, size_t(s.OC) * s.IC, 0.3),
+            randn(rng, size_t(s.OC), 0.5)};
+}
+
+// The op on `be` (fused where it can be): pre and out of matmul_activation_forward, or (act
+// null) matmul_forward's out in both.
+struct Out {
+    FVec pre, out;
+};
+
+Out run_on(ctx::Backend& be, const Shape& s, const Data& d, bool with_bias,
+           const ctx::Activation* act) {
+    Dev inp(d.inp, be), W(d.W, be), bias(d.bias, be), pre(size_t(s.N) * s.OC, be),
+        out(size_t(s.N) * s.OC, be);
+    const float* b = with_bias ? bias.get() : nullptr;
+    if (act == nullptr) {
+        be.matmul_forward(out.get(), inp.get(), W.get(), b, s.N, s.IC, s.OC);
+        const FVec o = out.host();
+        return {o, o};
+    }
+    be.matmul_activation_forward(pre.get(), out.get(), inp.get(), W.get(), b, s.N, s.IC, s.OC,
+                                 *act);
+    return {pre.host(), out.host()};
+}
+
+Out run_cpu(const Shape& s, const Data& d, bool with_bias, const ctx::Activation* act) {
+    FVec pre(size_t(s.N) * s.OC), out(pre.size());
+    const float* b = with_bias ? d.bias.data() : nullptr;
+    cpu().matmul_forward(pre.data(), d.inp.data(), d.W.data(), b, s.N, s.IC, s.OC);
+    if (act == nullptr) return {pre, pre};
+    cpu().activation_forward(out.data(), pre.data(), pre.size(), *act);
+    return {pre, out};
+}
+
+// Whether this call should have gone through cuBLASLt (one product): GELU with its epilogue
+// when the width allows it, else any product with a bias (the unfused activation's product too).
+bool fused(const Shape& s, bool with_bias, const ctx::Activation* act) {
+    const bool gelu = act != nullptr && *act == ctx::Activation::GeluTanh && s.OC % 8 == 0;
+    return gelu || with_bias;
+}
+
+TEST(OpsGpuBlasLt, EpiloguesMatchTheCpuInBothPrecisions) {
+    REQUIRE_GPU();
+    const ctx::Activation gelu = ctx::Activation::GeluTanh, erf = ctx::Activation::GeluErf,
+                          relu = ctx::Activation::Relu;
+    const ctx::Activation* acts[] = {nullptr, &gelu, &erf, &relu};
+    for (ctx::Backend* be : {&gpu(), &gpu_bf16()}) {
+        const bool bf16 = be->precision() == ctx::Precision::Bf16;
+        for (const Shape& s : kShapes)
+            for (const ctx::Activation* act : acts)
+                for (bool with_bias : {true, false}) {
+                    SCOPED_TRACE(testing::Message()
+                                 << (bf16 ? "bf16" : "fp32") << " N " << s.N << " IC " << s.IC
+                                 << " OC " << s.OC << " act " << (act ? int(*act) : -1)
+                                 << " bias " << with_bias);
+                    Data d = make_data(s, 7 + s.OC);
+                    Data ref = d;  // bf16: the CPU on the rounded operands, bias unrounded
+                    if (bf16) {
+                        ref.inp = rounded(d.inp);
+                        ref.W = rounded(d.W);
+                    }
+                    const long before = lt_calls();
+                    const Out got = run_on(*be, s, d, with_bias, act);
+                    const Out want = run_cpu(s, ref, with_bias, act);
+                    EXPECT_CLOSE(got.pre, want.pre, 2e-5);
+                    EXPECT_CLOSE(got.out, want.out, 2e-5);
+                    if (before >= 0) {
+                        EXPECT_EQ(lt_calls() - before, long(fused(s, with_bias, act)));
+                    }
+                }
+    }
+}
+
+TEST(OpsGpuBlasLt, TheUnfusedPathCanBeChosenAndBadValuesAreRefused) {
+    REQUIRE_GPU();
+    const Shape s{64, 32, 128};
+    const Data d = make_data(s, 3);
+    const ctx::Activation gelu = ctx::Activation::GeluTanh;
+    setenv("CTX_CUBLASLT", "0", 1);
+    std::unique_ptr<ctx::Backend> off = ctx::make_cuda_backend(0);
+    unsetenv("CTX_CUBLASLT");
+    EXPECT_EQ(off->name().find("cuBLASLt"), std::string::npos) << off->name();
+    EXPECT_NE(gpu().name().find("cuBLASLt"), std::string::npos) << gpu().name();
+    const long before = lt_calls();
+    const Out unfused = run_on(*off, s, d, true, &gelu);
+    if (before >= 0) {
+        EXPECT_EQ(lt_calls(), before);
+    }
+    const Out fused_out = run_on(gpu(), s, d, true, &gelu);
+    EXPECT_CLOSE(fused_out.pre, unfused.pre, 2e-5);
+    EXPECT_CLOSE(fused_out.out, unfused.out, 2e-5);
+    setenv("CTX_CUBLASLT", "yes", 1);
+    expect_error([] { (void)ctx::make_cuda_backend(0); }, {"CTX_CUBLASLT", "yes"});
+    unsetenv("CTX_CUBLASLT");
+}
+
+}  // namespace
