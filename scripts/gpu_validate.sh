@@ -9,8 +9,9 @@
 #   bench     GPU report, benchmarks only
 #   profile   GPU report, Nsight Compute metrics of the tensor-core flash kernels (forward, dq,
 #             dk/dv at head dim 128, T 4096, and at GPT-2's 64, T 1024: time, registers,
-#             occupancy, tensor-pipe use, local memory, stall reasons) and `bench --profile` of
-#             GPT-2 124M in bf16 (each op's share)
+#             occupancy, tensor-pipe use, local memory, stall reasons), `bench --profile` of
+#             GPT-2 124M in bf16 (each op's share), and GPT-2 124M bf16 A/B: the default against
+#             CTX_CUBLASLT=0 and CTX_LM_HEAD_CHUNK_MIB=64 / 1024
 #   sanitize  the gpu test executables under compute-sanitizer (TOOL: memcheck (default),
 #             racecheck, synccheck, initcheck); CTX_SANITIZE_FILTER=gtest-filter narrows them
 #
@@ -39,7 +40,7 @@ BUNDLE=$(cd "$BUNDLE" && pwd)
 mode=${1:-all}
 case "$mode" in
 all | tests | bench | profile | sanitize) ;;
-*) sed -n 2,25p "$0"; exit 2 ;;
+*) sed -n 2,26p "$0"; exit 2 ;;
 esac
 
 OUT=${OUT:-$PWD/gpu_validate_out}
@@ -208,6 +209,12 @@ profile() {
     fi
     step profile-gpt2-124m-bf16 120 "$RUN" ctxengine bench --config gpt2-124m --device cuda \
         --precision bf16 --steps 5 --warmup 2 --profile
+    # A/B of the choices with a switch: cuBLASLt epilogues off; the head's chunk budget
+    local ab=(--config gpt2-124m --device cuda --precision bf16 --steps 10 --warmup 3)
+    step ab-gpt2-124m-bf16-default 60 "$RUN" ctxengine bench "${ab[@]}"
+    step ab-gpt2-124m-bf16-no-cublaslt 60 env CTX_CUBLASLT=0 "$RUN" ctxengine bench "${ab[@]}"
+    step ab-gpt2-124m-bf16-lm-head-64mib 60 env CTX_LM_HEAD_CHUNK_MIB=64 "$RUN" ctxengine bench "${ab[@]}"
+    step ab-gpt2-124m-bf16-lm-head-1gib 60 env CTX_LM_HEAD_CHUNK_MIB=1024 "$RUN" ctxengine bench "${ab[@]}"
 }
 
 sanitize() {
