@@ -272,10 +272,16 @@ TEST_P(OpsGpuBf16Matmul, MatchesCpuOnRoundedOperands) {
     }
     EXPECT_LT(rel_err(gdW_h, dW), kSumTolDW) << "dW vs rounded operands";
     EXPECT_LT(rel_err(gdW_h, dW32), kBf16Band) << "dW vs fp32 operands";
-    if (use_bias)
+    if (use_bias) {
         EXPECT_LT(rel_err(gdb_h, db), kSumTol) << "dbias (fp32 column sums)";
-    else
+        // taken in the pass that rounds dout, in the fp32 backend's chunks and order: its bits
+        Dev fdW(dW0), fdb(db0), fdout(dout), fx(x), fW(W);
+        gpu().matmul_backward(nullptr, fdW.get(), fdb.get(), fdout.get(), fx.get(), fW.get(), N,
+                              IC, OC);
+        EXPECT_TRUE(bitwise_equal(gdb_h, fdb.host())) << "dbias differs from the fp32 backend's";
+    } else {
         EXPECT_TRUE(bitwise_equal(gdb_h, db0)) << "dbias = null must leave the buffer alone";
+    }
 
     // The fp32 inputs are left as they were (rounding goes to scratch, never in place): the
     // weights are the optimizer's master copy.

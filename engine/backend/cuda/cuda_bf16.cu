@@ -1,5 +1,6 @@
 // CUDA backend kernels of the bf16 mixed-precision path (Precision::Bf16): the fp32 -> bf16
-// rounding of the matrix-product operands. The products themselves are cublasGemmEx calls with
+// rounding of the matrix-product operands (with a bias gradient's column sums on the way, for
+// the output gradient of a product with a bias). The products themselves are cublasGemmEx calls with
 // bf16 A/B, fp32 C and fp32 compute (CudaBackend::gemm_bf16, cuda_backend.cpp); everything else
 // stays fp32 (backend.h, enum Precision).
 //
@@ -10,6 +11,7 @@
 
 #include "backend/cuda/cuda_bf16.h"
 #include "backend/cuda/cuda_device.cuh"
+#include "backend/cuda/cuda_kernels.h"  // column_chunks, launch_column_finish_add
 
 namespace ctx::cuda {
 
@@ -34,7 +36,51 @@ __global__ void round_rows_to_bf16_kernel(__nv_bfloat16* dst, size_t ld, const f
     }
 }
 
+// The first stage of launch_column_sum_add (cuda_dense.cu: tiles of 32 columns x 8 row lanes,
+// rows in G chunks, each lane's rows in order, then the lanes in order) with the rows rounded
+// into dst on the way; columns [C, ld) of dst get zeros.
+constexpr int kColTile = 32, kColLanes = 8;  // as cuda_dense.cu's column sums
+__global__ void round_rows_colsum_kernel(__nv_bfloat16* dst, size_t ld, float* part,
+                                         const float* x, int N, int C, int rows_per_chunk) {
+    __shared__ float s0[kColLanes][kColTile + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int c = blockIdx.x * kColTile + tx, g = blockIdx.y;
+    const int r0 = g * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float a0 = 0.0f;
+    if (size_t(c) < ld) {
+        for (int r = r0 + ty; r < r1; r += kColLanes) {
+            if (c < C) {
+                const float v = x[size_t(r) * C + c];
+                a0 += v;
+                dst[size_t(r) * ld + c] = __float2bfloat16_rn(v);
+            } else {
+                dst[size_t(r) * ld + c] = __float2bfloat16_rn(0.0f);
+            }
+        }
+    }
+    s0[ty][tx] = a0;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float t0 = 0.0f;
+        for (int k = 0; k < kColLanes; k++) t0 += s0[k][tx];
+        part[size_t(g) * C + c] = t0;
+    }
+}
+
 }  // namespace
+
+cudaError_t launch_round_rows_colsum_bf16(uint16_t* dst, size_t ld, float* out, float* partials,
+                                          const float* src, int N, int C, cudaStream_t s) {
+    if (N <= 0 || C <= 0) return cudaSuccess;
+    if (ld < size_t(C)) return cudaErrorInvalidValue;
+    const int G = column_chunks(N), rows = (N + G - 1) / G;
+    const dim3 grid(unsigned((ld + kColTile - 1) / kColTile), unsigned(G)),
+        block(kColTile, kColLanes);
+    round_rows_colsum_kernel<<<grid, block, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(dst), ld,
+                                                    partials, src, N, C, rows);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    return launch_column_finish_add(out, partials, G, C, s);
+}
 
 cudaError_t launch_round_rows_to_bf16(uint16_t* dst, size_t ld, const float* src, size_t rows,
                                       size_t cols, cudaStream_t s) {

@@ -22,5 +22,10 @@ cudaError_t launch_round_to_bf16(uint16_t* dst, const float* src, size_t n, cuda
 // product operand whose rows are padded to an aligned leading dimension.
 cudaError_t launch_round_rows_to_bf16(uint16_t* dst, size_t ld, const float* src, size_t rows,
                                       size_t cols, cudaStream_t s);
+// The same for src (N, C) into dst (N, ld), and in the same pass over src out (C) += its column
+// sums (a bias gradient), partials: column_chunks(N) * C floats. The sums take the chunks, lanes
+// and order of launch_column_sum_add, so out gets the same bits as from that kernel.
+cudaError_t launch_round_rows_colsum_bf16(uint16_t* dst, size_t ld, float* out, float* partials,
+                                          const float* src, int N, int C, cudaStream_t s);
 
 }  // namespace ctx::cuda

@@ -557,6 +557,13 @@ cudaError_t launch_column_sum_add(float* out, float* partials, const float* x, i
     return cudaGetLastError();
 }
 
+cudaError_t launch_column_finish_add(float* out, const float* partials, int G, int C,
+                                     cudaStream_t s) {
+    if (G <= 0 || C <= 0) return cudaSuccess;
+    column_finish_kernel<<<(C + 127) / 128, 128, 0, s>>>(out, partials, G, C);
+    return cudaGetLastError();
+}
+
 cudaError_t launch_broadcast_rows(float* out, const float* bias, int N, int C, cudaStream_t s) {
     const size_t total = size_t(N) * size_t(C);
     if (total == 0) return cudaSuccess;

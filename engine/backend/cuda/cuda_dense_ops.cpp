@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_bf16.h"  // launch_round_rows_colsum_bf16
 #include "backend/op_common.h"
 #include "core/error.h"
 
@@ -220,7 +221,18 @@ void CudaBackend::matmul_backward(float* dinp, float* dW, float* dbias, const fl
         // tensor-core kernels want of a leading dimension, which an odd OC (GPT-2's vocabulary,
         // 50257) would deny both products.
         const int ldg = (OC + 7) / 8 * 8;
-        const uint16_t* g = round_rows_to_bf16(dout, N, OC, ldg, bf16_grad_, op);
+        const uint16_t* g = nullptr;
+        if (dbias != nullptr && N > 0 && OC > 0) {  // dbias (OC) += colsum(dout) in the same pass
+            uint16_t* gd = bf16_grad_.ensure(size_t(N) * size_t(ldg), op);
+            float* part = d_partials_.ensure(size_t(column_chunks(N)) * size_t(OC), op);
+            check(launch_round_rows_colsum_bf16(gd, size_t(ldg), dbias, part, dout, N, OC,
+                                                stream_),
+                  op);
+            g = gd;
+            dbias = nullptr;  // done
+        } else {
+            g = round_rows_to_bf16(dout, N, OC, ldg, bf16_grad_, op);
+        }
         if (dinp != nullptr) {  // dinp (N, IC) += bf16(dout) (N, OC) @ bf16(W) (OC, IC)
             const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
             gemm_bf16(op, false, false, N, IC, OC, 1.0f, g, ldg, w, IC, 1.0f, dinp, IC);

@@ -83,6 +83,10 @@ cudaError_t launch_layernorm_backward_params(float* dw, float* db, float* partia
                                              const float* dout, const float* inp,
                                              const float* mean, const float* rstd, int N, int C,
                                              cudaStream_t s);
+// out (C) += the column sums of partials (G, C) in chunk order: the second stage of the column
+// sums (launch_round_rows_colsum_bf16 runs its own first stage).
+cudaError_t launch_column_finish_add(float* out, const float* partials, int G, int C,
+                                     cudaStream_t s);
 // out (C) += column sums of x (N, C). partials: column_chunks(N) * C floats.
 cudaError_t launch_column_sum_add(float* out, float* partials, const float* x, int N, int C,
                                   cudaStream_t s);
