@@ -110,6 +110,28 @@ void expect_error(F&& f, std::initializer_list<const char*> parts) {
     }
 }
 
+// fp32 -> bf16 -> fp32, round to nearest, ties to even (NaN stays NaN; overflow gives +-inf):
+// keep the upper 16 bits and round up when the dropped half is above 0x8000, or exactly 0x8000
+// with an odd kept part (a carry into the exponent is the correct next binade / infinity). The
+// tests' own model of the backend's bf16 rounding.
+inline float round_bf16(float f) {
+    if (std::isnan(f)) return f;
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    uint32_t kept = u & 0xffff0000u;
+    const uint32_t dropped = u & 0x0000ffffu;
+    if (dropped > 0x8000u || (dropped == 0x8000u && (kept & 0x00010000u) != 0)) kept += 0x00010000u;
+    float r;
+    std::memcpy(&r, &kept, sizeof r);
+    return r;
+}
+
+inline FVec rounded(const FVec& x) {
+    FVec r(x.size());
+    for (size_t i = 0; i < x.size(); i++) r[i] = round_bf16(x[i]);
+    return r;
+}
+
 constexpr double kFwdTol = 2e-5;
 constexpr double kGradTol = 1e-4;
 

@@ -7,7 +7,7 @@
 // References:
 //   - exact values: operands chosen so that the rounding (ties to even, above/below a tie,
 //     overflow, NaN) decides the result, with the expected bf16 values written out by hand;
-//   - the CPU backend (fp32) on bf16-ROUNDED copies of the matmul operands (round_bf16 below):
+//   - the CPU backend (fp32) on bf16-ROUNDED copies of the matmul operands (round_bf16, gpu_test_support.h):
 //     a product of two bf16 numbers is exact in fp32 (8 + 8 significant bits), so the two differ
 //     only in summation order: tolerance at fp32 accumulation level (kSumTol);
 //   - the CPU backend on the unrounded fp32 operands: the bf16 band (kBf16Band), and for shapes
@@ -54,27 +54,6 @@ constexpr double kBf16Band = 1e-2;
 constexpr double kBf16Visible = 1e-4;
 
 ctx::Backend& bf16() { return gpu_bf16(); }
-
-// fp32 -> bf16 -> fp32, round to nearest, ties to even (NaN stays NaN; overflow gives +-inf):
-// keep the upper 16 bits and round up when the dropped half is above 0x8000, or exactly 0x8000
-// with an odd kept part (a carry into the exponent is the correct next binade / infinity).
-float round_bf16(float f) {
-    if (std::isnan(f)) return f;
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    uint32_t kept = u & 0xffff0000u;
-    const uint32_t dropped = u & 0x0000ffffu;
-    if (dropped > 0x8000u || (dropped == 0x8000u && (kept & 0x00010000u) != 0)) kept += 0x00010000u;
-    float r;
-    std::memcpy(&r, &kept, sizeof r);
-    return r;
-}
-
-FVec rounded(const FVec& x) {
-    FVec r(x.size());
-    for (size_t i = 0; i < x.size(); i++) r[i] = round_bf16(x[i]);
-    return r;
-}
 
 // A device buffer of the bf16 backend (allocated, filled and read on its own stream).
 struct BDev : Dev {

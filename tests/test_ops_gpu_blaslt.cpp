@@ -29,22 +29,6 @@ namespace {
 
 long lt_calls() { return emu_cublaslt_matmul_calls ? emu_cublaslt_matmul_calls() : -1; }
 
-float round_bf16(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    uint32_t kept = u & 0xffff0000u;
-    const uint32_t dropped = u & 0xffffu;
-    if (dropped > 0x8000u || (dropped == 0x8000u && (kept & 0x10000u) != 0)) kept += 0x10000u;
-    float r;
-    std::memcpy(&r, &kept, sizeof r);
-    return r;
-}
-
-FVec rounded(FVec v) {
-    for (float& x : v) x = round_bf16(x);
-    return v;
-}
-
 struct Shape {
     int N, IC, OC;
 };

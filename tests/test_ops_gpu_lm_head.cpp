@@ -76,18 +76,6 @@ Out run_cpu(const Case& k, bool train) {
     return {losses, dinp, dW};
 }
 
-// fp32 -> bf16 -> fp32, round to nearest even (finite inputs).
-float round_bf16(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    uint32_t kept = u & 0xffff0000u;
-    const uint32_t dropped = u & 0xffffu;
-    if (dropped > 0x8000u || (dropped == 0x8000u && (kept & 0x10000u) != 0)) kept += 0x10000u;
-    float r;
-    std::memcpy(&r, &kept, sizeof r);
-    return r;
-}
-
 // The bf16 path in double: x, W rounded; logits exact; the gradient computed in fp32 from them
 // and rounded to bf16 before both products, which add into the pre-filled gradients.
 Out bf16_reference(const Case& k) {
