@@ -2,8 +2,11 @@
 // architecture knob, determinism, the learned-table guard and extend().
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "core/rng.h"
 #include "model_fixtures.h"
@@ -235,6 +238,46 @@ TEST(Model, SlidingWindowEqualsTheWindowedControl) {
     mw.set_attention_window(2);  // tighter: 2
     mc.set_attention_window(2);
     EXPECT_EQ(mw.forward(buf.batch()).loss_sum, mc.forward(buf.batch()).loss_sum);
+}
+
+// The head fused with its loss (Backend::lm_head_loss), in one chunk and in two (a vocabulary of
+// 40000 and CTX_LM_HEAD_CHUNK_MIB=1: 6 of the 12 rows per chunk): the pass's losses are the
+// masked negative log-softmax of logits() at the targets, argmax() the first maximum of each
+// row's logits, and logits() are those of the last pass whichever it was.
+TEST(Model, FusedHeadLossesLogitsAndArgmaxAgree) {
+    ModelConfig c = tiny_config();
+    c.vocab_size = 40000;
+    for (const char* mib : {static_cast<const char*>(nullptr), "1"}) {
+        if (mib != nullptr) setenv("CTX_LM_HEAD_CHUNK_MIB", mib, 1);
+        Model m(c, cpu(), make_pe("rope", c), 5);
+        BatchBuffers buf = tiny_batch(c.vocab_size);
+        const Batch b = buf.batch();
+        const size_t N = 12, V = c.vocab_size;
+        EXPECT_EQ(cpu().lm_head_chunk_rows(int(N), int(V)), mib ? 6 : 12);
+        m.forward(b);
+        const std::vector<float> lg = m.logits(b);
+        const std::vector<int32_t> best = m.argmax(b);
+        ASSERT_EQ(lg.size(), N * V);
+        ASSERT_EQ(best.size(), N);
+        for (size_t n = 0; n < N; ++n) {
+            const float* row = lg.data() + n * V;
+            double mx = -INFINITY, sum = 0.0;
+            int32_t first = 0;
+            for (size_t v = 0; v < V; ++v)
+                if (row[v] > mx) {
+                    mx = row[v];
+                    first = int32_t(v);
+                }
+            for (size_t v = 0; v < V; ++v) sum += std::exp(double(row[v]) - mx);
+            const double want = b.loss_mask[n] * (mx + std::log(sum) - row[b.targets[n]]);
+            EXPECT_NEAR(m.losses()[n], want, 1e-5 * std::max(1.0, std::fabs(want))) << n;
+            EXPECT_EQ(best[n], first) << n;
+        }
+        cpu().zero(m.grads().data(), m.grads().size());
+        m.forward_backward(b, 0.1f);
+        EXPECT_EQ(m.logits(b), lg);  // the same parameters: the same bits
+        unsetenv("CTX_LM_HEAD_CHUNK_MIB");
+    }
 }
 
 }  // namespace

@@ -38,7 +38,6 @@ ctx_status fail_status(ctx_err* err, const std::string& message) {
 void score_by_forward(Model& model, BatchBuffers& rows, const ctx_score_request& q,
                       const std::vector<int64_t>& mine, std::vector<float>& out) {
     const int B = rows.B, T = rows.T;
-    const int64_t V = model.config().vocab_size;
     const size_t total = static_cast<size_t>(q.n_rows * q.row_len);
     const int saved_window = model.attention_window();
     model.set_attention_window(q.window);
@@ -54,13 +53,11 @@ void score_by_forward(Model& model, BatchBuffers& rows, const ctx_score_request&
         for (int t = 0; t < T; ++t)
             out[mine[b] * q.row_len + t] = -losses[static_cast<size_t>(b) * T + t];
     if (!q.argmax) return;
-    const std::vector<float> logits = model.logits(rows.batch());  // (B, T, V)
+    const std::vector<int32_t> best = model.argmax(rows.batch());  // (B, T), first maxima
     for (int b = 0; b < B; ++b)
-        for (int t = 0; t < T; ++t) {
-            const float* l = logits.data() + (static_cast<size_t>(b) * T + t) * V;
-            const int64_t best = std::max_element(l, l + V) - l;  // first maximum
-            out[total + mine[b] * q.row_len + t] = static_cast<float>(best);
-        }
+        for (int t = 0; t < T; ++t)
+            out[total + mine[b] * q.row_len + t] =
+                static_cast<float>(best[static_cast<size_t>(b) * T + t]);
 }
 
 // The same by teacher-forced decoding through the KV-cache path with contextual sparsity.

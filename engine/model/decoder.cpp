@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 #include "model/decoder_acts.h"
@@ -501,15 +502,10 @@ std::vector<float> Model::logits(const Batch& b) const {
               "logits: no forward pass of a {} x {} batch to read", b.B, b.T);
     const size_t N = static_cast<size_t>(b.B) * T, V = config_.vocab_size;
     std::vector<float> out(N * V);
-    if (!tp_.active()) {  // from the kept final norm, a chunk of rows at a time in the scratch
-        const int R = backend_->lm_head_chunk_rows(static_cast<int>(N), static_cast<int>(V));
-        for (size_t r0 = 0; r0 < N; r0 += R) {
-            const size_t n = std::min(N - r0, static_cast<size_t>(R));
-            backend_->matmul_forward(acts_->logits, acts_->lnf + r0 * config_.d_model,
-                                     head_weight(), nullptr, static_cast<int>(n),
-                                     config_.d_model, static_cast<int>(V));
-            backend_->copy_to_host(out.data() + r0 * V, acts_->logits, n * V);
-        }
+    if (!tp_.active()) {
+        logit_chunks(N, [&](size_t r0, size_t n, const float* lg) {
+            std::memcpy(out.data() + r0 * V, lg, n * V * sizeof(float));
+        });
     } else {  // this rank's vocabulary columns (a pass's backward leaves dlogits there)
         backend_->matmul_forward(acts_->logits, acts_->lnf, head_weight(), nullptr,
                                  static_cast<int>(N), config_.d_model, shard_.V);
@@ -529,6 +525,43 @@ std::vector<float> Model::logits(const Batch& b) const {
                                 V * sizeof(float));
     }
     return whole;
+}
+
+// The last pass's logits of rows [r0, r0 + n) on the host, a chunk at a time: recomputed from
+// the kept final norm into the head's scratch (not tensor-parallel).
+void Model::logit_chunks(size_t N, const std::function<void(size_t, size_t, const float*)>& f)
+    const {
+    const size_t V = config_.vocab_size;
+    const int R = backend_->lm_head_chunk_rows(static_cast<int>(N), static_cast<int>(V));
+    std::vector<float> host;
+    for (size_t r0 = 0; r0 < N; r0 += R) {
+        const size_t n = std::min(N - r0, static_cast<size_t>(R));
+        backend_->matmul_forward(acts_->logits, acts_->lnf + r0 * config_.d_model, head_weight(),
+                                 nullptr, static_cast<int>(n), config_.d_model,
+                                 static_cast<int>(V));
+        host.resize(n * V);
+        backend_->copy_to_host(host.data(), acts_->logits, n * V);
+        f(r0, n, host.data());
+    }
+}
+
+std::vector<int32_t> Model::argmax(const Batch& b) const {
+    const size_t N = static_cast<size_t>(b.B) * b.T, V = config_.vocab_size;
+    std::vector<int32_t> best(N);
+    auto pick = [&](size_t r0, size_t n, const float* lg) {
+        for (size_t i = 0; i < n; ++i)
+            best[r0 + i] = static_cast<int32_t>(std::max_element(lg + i * V, lg + (i + 1) * V) -
+                                                (lg + i * V));  // the first maximum
+    };
+    if (tp_.active() || cp_) {  // every rank's columns or tokens first: the gathered logits
+        const std::vector<float> all = logits(b);
+        pick(0, N, all.data());
+        return best;
+    }
+    CTX_CHECK(acts_ && b.B <= reserved_B_ && b.T <= reserved_T_,
+              "argmax: no forward pass of a {} x {} batch to read", b.B, b.T);
+    logit_chunks(N, pick);
+    return best;
 }
 
 void Model::backward_impl(const Batch& b) {

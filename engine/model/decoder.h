@@ -124,6 +124,10 @@ public:
     // hold all of them), or under tensor parallelism each rank's vocabulary columns, gathered
     // (collective).
     std::vector<float> logits(const Batch& batch) const;
+    // Per token of the last pass (B, T), the id of its largest logit (the first of equal ones),
+    // computed a chunk of rows at a time: the host never holds the whole (B, T, V) logits
+    // (gathered first under tensor or context parallelism; collective there).
+    std::vector<int32_t> argmax(const Batch& batch) const;
     // out (rows, V) host = the whole vocabulary's columns of `local` (rows, this rank's V),
     // backend memory; collective over the tensor-parallel group.
     void gather_vocab_columns(const float* local, size_t rows, float* out) const;
@@ -167,6 +171,8 @@ public:
     // The final norm alone (head's first half): ln (N, C), mean, rstd (N).
     void head_norm(float* ln, float* mean, float* rstd, const float* x, int N);
     const float* head_weight() const;  // (V, C): wte when tied, else lm_head.weight
+    void logit_chunks(size_t N,
+                      const std::function<void(size_t, size_t, const float*)>& f) const;
     // The checks every row passes before it runs: tokens (and targets, when given) in the
     // vocabulary, positions finite, >= 0 and within a learned table. Host memory, n tokens of
     // row `row` starting at column first_col (for the messages).
