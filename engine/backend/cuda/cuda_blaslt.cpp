@@ -118,8 +118,7 @@ BlasLt::Plan& BlasLt::plan(const Key& key, const Product& p, int epilogue, const
 }
 
 bool BlasLt::forward(const Product& p, cudaStream_t stream, const char* op) {
-    if (!enabled_ || p.N <= 0 || p.OC <= 0 || p.IC <= 0) return false;
-    if (p.pre != nullptr && p.OC % 8 != 0) return false;  // the GELU aux's ld: a multiple of 8
+    if (!takes(p.OC, p.pre != nullptr) || p.N <= 0 || p.IC <= 0) return false;
     const int epilogue = p.pre != nullptr
                              ? (p.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                                   : CUBLASLT_EPILOGUE_GELU_AUX)

@@ -40,6 +40,10 @@ public:
     // path is off, or cuBLASLt has no algorithm for it). Throws ctx::Error naming `op` when a
     // cuBLASLt call fails.
     bool forward(const Product& p, cudaStream_t stream, const char* op);
+    // Whether forward() may take a product of this width (the path is on; a GELU's aux matrix
+    // needs a leading dimension that is a multiple of 8): callers skip preparing operands
+    // for a product it would refuse anyway.
+    bool takes(int OC, bool gelu) const { return enabled_ && OC > 0 && (!gelu || OC % 8 == 0); }
     bool enabled() const { return enabled_; }
     void release();  // the handle, the plans and the workspace (the backend's destructor)
 

@@ -1,5 +1,6 @@
 // CUDA backend kernels: elementwise ops, sum of squares, embedding, layer norm, column sums,
-// GELU, softmax cross-entropy and AdamW (fp32). The host side (validation, cuBLAS matmuls,
+// GELU, the vocabulary-parallel cross-entropy and AdamW (fp32; the whole-row softmax
+// cross-entropy is cuda_lm_head.cu's). The host side (validation, cuBLAS matmuls,
 // staging of host inputs) lives in cuda_dense_ops.cpp; the op contract in backend/backend.h.
 //
 // Determinism: no kernel here uses atomics. Reductions over rows (dbias, layernorm dw/db) are two
@@ -335,41 +336,7 @@ __global__ void activation_backward_kernel(float* dinp, const float* inp, const 
     }
 }
 
-// ================================================================ cross-entropy
-
-// One block per row. dlogits may alias logits (fused, in place): every element is read and
-// written by the same thread, and the target logit is read before the first barrier.
-__global__ void crossentropy_kernel(float* losses, float* dlogits, const float* logits,
-                                    const int32_t* targets, const float* mask, int V,
-                                    float grad_scale) {
-    __shared__ float red[32];
-    const int n = blockIdx.x;
-    const float mk = mask != nullptr ? mask[n] : 1.0f;
-    const float* x = logits + size_t(n) * V;
-    float* dx = dlogits != nullptr ? dlogits + size_t(n) * V : nullptr;
-    if (mk == 0.0f) {
-        if (threadIdx.x == 0) losses[n] = 0.0f;
-        if (dx != nullptr)
-            for (int i = threadIdx.x; i < V; i += blockDim.x) dx[i] = 0.0f;
-        return;
-    }
-    int t = targets[n];
-    t = t < 0 ? 0 : (t >= V ? V - 1 : t);  // validated on the host; never read outside
-    const float xt = x[t];
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
-    mx = block_max(mx, red);
-    float sum = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(x[i] - mx);
-    sum = block_sum(sum, red);
-    if (threadIdx.x == 0) losses[n] = mk * (logf(sum) + mx - xt);
-    if (dx == nullptr) return;
-    const float g = grad_scale * mk, sc = g / sum;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        const float d = expf(x[i] - mx) * sc;
-        dx[i] = i == t ? d - g : d;
-    }
-}
+// ================================================================ cross-entropy, vocabulary-parallel
 
 // One block per row: this shard's max, sum of exp(logit - max), and the target's logit.
 __global__ void crossentropy_shard_stats_kernel(float* stats, const float* logits,
@@ -611,15 +578,6 @@ cudaError_t launch_kv_repeat(float* qkv, float* dgrouped, const float* grouped,
         kv_repeat_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dgrouped, dqkv, N, H,
                                                                               Hkv, D);
     }
-    return cudaGetLastError();
-}
-
-cudaError_t launch_crossentropy(float* losses, float* dlogits, const float* logits,
-                                const int32_t* targets, const float* mask, int N, int V,
-                                float grad_scale, cudaStream_t s) {
-    if (N <= 0) return cudaSuccess;
-    crossentropy_kernel<<<N, kThreads, 0, s>>>(losses, dlogits, logits, targets, mask, V,
-                                               grad_scale);
     return cudaGetLastError();
 }
 

@@ -176,7 +176,7 @@ void CudaBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, co
 // bf16 as the unfused path rounds them.
 bool CudaBackend::lt_forward(float* out, float* pre, const float* inp, const float* W,
                              const float* bias, int N, int IC, int OC, const char* op) {
-    if (!lt_.enabled()) return false;
+    if (!lt_.takes(OC, pre != nullptr)) return false;
     BlasLt::Product p{N, IC, OC, precision_ == Precision::Bf16, inp, W, bias, out, pre};
     if (p.bf16) {
         p.inp = round_to_bf16(inp, size_t(N) * IC, bf16_act_, op);
@@ -353,7 +353,8 @@ void CudaBackend::crossentropy_forward(float* losses, const float* logits, const
         check_targets(h_tgt, host_view(mask, size_t(N), h_mask_, op), N, V);
     }
     const int32_t* d_tgt = device_view(targets, size_t(N), d_targets_, op);
-    done(launch_crossentropy(losses, nullptr, logits, d_tgt, mask, N, V, 0.0f, stream_), op);
+    done(launch_xent_rows(losses, nullptr, nullptr, V, logits, V, d_tgt, mask, N, V, 0.0f, stream_),
+         op);
 }
 
 void CudaBackend::crossentropy_forward_backward(float* logits_to_dlogits, float* losses,
@@ -367,8 +368,8 @@ void CudaBackend::crossentropy_forward_backward(float* logits_to_dlogits, float*
         check_targets(h_tgt, host_view(mask, size_t(N), h_mask_, op), N, V);
     }
     const int32_t* d_tgt = device_view(targets, size_t(N), d_targets_, op);
-    done(launch_crossentropy(losses, logits_to_dlogits, logits_to_dlogits, d_tgt, mask, N, V,
-                             grad_scale, stream_),
+    done(launch_xent_rows(losses, logits_to_dlogits, nullptr, V, logits_to_dlogits, V, d_tgt, mask,
+                          N, V, grad_scale, stream_),
          op);
 }
 

@@ -110,15 +110,12 @@ cudaError_t launch_kv_repeat(float* qkv, float* dgrouped, const float* grouped,
                              const float* dqkv, int N, int H, int Hkv, int D, cudaStream_t s);
 
 // ---------------------------------------------------------------- loss, optimizer
-// mask may be null (all ones). dlogits != null: fused backward in place (logits == dlogits).
-cudaError_t launch_crossentropy(float* losses, float* dlogits, const float* logits,
-                                const int32_t* targets, const float* mask, int N, int V,
-                                float grad_scale, cudaStream_t s);
-// The language-model head's loss over a chunk of logit rows (rows, ldl), columns [0, V)
-// (Backend::lm_head_loss; cuda_lm_head.cu): losses (N) written; with a gradient buffer, either
+// Softmax cross-entropy over logit rows (N rows, stride ldl), columns [0, V) (the
+// crossentropy_* ops, and Backend::lm_head_loss's chunks; cuda_lm_head.cu): losses (N) written;
+// mask may be null (all ones); with a gradient buffer, either
 // dl_f32 (may alias logits, ldd == ldl) or dl_bf16 (bf16 bit patterns), (N, ldd) =
 // grad_scale * mask * (softmax - onehot), zero in columns [V, ldd).
-cudaError_t launch_lm_head_xent(float* losses, float* dl_f32, uint16_t* dl_bf16, int ldd,
+cudaError_t launch_xent_rows(float* losses, float* dl_f32, uint16_t* dl_bf16, int ldd,
                                 const float* logits, int ldl, const int32_t* targets,
                                 const float* mask, int N, int V, float grad_scale,
                                 cudaStream_t s);

@@ -1,7 +1,8 @@
-// CUDA backend kernel of the language-model head's fused loss (Backend::lm_head_loss; the host
-// side and its products are in cuda_lm_head_ops.cpp): the softmax cross-entropy of one chunk of
-// logit rows with a row stride, its gradient written as fp32 (in place) or straight into the
-// bf16 operand of the backward products, so no separate rounding pass reads it again.
+// CUDA backend kernel of the softmax cross-entropy: the crossentropy_* ops (whole logits, in
+// place) and the language-model head's fused loss (Backend::lm_head_loss; its host side and
+// products are in cuda_lm_head_ops.cpp): logit rows with a row stride, the gradient written as
+// fp32 (in place) or straight into the bf16 operand of the head's backward products, so no
+// separate rounding pass reads it again.
 //
 // Determinism: one block per row; the running maxima and sums of the threads merge in a fixed
 // tree (lanes, then warps). No atomics.
@@ -65,7 +66,7 @@ __device__ __forceinline__ __nv_bfloat16 to_grad<__nv_bfloat16>(float v) {
 // softmax), one for the gradient. dl may alias logits (G = float, ldd == ldl): each element is
 // read and written by one thread, and the target logit is read before the first barrier.
 template <class G>
-__global__ void lm_head_xent_kernel(float* losses, G* dl, int ldd, const float* logits, int ldl,
+__global__ void xent_rows_kernel(float* losses, G* dl, int ldd, const float* logits, int ldl,
                                     const int32_t* targets, const float* mask, int V,
                                     float grad_scale) {
     __shared__ float red[64];
@@ -105,7 +106,7 @@ __global__ void lm_head_xent_kernel(float* losses, G* dl, int ldd, const float* 
 
 }  // namespace
 
-cudaError_t launch_lm_head_xent(float* losses, float* dl_f32, uint16_t* dl_bf16, int ldd,
+cudaError_t launch_xent_rows(float* losses, float* dl_f32, uint16_t* dl_bf16, int ldd,
                                 const float* logits, int ldl, const int32_t* targets,
                                 const float* mask, int N, int V, float grad_scale,
                                 cudaStream_t s) {
@@ -114,11 +115,11 @@ cudaError_t launch_lm_head_xent(float* losses, float* dl_f32, uint16_t* dl_bf16,
         (dl_f32 != nullptr && dl_bf16 != nullptr))
         return cudaErrorInvalidValue;
     if (dl_bf16 != nullptr)
-        lm_head_xent_kernel<__nv_bfloat16><<<N, kThreads, 0, s>>>(
+        xent_rows_kernel<__nv_bfloat16><<<N, kThreads, 0, s>>>(
             losses, reinterpret_cast<__nv_bfloat16*>(dl_bf16), ldd, logits, ldl, targets, mask,
             V, grad_scale);
     else
-        lm_head_xent_kernel<float><<<N, kThreads, 0, s>>>(losses, dl_f32, ldd, logits, ldl,
+        xent_rows_kernel<float><<<N, kThreads, 0, s>>>(losses, dl_f32, ldd, logits, ldl,
                                                           targets, mask, V, grad_scale);
     return cudaGetLastError();
 }
