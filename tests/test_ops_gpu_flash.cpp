@@ -332,6 +332,14 @@ INSTANTIATE_TEST_SUITE_P(
         FlashCase{"kerple_power_window", 2, 50, 128, 2, ctx::BiasKind::KerplePower, 9, kWide},
         FlashCase{"kerple_power_unsorted_d8", 2, 31, 24, 3, ctx::BiasKind::KerplePower, 0,
                   kUnsorted},
+        // T >= 144: warps whose 16 queries see a whole 64-key tile, so the dq kernel's loops
+        // specialised per family (full tiles, with and without the a, b gradients) run
+        FlashCase{"linear_full_tiles", 1, 160, 128, 2, ctx::BiasKind::Linear, 0, kGaps},
+        FlashCase{"linear_full_tiles_fixed", 1, 150, 128, 2, ctx::BiasKind::Linear, 0, kGaps, 32,
+                  128, false},
+        FlashCase{"kerple_log_full_tiles", 1, 192, 128, 2, ctx::BiasKind::KerpleLog, 0, kWide},
+        FlashCase{"kerple_power_full_tiles", 1, 150, 128, 2, ctx::BiasKind::KerplePower, 0,
+                  kGaps},
         FlashCase{"t5_default", 2, 100, 128, 2, ctx::BiasKind::T5, 0, kWide},
         FlashCase{"t5_window_unsorted_d80", 1, 70, 160, 2, ctx::BiasKind::T5, 11, kUnsorted, 16,
                   64},

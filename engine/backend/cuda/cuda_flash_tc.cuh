@@ -236,6 +236,18 @@ __device__ __forceinline__ float param_b(const BiasArgs& bs, int h) {
     return bs.kind == kKerpleLog || bs.kind == kKerplePower ? bs.b[h] : 0.0f;
 }
 
+// The general families (KERPLE-power, T5, Table; and every family on partial tiles) through one
+// out-of-line copy of bias_value and of the T5 bucket: inlined into a logit loop, their 32
+// copies (powf, T5's bucket logs in double) put ~450 instructions between consecutive logits'
+// hot instructions, so each tile taking that loop fetched code from across ~200 KB.
+static __device__ __noinline__ float bias_value_call(BiasArgs bs, int h, float pi, float pj,
+                                              const float* trow, int j) {
+    return bias_value(bs, h, pi, pj, trow, j);
+}
+static __device__ __noinline__ int t5_bucket_call(BiasArgs bs, float pi, float pj) {
+    return t5_bucket(bs, pi, pj);
+}
+
 // Bias of logit (i, j) times log2 e (the logits are kept in base 2) for family F (pa, pb: the
 // head's parameters a[h], b[h]): ALiBi is one multiply-add, KERPLE-log a fast log2 (bf16 logits
 // need no more), the rest bias_value's exact arithmetic.
@@ -249,25 +261,27 @@ __device__ __forceinline__ float bias2_of(const BiasArgs& bs, int h, float pa, f
     else if constexpr (F == kKerpleLog)
         return -pa * __log2f(fmaf(pb, fabsf(pi - pj), 1.0f));
     else
-        return bias_value(bs, h, pi, pj, trow, j) * kLog2e;
+        return bias_value_call(bs, h, pi, pj, trow, j) * kLog2e;
 }
 
 // f(family, masked) with both as compile-time constants (std::integral_constant), so the logit
 // loop of each tile is specialised; the choice is uniform over the block. Partial tiles (a few
-// per row: the diagonal, window and document edges) take the general bias path.
+// per row: the diagonal, window and document edges) test each logit against the mask; every
+// tile evaluates its family's bias the same way, so a logit is the same number in the forward
+// and both backward kernels.
 template <class Fn>
 __device__ __forceinline__ void with_family(int family, bool masked, Fn&& f) {
-    using Masked = std::true_type;
-    using Full = std::false_type;
-    if (masked) {
-        f(std::integral_constant<int, kOtherBias>{}, Masked{});
-        return;
-    }
+    auto run = [&](auto fam) {
+        if (masked)
+            f(fam, std::true_type{});
+        else
+            f(fam, std::false_type{});
+    };
     switch (family) {
-        case kNone: f(std::integral_constant<int, kNone>{}, Full{}); break;
-        case kLinear: f(std::integral_constant<int, kLinear>{}, Full{}); break;
-        case kKerpleLog: f(std::integral_constant<int, kKerpleLog>{}, Full{}); break;
-        default: f(std::integral_constant<int, kOtherBias>{}, Full{}); break;
+        case kNone: run(std::integral_constant<int, kNone>{}); break;
+        case kLinear: run(std::integral_constant<int, kLinear>{}); break;
+        case kKerpleLog: run(std::integral_constant<int, kKerpleLog>{}); break;
+        default: run(std::integral_constant<int, kOtherBias>{}); break;
     }
 }
 

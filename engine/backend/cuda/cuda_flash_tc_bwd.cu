@@ -7,37 +7,43 @@
 
 namespace ctx::cuda::tc {
 
-// d logit / d (a, b) of the Linear and KERPLE families times v, added to ga, gb (as cuda_flash.cu).
-__device__ __forceinline__ void bias_param_grads(double& ga, double& gb, int kind, float v,
-                                                 float pi, float pj, float pa, float pb) {
+// The terms d logit / d a and d logit / d b of the Linear and KERPLE families times v (as
+// cuda_flash.cu), which the caller subtracts from its sums. Not inlined: it serves the general
+// logit loop only (the families' own loops below have theirs in line), and 32 inlined copies
+// of the switch, the logs and the powers per loop made the dq kernel's code several times the
+// size of its hot path.
+struct BiasParamTerms {
+    float a, b;
+};
+__device__ __noinline__ BiasParamTerms bias_param_terms(int kind, float v, float pi, float pj,
+                                                        float pa, float pb) {
     switch (kind) {
         case kLinear:
-            ga -= double(v * (pi - pj));
-            break;
+            return BiasParamTerms{v * (pi - pj), 0.0f};
         case kKerpleLog: {
             const float dd = fabsf(pi - pj), u = 1.0f + pb * dd;
-            ga -= double(v * logf(u));
-            gb -= double(v * pa * dd / u);
-            break;
+            return BiasParamTerms{v * logf(u), v * pa * dd / u};
         }
         case kKerplePower: {
             const float dd = fabsf(pi - pj);
             if (dd > 0.0f) {
                 const float pw = powf(dd, pb);
-                ga -= double(v * pw);
-                gb -= double(v * pa * pw * logf(dd));
+                return BiasParamTerms{v * pw, v * pa * pw * logf(dd)};
             }
-            break;
+            return BiasParamTerms{0.0f, 0.0f};
         }
         default:
-            break;
+            return BiasParamTerms{0.0f, 0.0f};
     }
 }
 
 // ================================================================ dq
 
+// The per-logit output of a dq logit loop: none, the Table bias's gradient, T5's staging.
+inline constexpr int kOutNone = 0, kOutTable = 1, kOutT5 = 2;
+
 template <int kD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     flash_tc_dq_kernel(float* dqkv, float* partials, float* dtable, const float* lse,
                        const float* dvec, TcArgs a) {
     // Qs, dOs (kBr, LS) | two stages of [Ks, Vs (kBc, LS) | posK (kBc floats)] |
@@ -106,32 +112,83 @@ __global__ void __launch_bounds__(kThreads)
             float s[NT][4], dp[NT][4];
             tile_pair<KS, NT>(s, dp, Qs, dOs, wr, Ks(st), Vs(st), LS, lane);
             const float* pk = posK(st);
-            // s becomes dS = P (dP - D_i), 0 outside the mask
-            with_family(family, cv == kPartial, [&](auto fam, auto masked) {
+            // s becomes dS = P (dP - D_i), 0 outside the mask. kParamGrads: the a, b gradients
+            // are summed; kOut: the per-logit output (the table gradient, or T5's staging for
+            // its bucket sums). One loop per family, mask and output keeps a tile's hot
+            // instructions together: one loop with every option tested per logit made the
+            // kernel 107k SASS instructions, ~650 between consecutive logits' exp2.
+            auto logits = [&](auto fam, auto masked, auto param_grads, auto out) {
                 constexpr int F = decltype(fam)::value;
                 constexpr bool kMasked = decltype(masked)::value;
+                constexpr bool kParamGrads = decltype(param_grads)::value;
+                constexpr int kOut = decltype(out)::value;
+                float fa = 0.0f, fb = 0.0f;  // this tile's share of the a, b gradients
 #pragma unroll
                 for (int n = 0; n < NT; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), j = k0 + c;
                         const bool in = !kMasked || (j >= lo[r] && j <= hi[r]);
-                        const float pj = positions ? pk[c] : 0.0f;
+                        const float pj = F == kNone ? 0.0f
+                                         : F == kOtherBias ? (positions ? pk[c] : 0.0f)
+                                                           : pk[c];
                         float v = 0.0f;
                         if (in) {
-                            const float x = fmaf(s[n][e], scale2,
-                                                 bias2_of<F>(a.bs, h, pa, pb, pi[r], pj, trow[r], j));
-                            v = exp2f(x - lse2[r]) * (dp[n][e] - d_r[r]);
-                            if (dtable != nullptr) dtable[row[r] * T + j] += v;
-                            if (grads && !t5) bias_param_grads(ga, gb, kind, v, pi[r], pj, pa, pb);
+                            if constexpr (F == kKerpleLog) {
+                                // the log the bias needs is the one its a-gradient needs
+                                const float dd = fabsf(pi[r] - pj), u = fmaf(pb, dd, 1.0f);
+                                const float lg = __log2f(u);
+                                v = exp2f(fmaf(s[n][e], scale2, -pa * lg) - lse2[r]) *
+                                    (dp[n][e] - d_r[r]);
+                                if constexpr (kParamGrads) {
+                                    fa -= v * lg * kLn2;
+                                    fb -= v * pa * __fdividef(dd, u);
+                                }
+                            } else {
+                                const float x = fmaf(s[n][e], scale2,
+                                                     bias2_of<F>(a.bs, h, pa, pb, pi[r], pj,
+                                                                 trow[r], j));
+                                v = exp2f(x - lse2[r]) * (dp[n][e] - d_r[r]);
+                                if constexpr (kParamGrads && F == kLinear) {
+                                    fa -= v * (pi[r] - pj);
+                                } else if constexpr (kParamGrads) {  // KERPLE-power
+                                    const BiasParamTerms d =
+                                        bias_param_terms(kind, v, pi[r], pj, pa, pb);
+                                    ga -= double(d.a);
+                                    gb -= double(d.b);
+                                }
+                            }
+                            if constexpr (kOut == kOutTable) dtable[row[r] * T + j] += v;
                         }
-                        if (t5) {
+                        if constexpr (kOut == kOutT5) {
                             Sd[(wr + g + 8 * r) * kSP + c] = v;
-                            Bk[(wr + g + 8 * r) * kSP + c] = in ? t5_bucket(a.bs, pi[r], pj) : -1;
+                            Bk[(wr + g + 8 * r) * kSP + c] =
+                                in ? t5_bucket_call(a.bs, pi[r], pj) : -1;
                         }
                         s[n][e] = v;
                     }
-            });
+                ga += double(fa);
+                gb += double(fb);
+            };
+            // Every option is a compile-time constant of the loop, so none is tested per logit
+            // (and the compiler has no runtime condition to unswitch the unrolled loop on).
+            using Yes = std::true_type;
+            using No = std::false_type;
+            using Other = std::integral_constant<int, kOtherBias>;
+            if (t5)
+                logits(Other{}, Yes{}, No{}, std::integral_constant<int, kOutT5>{});
+            else if (dtable != nullptr)
+                logits(Other{}, Yes{}, No{}, std::integral_constant<int, kOutTable>{});
+            else
+                with_family(family, cv == kPartial, [&](auto fam, auto masked) {
+                    using Plain = std::integral_constant<int, kOutNone>;
+                    if constexpr (decltype(fam)::value == kNone)
+                        logits(fam, masked, No{}, Plain{});
+                    else if (grads)
+                        logits(fam, masked, Yes{}, Plain{});
+                    else
+                        logits(fam, masked, No{}, Plain{});
+                });
             product_from_c<kBc / 16, DN>(acc, s, Ks(st), LS, lane);
         }
         if (t5) {

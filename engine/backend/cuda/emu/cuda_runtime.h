@@ -76,6 +76,7 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__  // (libstdc++ spells an attribute __noinline__: empty keeps it valid)
 #define __launch_bounds__(...)
 #define __shared__ static
 #define threadIdx (::emu::g_tid)
@@ -85,6 +86,7 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
 inline void __syncthreads() { emu::syncthreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barrier(); }
 inline float __log2f(float x) { return std::log2(x); }  // the fast intrinsic; exact here
+inline float __fdividef(float x, float y) { return x / y; }  // the fast intrinsic; exact here
 inline unsigned __float_as_uint(float f) {
     unsigned u;
     std::memcpy(&u, &f, sizeof u);
