@@ -32,9 +32,8 @@
 //                        (as cuda_flash.cu), one partial per 64-row block written into the
 //                        first of its two 32-row slots (the second gets 0), so the shared
 //                        fixed-order reduction (launch_attention_bias_grad_reduce) applies.
-//   flash_tc_dkv_kernel  grid (T/64, H, B): a warp owns 16 keys; per query tile (64 queries
-//                        at head dims up to 64, else 32: dkv_query_tile), S^T = K Q^T,
-//                        dP^T = V dO^T, then dv += P^T dO, dk += dS^T Q.
+//   flash_tc_dkv_kernel  grid (T/64, H, B): a warp owns 16 keys; per query tile of 32,
+//                        S^T = K Q^T, dP^T = V dO^T, then dv += P^T dO, dk += dS^T Q.
 // dvec = rowsum(dout * out) comes from cuda_flash.cu's kernel (launch_flash_dvec), in fp32.
 #include "backend/cuda/cuda_flash_tc.cuh"
 

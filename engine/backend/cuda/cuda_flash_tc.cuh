@@ -22,10 +22,7 @@ namespace ctx::cuda::tc {
 inline constexpr int kThreads = 128;  // 4 warps
 inline constexpr int kBr = 64;        // queries per block (forward, dq): 16 per warp
 inline constexpr int kBc = 64;        // keys per tile (forward, dq), keys per block (dkv): 16 per warp
-// Queries per staged tile of the dkv kernel: 64 at head dims up to 64 (half the barriers and
-// twice the bytes per copy; still computed 32 queries at a time, so no more registers), 32
-// above (two stages of 64 would need more shared memory than sm_86/89 give a block at D 128).
-__host__ __device__ constexpr int dkv_query_tile(int kD) { return kD <= 64 ? 64 : 32; }
+inline constexpr int kBq = 32;        // queries per tile of the dkv kernel
 inline constexpr int kPad = 8;        // bf16 padding per staged row (16 bytes)
 inline constexpr int kSP = kBc + 1;   // row stride of the T5 staging tiles (floats / ints)
 inline constexpr float kLog2e = 1.4426950408889634f;

@@ -236,12 +236,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 // ================================================================ dk, dv
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     flash_tc_dkv_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
     // Ks, Vs (kBc, LS) | two stages of [Qs, dOs (kBq, LS) | posQ, lseQ, dQ (kBq floats)]
     extern __shared__ float sm[];
-    constexpr int kBq = dkv_query_tile(kD), kSub = 32;  // queries staged / computed at once
-    constexpr int LS = kD + kPad, KS = kD / 16, DN = kD / 8, NT = kSub / 8;
+    constexpr int LS = kD + kPad, KS = kD / 16, DN = kD / 8, NT = kBq / 8;
     constexpr int kStage = 2 * kBq * LS + 2 * 3 * kBq;  // bf16 elements
     uint16_t* Ks = reinterpret_cast<uint16_t*>(sm);
     uint16_t* Vs = Ks + kBc * LS;
@@ -287,20 +286,14 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 4; e++) dk[dn][e] = dv[dn][e] = 0.0f;
 
     for (int it = 0; it < n_tiles; it++) {
-        const int st = it & 1;
+        const int q0 = k0 + it * kBq, st = it & 1;
         await_tile(it, n_tiles, load);
-        // the staged tile in sub-tiles of kSub queries: the registers of a 32-query tile, the
-        // barriers and copies of a kBq one
-#pragma unroll 1
-        for (int sub = 0; sub < kBq / kSub; sub++) {
-            const int q0 = k0 + it * kBq + sub * kSub, r0 = sub * kSub;
-            // queries [q0, q0 + kSub) are the rows of the mask test, this warp's keys its columns
-            const TileCover cv = cover(a, b, q0, q0 + kSub - 1, w0, w1);
-            if (cv == kSkip) continue;
-            const uint16_t *qs = Qs(st) + r0 * LS, *dos = dOs(st) + r0 * LS;
+        // queries [q0, q0 + kBq) are the rows of the mask test, this warp's keys its columns
+        const TileCover cv = cover(a, b, q0, q0 + kBq - 1, w0, w1);
+        if (cv != kSkip) {
             float s[NT][4], dp[NT][4];
-            tile_pair<KS, NT>(s, dp, Ks, Vs, wk, qs, dos, LS, lane);
-            const float *pq = posQ(st) + r0, *lq = lseQ(st) + r0, *dd = dQ(st) + r0;
+            tile_pair<KS, NT>(s, dp, Ks, Vs, wk, Qs(st), dOs(st), LS, lane);
+            const float *pq = posQ(st), *lq = lseQ(st), *dd = dQ(st);
             // s becomes P^T, dp becomes dS^T (row: key, column: query)
             with_family(family, cv == kPartial, [&](auto fam, auto masked) {
                 constexpr int F = decltype(fam)::value;
@@ -324,8 +317,8 @@ __global__ void __launch_bounds__(kThreads)
                         dp[n][e] = ds;
                     }
             });
-            product_from_c<kSub / 16, DN>(dv, s, dos, LS, lane);
-            product_from_c<kSub / 16, DN>(dk, dp, qs, LS, lane);
+            product_from_c<kBq / 16, DN>(dv, s, dOs(st), LS, lane);
+            product_from_c<kBq / 16, DN>(dk, dp, Qs(st), LS, lane);
         }
         __syncthreads();  // stage st is refilled by the next iteration's load
     }
@@ -357,8 +350,8 @@ size_t dq_smem(int kD, bool t5) {
     return base + (t5 ? size_t(2) * kBr * kSP * 4 : 0);
 }
 size_t dkv_smem(int kD) {
-    const size_t LS = size_t(kD) + kPad, kBq = size_t(dkv_query_tile(kD));
-    return (size_t(2 * kBc) * LS + 2 * (2 * kBq) * LS) * 2 + 2 * 3 * kBq * 4;
+    const size_t LS = size_t(kD) + kPad;
+    return (size_t(2 * kBc) * LS + 2 * size_t(2 * kBq) * LS) * 2 + 2 * 3 * kBq * 4;
 }
 
 template <int kD>
