@@ -194,7 +194,9 @@ profile() {
     m+=",sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
     m+=",sm__inst_executed.sum,l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum"
     m+=",l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum"
-    m+=",dram__bytes.sum$stalls"
+    # instructions executed: with the no_instruction stalls, what showed the dq kernel's code
+    # size (2026-11-28) to be its limit
+    m+=",dram__bytes.sum,sm__inst_executed.sum$stalls"
     if [[ -z "$ncu" ]]; then
         printf '%-34s %-8s %5s  %s\n' profile-flash-tc-ncu skipped - "ncu not found" | tee -a "$SUMMARY"
         failures=$((failures + 1))
