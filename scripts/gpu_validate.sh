@@ -2,9 +2,13 @@
 # GPU validation from the self-contained bundle (docs/CUDA.md "The GPU bundle"): one command on
 # the GPU machine, nothing to build or install there.
 #
-#   bash <bundle>/gpu_validate.sh [all|tests|bench|profile|sanitize [TOOL]]     (default: all)
+#   bash <bundle>/gpu_validate.sh [all|quick|tests|bench|profile|sanitize [TOOL]] (default: all)
 #
 #   all       GPU report, the gpu test executables, end-to-end recipes, the benchmarks
+#   quick     one device call's worth (~4 minutes on an H100): the tests, then the numbers that
+#             track issue 17 (GPT-2 124M bf16, attention at D 64 / 128 for none, alibi and
+#             kerple_log at T 1k / 4k / 16k, the SDPA peer) and ncu of the backward kernels at
+#             D 64 / T 1k (time, instructions, stalls)
 #   tests     GPU report, tests and recipes only
 #   bench     GPU report, benchmarks only
 #   profile   GPU report, Nsight Compute metrics of the tensor-core flash kernels (forward, dq,
@@ -17,8 +21,8 @@
 #
 # Everything goes to $OUT (default ./gpu_validate_out): summary.txt, one log per step, the tests'
 # gtest XML. Every step has its own timeout, capped by what is left of CTX_VALIDATE_BUDGET_S
-# (default 450 s, so the whole run stays under 8 minutes; in `all` the tests get at most
-# CTX_TESTS_BUDGET_S of it, default 240 s); a step that fails or times out is
+# (default 450 s, so the whole run stays under 8 minutes; in `all` (`quick`) the tests get at most
+# CTX_TESTS_BUDGET_S of it, default 240 s (120 s)); a step that fails or times out is
 # recorded and the run goes on; steps that no longer fit are recorded as skipped. A test
 # executable that skips every test while nvidia-smi lists a GPU is ALLSKIP (not ok). Exit code 0
 # only when every step passed. Run from the repository, it uses $BUNDLE (default
@@ -39,8 +43,8 @@ fi
 BUNDLE=$(cd "$BUNDLE" && pwd)
 mode=${1:-all}
 case "$mode" in
-all | tests | bench | profile | sanitize) ;;
-*) sed -n 2,26p "$0"; exit 2 ;;
+all | quick | tests | bench | profile | sanitize) ;;
+*) sed -n 2,30p "$0"; exit 2 ;;
 esac
 
 OUT=${OUT:-$PWD/gpu_validate_out}
@@ -219,6 +223,33 @@ profile() {
     step ab-gpt2-124m-bf16-lm-head-1gib 60 env CTX_LM_HEAD_CHUNK_MIB=1024 "$RUN" ctxengine bench "${ab[@]}"
 }
 
+# The numbers that track issue 17, in one device call after the tests (docs/BENCHMARKS.md).
+quick_bench() {
+    local B=("$RUN" ctxengine bench) ncu m stall d peer="$BUNDLE/benchmarks/sdpa_peer.py"
+    step bench-gpt2-124m-bf16 60 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 \
+        --steps 20 --warmup 3
+    for d in 64 128; do
+        step "bench-attention-d$d-bf16" 60 "${B[@]}" attention --device cuda --precision bf16 \
+            --head-dim $d --T 1024,4096,16384 --pe none,alibi,kerple_log --steps 5 --repeats 2
+    done
+    if [[ -f "$peer" ]] && python3 -c "import torch" 2>/dev/null; then
+        step bench-attention-sdpa-peer 60 python3 "$peer" --device cuda --head-dim 64,128 \
+            --T 1024,4096,16384 --dtype bf16 --pe none --steps 3 --repeats 2
+    fi
+    ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
+          2>/dev/null | head -1 || true)
+    [[ -z "$ncu" ]] && return
+    m="gpu__time_duration.sum,launch__registers_per_thread,sm__inst_executed.sum"
+    m+=",sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+    m+=",sm__warps_active.avg.pct_of_peak_sustained_active"
+    for stall in no_instruction long_scoreboard short_scoreboard wait barrier; do
+        m+=",smsp__average_warps_issue_stalled_${stall}_per_issue_active.ratio"
+    done
+    step profile-flash-tc-bwd-ncu-d64 60 "$RUN" "$ncu" -k regex:flash_tc_d --launch-count 2 \
+        --metrics "$m" "$BUNDLE/bin/ctxengine" bench attention --device cuda --precision bf16 \
+        --head-dim 64 --T 1024 --pe none --steps 1 --repeats 1 --warmup 0
+}
+
 sanitize() {
     local tool=${1:-memcheck} cs t filter=()
     cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
@@ -245,6 +276,13 @@ all)
     tests
     DEADLINE=$((START + BUDGET))
     bench
+    ;;
+quick)
+    DEADLINE=$((START + ${CTX_TESTS_BUDGET_S:-120}))
+    ((DEADLINE > START + BUDGET)) && DEADLINE=$((START + BUDGET))
+    tests
+    DEADLINE=$((START + BUDGET))
+    quick_bench
     ;;
 tests) tests ;;
 bench) bench ;;
