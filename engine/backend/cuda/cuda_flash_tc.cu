@@ -28,10 +28,12 @@
 //                        softmax, P stays in registers as the A operand of O += P V.
 //   flash_tc_dq_kernel   grid (T/64, H, B): per key tile, S and dP = dO V^T, P = exp(S - lse),
 //                        dS = P (dP - D_i); dq += dS K; dtable += dS; bias-parameter partials
-//                        per thread in double, T5 through a bucket-owner scan of the tile
-//                        (as cuda_flash.cu), one partial per 64-row block written into the
-//                        first of its two 32-row slots (the second gets 0), so the shared
-//                        fixed-order reduction (launch_attention_bias_grad_reduce) applies.
+//                        per thread in double (each tile's in float), T5 through a
+//                        bucket-owner scan of the tile (as cuda_flash.cu), one partial per
+//                        64-row block written into the first of its two 32-row slots (the
+//                        second gets 0), so the shared fixed-order reduction
+//                        (launch_attention_bias_grad_reduce) applies. One logit loop per bias
+//                        family, mask, parameter gradient and per-logit output.
 //   flash_tc_dkv_kernel  grid (T/64, H, B): a warp owns 16 keys; per query tile of 32,
 //                        S^T = K Q^T, dP^T = V dO^T, then dv += P^T dO, dk += dS^T Q.
 // dvec = rowsum(dout * out) comes from cuda_flash.cu's kernel (launch_flash_dvec), in fp32.
