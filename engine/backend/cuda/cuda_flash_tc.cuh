@@ -233,12 +233,12 @@ __device__ __forceinline__ float param_b(const BiasArgs& bs, int h) {
     return bs.kind == kKerpleLog || bs.kind == kKerplePower ? bs.b[h] : 0.0f;
 }
 
-// The general families (KERPLE-power, T5, Table; and every family on partial tiles) through one
-// out-of-line copy of bias_value and of the T5 bucket: inlined into a logit loop, their 32
-// copies (powf, T5's bucket logs in double) put ~450 instructions between consecutive logits'
-// hot instructions, so each tile taking that loop fetched code from across ~200 KB.
+// The general families (KERPLE-power, T5, Table) through one out-of-line copy of bias_value
+// and of the T5 bucket: inlined into a logit loop, their 32 copies (powf, T5's bucket logs in
+// double) put ~450 instructions between consecutive logits' hot instructions, so each tile
+// taking that loop fetched code from across ~200 KB.
 static __device__ __noinline__ float bias_value_call(BiasArgs bs, int h, float pi, float pj,
-                                              const float* trow, int j) {
+                                                     const float* trow, int j) {
     return bias_value(bs, h, pi, pj, trow, j);
 }
 static __device__ __noinline__ int t5_bucket_call(BiasArgs bs, float pi, float pj) {
