@@ -223,6 +223,16 @@ profile() {
     step ab-gpt2-124m-bf16-lm-head-1gib 60 env CTX_LM_HEAD_CHUNK_MIB=1024 "$RUN" ctxengine bench "${ab[@]}"
 }
 
+# tests_then_bench SECONDS BENCH: the tests within SECONDS of the budget (so slow tests cannot
+# starve the benchmarks), then BENCH with what is left.
+tests_then_bench() {
+    DEADLINE=$((START + $1))
+    ((DEADLINE > START + BUDGET)) && DEADLINE=$((START + BUDGET))
+    tests
+    DEADLINE=$((START + BUDGET))
+    "$2"
+}
+
 # The numbers that track issue 17, in one device call after the tests (docs/BENCHMARKS.md).
 quick_bench() {
     local B=("$RUN" ctxengine bench) ncu m stall d peer="$BUNDLE/benchmarks/sdpa_peer.py"
@@ -270,20 +280,8 @@ sanitize() {
 echo "gpu_validate: $mode, output in $OUT" >&2
 report
 case "$mode" in
-all)
-    DEADLINE=$((START + ${CTX_TESTS_BUDGET_S:-240}))
-    ((DEADLINE > START + BUDGET)) && DEADLINE=$((START + BUDGET))
-    tests
-    DEADLINE=$((START + BUDGET))
-    bench
-    ;;
-quick)
-    DEADLINE=$((START + ${CTX_TESTS_BUDGET_S:-120}))
-    ((DEADLINE > START + BUDGET)) && DEADLINE=$((START + BUDGET))
-    tests
-    DEADLINE=$((START + BUDGET))
-    quick_bench
-    ;;
+all) tests_then_bench "${CTX_TESTS_BUDGET_S:-240}" bench ;;
+quick) tests_then_bench "${CTX_TESTS_BUDGET_S:-120}" quick_bench ;;
 tests) tests ;;
 bench) bench ;;
 profile) profile ;;

@@ -503,9 +503,7 @@ std::vector<float> Model::logits(const Batch& b) const {
     const size_t N = static_cast<size_t>(b.B) * T, V = config_.vocab_size;
     std::vector<float> out(N * V);
     if (!tp_.active()) {
-        logit_chunks(N, [&](size_t r0, size_t n, const float* lg) {
-            std::memcpy(out.data() + r0 * V, lg, n * V * sizeof(float));
-        });
+        logit_chunks(N, out.data());
     } else {  // this rank's vocabulary columns (a pass's backward leaves dlogits there)
         backend_->matmul_forward(acts_->logits, acts_->lnf, head_weight(), nullptr,
                                  static_cast<int>(N), config_.d_model, shard_.V);
@@ -528,20 +526,22 @@ std::vector<float> Model::logits(const Batch& b) const {
 }
 
 // The last pass's logits of rows [r0, r0 + n) on the host, a chunk at a time: recomputed from
-// the kept final norm into the head's scratch (not tensor-parallel).
-void Model::logit_chunks(size_t N, const std::function<void(size_t, size_t, const float*)>& f)
-    const {
+// the kept final norm into the head's scratch (not tensor-parallel), copied into dst (N, V) when
+// given (then read from there), else into one chunk's host buffer.
+void Model::logit_chunks(size_t N, float* dst,
+                         const std::function<void(size_t, size_t, const float*)>& f) const {
     const size_t V = config_.vocab_size;
     const int R = backend_->lm_head_chunk_rows(static_cast<int>(N), static_cast<int>(V));
-    std::vector<float> host;
+    std::vector<float> chunk;
     for (size_t r0 = 0; r0 < N; r0 += R) {
         const size_t n = std::min(N - r0, static_cast<size_t>(R));
         backend_->matmul_forward(acts_->logits, acts_->lnf + r0 * config_.d_model, head_weight(),
                                  nullptr, static_cast<int>(n), config_.d_model,
                                  static_cast<int>(V));
-        host.resize(n * V);
-        backend_->copy_to_host(host.data(), acts_->logits, n * V);
-        f(r0, n, host.data());
+        if (dst == nullptr) chunk.resize(n * V);
+        float* host = dst != nullptr ? dst + r0 * V : chunk.data();
+        backend_->copy_to_host(host, acts_->logits, n * V);
+        if (f) f(r0, n, host);
     }
 }
 
@@ -560,7 +560,7 @@ std::vector<int32_t> Model::argmax(const Batch& b) const {
     }
     CTX_CHECK(acts_ && b.B <= reserved_B_ && b.T <= reserved_T_,
               "argmax: no forward pass of a {} x {} batch to read", b.B, b.T);
-    logit_chunks(N, pick);
+    logit_chunks(N, nullptr, pick);
     return best;
 }
 

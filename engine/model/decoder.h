@@ -171,8 +171,10 @@ public:
     // The final norm alone (head's first half): ln (N, C), mean, rstd (N).
     void head_norm(float* ln, float* mean, float* rstd, const float* x, int N);
     const float* head_weight() const;  // (V, C): wte when tied, else lm_head.weight
-    void logit_chunks(size_t N,
-                      const std::function<void(size_t, size_t, const float*)>& f) const;
+    // The last pass's logits, N rows, recomputed a chunk at a time from the kept final norm (not
+    // tensor-parallel): each chunk into dst + r0 V when dst is given, then f(r0, n, its rows).
+    void logit_chunks(size_t N, float* dst,
+                      const std::function<void(size_t, size_t, const float*)>& f = {}) const;
     // The checks every row passes before it runs: tokens (and targets, when given) in the
     // vocabulary, positions finite, >= 0 and within a learned table. Host memory, n tokens of
     // row `row` starting at column first_col (for the messages).

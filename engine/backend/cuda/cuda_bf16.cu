@@ -11,7 +11,7 @@
 
 #include "backend/cuda/cuda_bf16.h"
 #include "backend/cuda/cuda_device.cuh"
-#include "backend/cuda/cuda_kernels.h"  // column_chunks, launch_column_finish_add
+#include "backend/cuda/cuda_kernels.h"  // column_chunks, kColTile, launch_column_finish_add
 
 namespace ctx::cuda {
 
@@ -39,7 +39,6 @@ __global__ void round_rows_to_bf16_kernel(__nv_bfloat16* dst, size_t ld, const f
 // The first stage of launch_column_sum_add (cuda_dense.cu: tiles of 32 columns x 8 row lanes,
 // rows in G chunks, each lane's rows in order, then the lanes in order) with the rows rounded
 // into dst on the way; columns [C, ld) of dst get zeros.
-constexpr int kColTile = 32, kColLanes = 8;  // as cuda_dense.cu's column sums
 __global__ void round_rows_colsum_kernel(__nv_bfloat16* dst, size_t ld, float* part,
                                          const float* x, int N, int C, int rows_per_chunk) {
     __shared__ float s0[kColLanes][kColTile + 1];

@@ -170,9 +170,8 @@ __global__ void layernorm_backward_dinp_kernel(float* dinp, const float* dout, c
 
 // ================================================================ column reductions (two stages)
 // Stage 1: block (32 columns x 8 row lanes) per (column tile, row chunk) writes the chunk's sum of
-// each column; stage 2: one thread per column adds the chunks in order.
-
-constexpr int kColTile = 32, kColLanes = 8;
+// each column; stage 2: one thread per column adds the chunks in order. Block shape: kColTile x
+// kColLanes (cuda_kernels.h).
 
 // mode 0: sum of x; mode 1: layernorm (sum of (x - mean) rstd dout -> part0, of dout -> part1;
 // mean null: RMS norm, x rstd dout)

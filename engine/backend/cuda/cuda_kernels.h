@@ -77,6 +77,9 @@ cudaError_t launch_layernorm_backward_dinp(float* dinp, const float* dout, const
                                            int N, int C, cudaStream_t s);
 // Row chunks of the two-stage column reductions (a function of N only: deterministic).
 int column_chunks(int N);
+// The column sums' first-stage block: kColTile columns x kColLanes row lanes (the kernels that
+// take column sums in the same order share it, so they give the same bits).
+inline constexpr int kColTile = 32, kColLanes = 8;
 // dw (C) += sum_n (inp - mean) rstd dout; db (C) += sum_n dout (db may be null).
 // partials: 2 * column_chunks(N) * C floats.
 cudaError_t launch_layernorm_backward_params(float* dw, float* db, float* partials,
@@ -116,9 +119,8 @@ cudaError_t launch_kv_repeat(float* qkv, float* dgrouped, const float* grouped,
 // dl_f32 (may alias logits, ldd == ldl) or dl_bf16 (bf16 bit patterns), (N, ldd) =
 // grad_scale * mask * (softmax - onehot), zero in columns [V, ldd).
 cudaError_t launch_xent_rows(float* losses, float* dl_f32, uint16_t* dl_bf16, int ldd,
-                                const float* logits, int ldl, const int32_t* targets,
-                                const float* mask, int N, int V, float grad_scale,
-                                cudaStream_t s);
+                             const float* logits, int ldl, const int32_t* targets,
+                             const float* mask, int N, int V, float grad_scale, cudaStream_t s);
 // Vocabulary-parallel cross-entropy (Backend::crossentropy_shard_stats / _finish).
 cudaError_t launch_crossentropy_shard_stats(float* stats, const float* logits,
                                             const int32_t* targets, int N, int V,

@@ -67,8 +67,8 @@ __device__ __forceinline__ __nv_bfloat16 to_grad<__nv_bfloat16>(float v) {
 // read and written by one thread, and the target logit is read before the first barrier.
 template <class G>
 __global__ void xent_rows_kernel(float* losses, G* dl, int ldd, const float* logits, int ldl,
-                                    const int32_t* targets, const float* mask, int V,
-                                    float grad_scale) {
+                                 const int32_t* targets, const float* mask, int V,
+                                 float grad_scale) {
     __shared__ float red[64];
     const int n = blockIdx.x;
     const float mk = mask != nullptr ? mask[n] : 1.0f;
@@ -107,9 +107,8 @@ __global__ void xent_rows_kernel(float* losses, G* dl, int ldd, const float* log
 }  // namespace
 
 cudaError_t launch_xent_rows(float* losses, float* dl_f32, uint16_t* dl_bf16, int ldd,
-                                const float* logits, int ldl, const int32_t* targets,
-                                const float* mask, int N, int V, float grad_scale,
-                                cudaStream_t s) {
+                             const float* logits, int ldl, const int32_t* targets,
+                             const float* mask, int N, int V, float grad_scale, cudaStream_t s) {
     if (N <= 0) return cudaSuccess;
     if (ldl < V || ((dl_f32 != nullptr || dl_bf16 != nullptr) && ldd < V) ||
         (dl_f32 != nullptr && dl_bf16 != nullptr))
@@ -119,8 +118,8 @@ cudaError_t launch_xent_rows(float* losses, float* dl_f32, uint16_t* dl_bf16, in
             losses, reinterpret_cast<__nv_bfloat16*>(dl_bf16), ldd, logits, ldl, targets, mask,
             V, grad_scale);
     else
-        xent_rows_kernel<float><<<N, kThreads, 0, s>>>(losses, dl_f32, ldd, logits, ldl,
-                                                          targets, mask, V, grad_scale);
+        xent_rows_kernel<float><<<N, kThreads, 0, s>>>(losses, dl_f32, ldd, logits, ldl, targets,
+                                                       mask, V, grad_scale);
     return cudaGetLastError();
 }
 

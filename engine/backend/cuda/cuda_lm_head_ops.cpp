@@ -75,7 +75,7 @@ void CudaBackend::lm_head_loss(float* losses, float* dinp, float* dW, float* scr
             gemm_bf16(op, false, true, n, Vp, C, 1.0f, x, C, w16, C, 0.0f, logits, Vp);
             uint16_t* g = dinp != nullptr ? bf16_grad_.ensure(size_t(n) * Vp, op) : nullptr;
             check(launch_xent_rows(losses + o, nullptr, g, Vp, logits, Vp, tgt + o, m, n, V,
-                                      grad_scale, stream_),
+                                   grad_scale, stream_),
                   op);
             if (dinp == nullptr) continue;
             // dinp (n, C) += dl (n, Vp) @ bf16(W) (Vp, C)
@@ -86,8 +86,8 @@ void CudaBackend::lm_head_loss(float* losses, float* dinp, float* dW, float* scr
             const float* x = inp + o * C;
             // logits (n, V), row stride Vp = x (n, C) @ W^T (C, V)
             gemm(op, false, true, n, V, C, 1.0f, x, C, W, C, 0.0f, logits, Vp);
-            check(launch_xent_rows(losses + o, dinp != nullptr ? logits : nullptr, nullptr,
-                                      Vp, logits, Vp, tgt + o, m, n, V, grad_scale, stream_),
+            check(launch_xent_rows(losses + o, dinp != nullptr ? logits : nullptr, nullptr, Vp,
+                                   logits, Vp, tgt + o, m, n, V, grad_scale, stream_),
                   op);
             if (dinp == nullptr) continue;
             // dinp (n, C) += dl (n, V) @ W (V, C);  dW (V, C) += dl^T (V, n) @ x (n, C)
