@@ -6,16 +6,16 @@
 #
 #   all       GPU report, the gpu test executables, end-to-end recipes, the benchmarks
 #   quick     one device call's worth (~4 minutes on an H100): the tests, then the numbers that
-#             track issue 17 (GPT-2 124M bf16, attention at D 64 / 128 for none, alibi and
-#             kerple_log at T 1k / 4k / 16k, the SDPA peer) and ncu of the backward kernels at
-#             D 64 / T 1k (time, instructions, stalls)
+#             track issue 17 (GPT-2 124M bf16, with CTX_BF16_ACTIVATIONS=0 as its A/B, attention
+#             at D 64 / 128 for none, alibi and kerple_log at T 1k / 4k / 16k, the SDPA peer)
+#             and ncu of the backward kernels at D 64 / T 1k (time, instructions, stalls)
 #   tests     GPU report, tests and recipes only
 #   bench     GPU report, benchmarks only
 #   profile   GPU report, Nsight Compute metrics of the tensor-core flash kernels (forward, dq,
 #             dk/dv at head dim 128, T 4096, and at GPT-2's 64, T 1024: time, registers,
 #             occupancy, tensor-pipe use, local memory, stall reasons), `bench --profile` of
 #             GPT-2 124M in bf16 (each op's share), and GPT-2 124M bf16 A/B: the default against
-#             CTX_CUBLASLT=0 and CTX_LM_HEAD_CHUNK_MIB=64 / 1024
+#             CTX_CUBLASLT=0, CTX_BF16_ACTIVATIONS=0 and CTX_LM_HEAD_CHUNK_MIB=64 / 1024
 #   sanitize  the gpu test executables under compute-sanitizer (TOOL: memcheck (default),
 #             racecheck, synccheck, initcheck); CTX_SANITIZE_FILTER=gtest-filter narrows them
 #
@@ -219,6 +219,8 @@ profile() {
     local ab=(--config gpt2-124m --device cuda --precision bf16 --steps 10 --warmup 3)
     step ab-gpt2-124m-bf16-default 60 "$RUN" ctxengine bench "${ab[@]}"
     step ab-gpt2-124m-bf16-no-cublaslt 60 env CTX_CUBLASLT=0 "$RUN" ctxengine bench "${ab[@]}"
+    step ab-gpt2-124m-bf16-fp32-activations 60 env CTX_BF16_ACTIVATIONS=0 "$RUN" ctxengine bench \
+        "${ab[@]}"
     step ab-gpt2-124m-bf16-lm-head-64mib 60 env CTX_LM_HEAD_CHUNK_MIB=64 "$RUN" ctxengine bench "${ab[@]}"
     step ab-gpt2-124m-bf16-lm-head-1gib 60 env CTX_LM_HEAD_CHUNK_MIB=1024 "$RUN" ctxengine bench "${ab[@]}"
 }
@@ -238,6 +240,9 @@ quick_bench() {
     local B=("$RUN" ctxengine bench) ncu m stall d peer="$BUNDLE/benchmarks/sdpa_peer.py"
     step bench-gpt2-124m-bf16 60 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 \
         --steps 20 --warmup 3
+    # A/B: the activations kept in fp32 and rounded by each product (before 2026-11-28)
+    step ab-gpt2-124m-bf16-fp32-activations 60 env CTX_BF16_ACTIVATIONS=0 "${B[@]}" \
+        --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
     for d in 64 128; do
         step "bench-attention-d$d-bf16" 60 "${B[@]}" attention --device cuda --precision bf16 \
             --head-dim $d --T 1024,4096,16384 --pe none,alibi,kerple_log --steps 5 --repeats 2

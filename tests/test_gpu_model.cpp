@@ -22,9 +22,11 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "backend/profiling_backend.h"
 #include "model/generate.h"
 #include "model/sparsity.h"
 #include "model/optimizer.h"
@@ -406,6 +408,79 @@ TEST(OpsGpuModelBf16Master, UpdatesBelowBf16ResolutionReachTheFp32Master) {
     std::printf("  %zu of %zu trained fp32 entries moved; their bf16 rounding changed for %zu\n",
                 changed, trained, bf16_changed);
 }
+
+// bf16 activation storage (Backend::bf16_activations, on by default in bf16): the norms' outputs,
+// the MLP's activation and the final norm are kept in bf16 instead of being rounded by every
+// product that reads them. The products see the same bf16 values either way, so with the
+// unfused GELU (CTX_CUBLASLT=0, where both storages run the same activation kernel) a training
+// pass gives the same bits as fp32 storage: losses, every gradient and the logits. With
+// cuBLASLt's GELU epilogue (the default), which bf16 storage does not use, they agree to within
+// bf16 rounding.
+std::unique_ptr<Backend> bf16_backend(const char* activations, const char* cublaslt) {
+    setenv("CTX_BF16_ACTIVATIONS", activations, 1);
+    if (cublaslt != nullptr) setenv("CTX_CUBLASLT", cublaslt, 1);
+    std::unique_ptr<Backend> be = make_cuda_backend(0, Precision::Bf16);
+    unsetenv("CTX_BF16_ACTIVATIONS");
+    unsetenv("CTX_CUBLASLT");
+    return be;
+}
+
+class OpsGpuModelBf16Acts : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(OpsGpuModelBf16Acts, SameBitsAsFp32Storage) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (cuda_device_count() == 0)";
+    const ModelCase& mc = GetParam();
+    const ModelConfig c = config_for(mc);
+    const BatchBuffers buf = make_batch(c.vocab_size);
+    const Batch b = buf.batch();
+    for (const char* lt : {"0", static_cast<const char*>(nullptr)}) {
+        const bool exact = lt != nullptr;
+        const std::unique_ptr<Backend> on = bf16_backend("1", lt), off = bf16_backend("0", lt);
+        ASSERT_TRUE(on->bf16_activations());
+        ASSERT_FALSE(off->bf16_activations());
+        ProfilingBackend seen(*on);  // which ops the pass ran: the storage must be in use
+        Model m_on(c, seen, test::make_pe(mc.pe, c, mc.opts), 3);
+        Model m_off(c, *off, test::make_pe(mc.pe, c, mc.opts), 3);
+        const size_t P = m_on.layout().total();
+        on->zero(m_on.grads().data(), P);
+        off->zero(m_off.grads().data(), P);
+        const double l_on = m_on.forward_backward(b, 0.05f).mean();
+        const double l_off = m_off.forward_backward(b, 0.05f).mean();
+        const std::vector<float> g_on = to_host(*on, m_on.grads().data(), P);
+        const std::vector<float> g_off = to_host(*off, m_off.grads().data(), P);
+        const std::vector<float> lg_on = m_on.logits(b), lg_off = m_off.logits(b);
+        std::map<std::string, long> calls;
+        for (const OpProfileRow& r : seen.rows()) calls[r.op] += r.calls;
+        const char* norm = c.norm == NormKind::RMSNorm ? "rmsnorm_forward_bf16"
+                                                       : "layernorm_forward_bf16";
+        EXPECT_EQ(calls[norm], 2 * c.n_layer + 1) << "ln1, ln2 of each layer and the final norm";
+        EXPECT_EQ(calls["lm_head_loss_bf16"], 1);
+        EXPECT_EQ(calls["lm_head_loss"], 0);
+        EXPECT_EQ(calls["matmul_backward_bf16"], 3 * c.n_layer) << "qkv, fc, fc_proj";
+        EXPECT_EQ(calls["matmul_backward"], c.n_layer) << "the attention projection (fp32 input)";
+        if (exact) {
+            EXPECT_EQ(l_on, l_off);
+            EXPECT_EQ(std::memcmp(g_on.data(), g_off.data(), P * sizeof(float)), 0)
+                << "gradients differ";
+            ASSERT_EQ(lg_on.size(), lg_off.size());
+            EXPECT_EQ(std::memcmp(lg_on.data(), lg_off.data(), lg_on.size() * sizeof(float)), 0)
+                << "logits differ";
+        } else {
+            EXPECT_LT(std::fabs(l_on - l_off), 1e-3 * l_off) << l_on << " vs " << l_off;
+            expect_views_close(m_off, g_on, g_off, kBf16GradViewBand, "bf16 activations' grads");
+        }
+        std::printf("  CTX_CUBLASLT=%s: loss bf16 activations %.7f  fp32 activations %.7f\n",
+                    exact ? "0" : "default", l_on, l_off);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Style, OpsGpuModelBf16Acts,
+    ::testing::Values(ModelCase{"nope_gpt2", "none", "gpt2", {}},
+                      ModelCase{"rope_neox", "rope", "neox", {}},
+                      ModelCase{"alibi_bloom", "alibi", "bloom", {}},
+                      ModelCase{"rope_llama_mqa", "rope", "llama_mqa", {}}),
+    [](const auto& info) { return info.param.label; });
 
 }  // namespace
 }  // namespace ctx

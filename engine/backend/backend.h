@@ -130,9 +130,17 @@ struct AttentionOptions {
 // optimizer state, stays fp32):
 //   Fp32: fp32 inputs, fp32 accumulation (no TF32).
 //   Bf16: inputs (activations and weights) rounded to bf16, fp32 accumulation and fp32 outputs;
-//         the fp32 parameters are the master copy the optimizer updates.
+//         the fp32 parameters are the master copy the optimizer updates. The activations
+//         that only products read may also be stored in bf16 (Backend::bf16_activations).
 enum class Precision { Fp32 = 0, Bf16 = 1 };
 const char* precision_name(Precision p);  // "fp32" | "bf16"
+
+// One bfloat16 in backend memory, as its 16-bit pattern (the upper half of the fp32 it rounds):
+// activations stored in bf16 (Backend::bf16_activations). A type of its own so that a bf16
+// buffer cannot be passed where an op reads floats.
+struct Bf16 {
+    uint16_t bits;
+};
 
 struct AdamWParams {
     float lr = 0.0f;
@@ -432,6 +440,33 @@ public:
     // logits per chunk; a positive integer).
     virtual int lm_head_chunk_rows(int N, int V) const;
     virtual size_t lm_head_scratch_floats(int N, int V) const;
+
+    // ---- bf16 activation storage (a Precision::Bf16 backend whose bf16_activations() is true)
+    // The activations whose only readers are matrix products (the norms' outputs, the MLP's
+    // activation) are kept in bf16: the op that makes them rounds them (round-to-nearest-even)
+    // as it writes, so the products read them with no rounding pass, and they take half the
+    // memory. Each *_bf16 op below is its fp32 namesake with that one operand in bf16, and
+    // gives the bits that op gives on the same backend with the operand rounded first (for
+    // matmul_activation_forward_bf16: to within one bf16 rounding of its output). The defaults
+    // refuse; backend/operand.h picks the op for a buffer's storage.
+    virtual bool bf16_activations() const { return false; }
+    virtual void layernorm_forward_bf16(Bf16* out, float* mean, float* rstd, const float* inp,
+                                        const float* w, const float* b, int N, int C, float eps);
+    virtual void rmsnorm_forward_bf16(Bf16* out, float* rstd, const float* inp, const float* w,
+                                      int N, int C, float eps);
+    virtual void activation_forward_bf16(Bf16* out, const float* inp, size_t n, Activation act);
+    virtual void swiglu_forward_bf16(Bf16* out, const float* inp, int N, int F);
+    virtual void matmul_forward_bf16(float* out, const Bf16* inp, const float* W,
+                                     const float* bias, int N, int IC, int OC);
+    // pre (fp32) = inp @ W^T + bias, out = act(pre) in bf16. The default runs the two ops above.
+    virtual void matmul_activation_forward_bf16(float* pre, Bf16* out, const Bf16* inp,
+                                                const float* W, const float* bias, int N, int IC,
+                                                int OC, Activation act);
+    virtual void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
+                                      const Bf16* inp, const float* W, int N, int IC, int OC);
+    virtual void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
+                                   const Bf16* inp, const float* W, const int32_t* targets,
+                                   const float* mask, int N, int C, int V, float grad_scale);
 
     // ---- optimizer
     // AdamW with decoupled weight decay on n contiguous floats:

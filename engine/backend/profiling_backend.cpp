@@ -257,6 +257,56 @@ void ProfilingBackend::lm_head_loss(float* losses, float* dinp, float* dW, float
               inner_.lm_head_loss(losses, dinp, dW, scratch, inp, W, targets, mask, N, C, V,
                                   grad_scale));
 }
+// bf16 activation storage: the same ops with one operand in bf16, timed under their own names.
+void ProfilingBackend::layernorm_forward_bf16(Bf16* out, float* mean, float* rstd,
+                                              const float* inp, const float* w, const float* b,
+                                              int N, int C, float eps) {
+    CTX_TIMED("layernorm_forward_bf16", fmt::format("N={} C={}", N, C), 0,
+              inner_.layernorm_forward_bf16(out, mean, rstd, inp, w, b, N, C, eps));
+}
+void ProfilingBackend::rmsnorm_forward_bf16(Bf16* out, float* rstd, const float* inp,
+                                            const float* w, int N, int C, float eps) {
+    CTX_TIMED("rmsnorm_forward_bf16", fmt::format("N={} C={}", N, C), 0,
+              inner_.rmsnorm_forward_bf16(out, rstd, inp, w, N, C, eps));
+}
+void ProfilingBackend::activation_forward_bf16(Bf16* out, const float* inp, size_t n,
+                                               Activation act) {
+    CTX_TIMED("activation_forward_bf16", fmt::format("n={}", n), 0,
+              inner_.activation_forward_bf16(out, inp, n, act));
+}
+void ProfilingBackend::swiglu_forward_bf16(Bf16* out, const float* inp, int N, int F) {
+    CTX_TIMED("swiglu_forward_bf16", fmt::format("N={} F={}", N, F), 0,
+              inner_.swiglu_forward_bf16(out, inp, N, F));
+}
+void ProfilingBackend::matmul_forward_bf16(float* out, const Bf16* inp, const float* W,
+                                           const float* bias, int N, int IC, int OC) {
+    CTX_TIMED("matmul_forward_bf16", fmt::format("N={} IC={} OC={}", N, IC, OC),
+              2.0 * N * double(IC) * OC, inner_.matmul_forward_bf16(out, inp, W, bias, N, IC, OC));
+}
+void ProfilingBackend::matmul_activation_forward_bf16(float* pre, Bf16* out, const Bf16* inp,
+                                                      const float* W, const float* bias, int N,
+                                                      int IC, int OC, Activation act) {
+    CTX_TIMED("matmul_activation_forward_bf16", fmt::format("N={} IC={} OC={}", N, IC, OC),
+              2.0 * N * double(IC) * OC,
+              inner_.matmul_activation_forward_bf16(pre, out, inp, W, bias, N, IC, OC, act));
+}
+void ProfilingBackend::matmul_backward_bf16(float* dinp, float* dW, float* dbias,
+                                            const float* dout, const Bf16* inp, const float* W,
+                                            int N, int IC, int OC) {
+    CTX_TIMED("matmul_backward_bf16", fmt::format("N={} IC={} OC={}", N, IC, OC),
+              (dinp != nullptr ? 4.0 : 2.0) * N * double(IC) * OC,
+              inner_.matmul_backward_bf16(dinp, dW, dbias, dout, inp, W, N, IC, OC));
+}
+void ProfilingBackend::lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
+                                         const Bf16* inp, const float* W,
+                                         const int32_t* targets, const float* mask, int N, int C,
+                                         int V, float grad_scale) {
+    CTX_TIMED("lm_head_loss_bf16",
+              fmt::format("N={} C={} V={} chunk={}", N, C, V, inner_.lm_head_chunk_rows(N, V)),
+              (dinp != nullptr ? 6.0 : 2.0) * N * double(C) * V,
+              inner_.lm_head_loss_bf16(losses, dinp, dW, scratch, inp, W, targets, mask, N, C, V,
+                                       grad_scale));
+}
 void ProfilingBackend::attention_block_forward(float* out_b, float* lse_b, const float* q,
                                                const float* kv, const AttnBlockRows& qrows,
                                                const AttnBlockRows& krows, int B, int C, int H,

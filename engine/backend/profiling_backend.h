@@ -150,6 +150,24 @@ public:
     }
     void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                       const AdamWParams& hp) override;
+    bool bf16_activations() const override { return inner_.bf16_activations(); }
+    void layernorm_forward_bf16(Bf16* out, float* mean, float* rstd, const float* inp,
+                                const float* w, const float* b, int N, int C,
+                                float eps) override;
+    void rmsnorm_forward_bf16(Bf16* out, float* rstd, const float* inp, const float* w, int N,
+                              int C, float eps) override;
+    void activation_forward_bf16(Bf16* out, const float* inp, size_t n, Activation act) override;
+    void swiglu_forward_bf16(Bf16* out, const float* inp, int N, int F) override;
+    void matmul_forward_bf16(float* out, const Bf16* inp, const float* W, const float* bias,
+                             int N, int IC, int OC) override;
+    void matmul_activation_forward_bf16(float* pre, Bf16* out, const Bf16* inp, const float* W,
+                                        const float* bias, int N, int IC, int OC,
+                                        Activation act) override;
+    void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
+                              const Bf16* inp, const float* W, int N, int IC, int OC) override;
+    void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
+                           const Bf16* inp, const float* W, const int32_t* targets,
+                           const float* mask, int N, int C, int V, float grad_scale) override;
 
 private:
     using Clock = std::chrono::steady_clock;

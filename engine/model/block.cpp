@@ -9,12 +9,12 @@ void AttentionStep::backward(int, float*, const float*, const float*, const floa
     fail("internal: this attention step runs forward only (no backward pass)");
 }
 
-void norm_forward(Backend& be, const ModelConfig& c, float* out, float* mean, float* rstd,
+void norm_forward(Backend& be, const ModelConfig& c, Operand out, float* mean, float* rstd,
                   const float* inp, const float* w, const float* b, int N) {
     if (c.norm == NormKind::RMSNorm)
-        be.rmsnorm_forward(out, rstd, inp, w, N, c.d_model, c.norm_eps);
+        rmsnorm_forward(be, out, rstd, inp, w, N, c.d_model, c.norm_eps);
     else
-        be.layernorm_forward(out, mean, rstd, inp, w, b, N, c.d_model, c.norm_eps);
+        layernorm_forward(be, out, mean, rstd, inp, w, b, N, c.d_model, c.norm_eps);
 }
 
 void norm_backward(Backend& be, const ModelConfig& c, float* dinp, float* dw, float* db,
@@ -56,20 +56,22 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
 
     // attention branch: ln1 -> qkv (column-parallel) [-> kv heads repeated] -> attention ->
     // proj (row-parallel; summed over tp)
-    norm_forward(be, c, a.ln1 + slot, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, Nr);
-    tp_.gather_rows(a.ln1, NrC);  // sequence parallel: every rank's rows
+    norm_forward(be, c, a.ln1.at(slot), a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, Nr);
+    if (tp_.sequence_parallel())  // every rank's rows
+        tp_.gather_rows(a.ln1.fp32("sequence parallelism"), NrC);
     float* projected = c.grouped_kv() ? a.qkv_grouped : a.qkv;  // (N, Q)
     if (sp && sp->heads) {
         // q of the listed heads only; k and v of every head (rows [A, Q) of qkv_w), into place
         const int KV = Q - A;
-        be.matmul_rows_forward(projected, Q, a.ln1, w.qkv_w, w.qkv_b, sp->heads, N, C,
+        const float* ln1 = a.ln1.fp32("contextual sparsity");
+        be.matmul_rows_forward(projected, Q, ln1, w.qkv_w, w.qkv_b, sp->heads, N, C,
                                sp->heads_k, s.D);
-        be.matmul_forward(sp->kv, a.ln1, w.qkv_w + static_cast<size_t>(A) * C,
+        be.matmul_forward(sp->kv, ln1, w.qkv_w + static_cast<size_t>(A) * C,
                           w.qkv_b ? w.qkv_b + A : nullptr, N, C, KV);
         be.copy_2d(projected + A, static_cast<size_t>(Q), sp->kv, static_cast<size_t>(KV),
                    static_cast<size_t>(N), static_cast<size_t>(KV));
     } else {
-        be.matmul_forward(projected, a.ln1, w.qkv_w, w.qkv_b, N, C, Q);
+        matmul_forward(be, projected, a.ln1, w.qkv_w, w.qkv_b, N, C, Q);
     }
     if (c.grouped_kv()) be.kv_repeat_forward(a.qkv, a.qkv_grouped, N, s.H, s.Hkv, s.D);
     attention.forward(layer, a.qkv, a.atty, a.att);
@@ -86,33 +88,33 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
     // MLP branch: ln2 of (x + attn) sequentially, of x in parallel; fc (column-parallel) ->
     // activation (or SwiGLU of [gate | up]) -> fc_proj (row-parallel; summed over tp)
     const float* mlp_in = c.parallel_residual ? x : a.res2;
-    norm_forward(be, c, a.ln2 + slot, a.ln2_mean, a.ln2_rstd, mlp_in, w.ln2_w, w.ln2_b, Nr);
-    tp_.gather_rows(a.ln2, NrC);
+    norm_forward(be, c, a.ln2.at(slot), a.ln2_mean, a.ln2_rstd, mlp_in, w.ln2_w, w.ln2_b, Nr);
+    if (tp_.sequence_parallel()) tp_.gather_rows(a.ln2.fp32("sequence parallelism"), NrC);
     if (sp && sp->units) {
         // the listed units' rows of fc ([gate | up] halves alike); the others' entries of fch
         // keep stale values that the activation passes through and fc_proj never reads
         for (int half = 0; half < s.F2 / F; ++half)
-            be.matmul_rows_forward(a.fch + half * F, s.F2, a.ln2,
+            be.matmul_rows_forward(a.fch + half * F, s.F2, a.ln2.fp32("contextual sparsity"),
                                    w.fc_w + static_cast<size_t>(half) * F * C,
                                    w.fc_b ? w.fc_b + half * F : nullptr, sp->units, N, C,
                                    sp->units_k, 1);
     } else if (!c.gated_mlp()) {  // fc and its activation in one op (a fused epilogue on CUDA)
-        be.matmul_activation_forward(a.fch, a.fch_act, a.ln2, w.fc_w, w.fc_b, N, C, F,
-                                     c.activation);
+        matmul_activation_forward(be, a.fch, a.fch_act, a.ln2, w.fc_w, w.fc_b, N, C, F,
+                                  c.activation);
     } else {
-        be.matmul_forward(a.fch, a.ln2, w.fc_w, w.fc_b, N, C, s.F2);
+        matmul_forward(be, a.fch, a.ln2, w.fc_w, w.fc_b, N, C, s.F2);
     }
     if (c.gated_mlp())
-        be.swiglu_forward(a.fch_act, a.fch, N, F);
+        swiglu_forward(be, a.fch_act, a.fch, N, F);
     else if (sp && sp->units)
-        be.activation_forward(a.fch_act, a.fch, static_cast<size_t>(N) * F, c.activation);
+        activation_forward(be, a.fch_act, a.fch, static_cast<size_t>(N) * F, c.activation);
     if (sp && sp->units)
-        be.matmul_rows_project(tmp, a.fch_act, F, sp->fc_proj_t,
+        be.matmul_rows_project(tmp, a.fch_act.fp32("contextual sparsity"), F, sp->fc_proj_t,
                                add_out_bias ? w.fc_proj_b : nullptr, sp->units, N, C,
                                sp->units_k, 1);
     else
-        be.matmul_forward(tmp, a.fch_act, w.fc_proj_w, add_out_bias ? w.fc_proj_b : nullptr, N,
-                          F, C);
+        matmul_forward(be, tmp, a.fch_act, w.fc_proj_w, add_out_bias ? w.fc_proj_b : nullptr, N,
+                       F, C);
     tp_.sum_rows(tmp, NrC);
     be.add(x_out, a.res2, tmp, NrC);
 }
@@ -135,8 +137,8 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     // communication beyond every rank's rows of dx (nor does the replicated bias's gradient).
     const float* dx_all = tp_.gather_rows_from(dx, d.dx_full, NrC);
     be.zero(d.dfch_act, NF);
-    be.matmul_backward(d.dfch_act, g.fc_proj_w, g.fc_proj_b, dx_all, a.fch_act, w.fc_proj_w, N,
-                       F, C);
+    matmul_backward(be, d.dfch_act, g.fc_proj_w, g.fc_proj_b, dx_all, a.fch_act, w.fc_proj_w,
+                    N, F, C);
     be.zero(d.dfch, static_cast<size_t>(N) * F2);
     if (c.gated_mlp())
         be.swiglu_backward(d.dfch, a.fch, d.dfch_act, N, F);
@@ -144,7 +146,7 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
         be.activation_backward(d.dfch, a.fch, d.dfch_act, NF, c.activation);
     float* dln2 = c.parallel_residual ? d.dln2 : d.dln;
     be.zero(dln2, NC);
-    be.matmul_backward(dln2, g.fc_w, g.fc_b, d.dfch, a.ln2, w.fc_w, N, C, F2);
+    matmul_backward(be, dln2, g.fc_w, g.fc_b, d.dfch, a.ln2, w.fc_w, N, C, F2);
     tp_.sum_rows(dln2, NrC);  // column-parallel fc: each rank's hidden units' share
     if (!c.parallel_residual) {
         // dx becomes d/d(res2): the residual path plus the MLP norm's input gradient.
@@ -165,7 +167,7 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
         dproj = d.dqkv_grouped;
     }
     be.zero(d.dln, NC);
-    be.matmul_backward(d.dln, g.qkv_w, g.qkv_b, dproj, a.ln1, w.qkv_w, N, C, Q);
+    matmul_backward(be, d.dln, g.qkv_w, g.qkv_b, dproj, a.ln1, w.qkv_w, N, C, Q);
     tp_.sum_rows(d.dln, NrC);  // column-parallel qkv: each rank's heads' share
     if (c.parallel_residual) {
         // Both branches read x: their norm gradients join the residual in dx.

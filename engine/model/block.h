@@ -24,6 +24,7 @@
 #pragma once
 
 #include "backend/backend.h"
+#include "backend/operand.h"
 #include "model/config.h"
 #include "model/tensor_parallel.h"
 
@@ -44,17 +45,19 @@ struct BlockWeights {
 
 // One block's activations for N tokens. Training keeps a set per layer for the backward pass;
 // generation points every layer at the same buffers (ln1 and ln2 may then be one buffer).
+// ln1, ln2 and fch_act are read by products only: stored in bf16 when the model's pass keeps
+// activations in bf16 (Backend::bf16_activations; not with tensor parallelism nor in generation).
 struct BlockActs {
-    float* ln1;                  // (N, C) (sequence parallel: gathered from every rank's rows)
+    Operand ln1;                 // (N, C) (sequence parallel: gathered from every rank's rows)
     float *ln1_mean, *ln1_rstd;  // (Nr)  (mean unused by RMSNorm)
     float* qkv;                  // (N, 3A)  q, k as the attention step left them (rotated)
     float* atty;                 // (N, A)   attention output before the projection
     float* att;                  // what the attention step saves for backward (or nullptr)
     float* res2;                 // (Nr, C)  x + attn
-    float* ln2;                  // (N, C)
+    Operand ln2;                 // (N, C)
     float *ln2_mean, *ln2_rstd;  // (Nr)
     float* fch;                  // (N, F2)
-    float* fch_act;              // (N, F)
+    Operand fch_act;             // (N, F)
     float* qkv_grouped;          // (N, Q) grouped-query only (else null): the projection before
                                  // kv_repeat, scratch that every layer reuses
 };
@@ -89,7 +92,7 @@ struct BlockGradBuffers {
 
 // The style's normalisation over rows of C: layernorm (mean and rstd saved, bias optional) or
 // RMSNorm (rstd saved; mean and b unused). The final norm and both block norms run these.
-void norm_forward(Backend& be, const ModelConfig& c, float* out, float* mean, float* rstd,
+void norm_forward(Backend& be, const ModelConfig& c, Operand out, float* mean, float* rstd,
                   const float* inp, const float* w, const float* b, int N);
 // dinp (N, C) +=, dw +=, db += (db null for RMSNorm)
 void norm_backward(Backend& be, const ModelConfig& c, float* dinp, float* dw, float* db,

@@ -161,13 +161,16 @@ void Model::reserve(int B, int T_whole) {
     const bool sp = tp_.sequence_parallel();
     const size_t Nr = sp ? (N + W - 1) / W : N;
     auto acts = std::make_unique<Acts>();
+    acts->bf16 = backend_->bf16_activations() && !tp_.active();
+    auto op = [&](size_t n) { return operand_floats(n, acts->bf16); };  // ln1, ln2, fch_act, lnf
     // Sizes in the order of the struct; each rounded to 16 floats.
     const std::vector<size_t> sizes = {
         N * C, N * C, N, N,                                   // encoded, emb_ln, mean, rstd
-        L * N * C, L * Nr, L * Nr, L * N * 3 * A, N * Q,      // ln1, mean, rstd, qkv, grouped
+        op(L * N * C), L * Nr, L * Nr, L * N * 3 * A, N * Q,  // ln1, mean, rstd, qkv, grouped
         L * N * A, L * saved, L * Nr * C,                     // atty, att (or lse), res2
-        L * N * C, L * Nr, L * Nr, L * N * F2, L * N * F,     // ln2, mean, rstd, fch, fch_act
-        (L + 1) * Nr * C, N * C, N, N, logits, N, N * C,      // resid, lnf, m, r, logits, losses, tmp
+        op(L * N * C), L * Nr, L * Nr, L * N * F2, op(L * N * F),  // ln2, m, r, fch, fch_act
+        (L + 1) * Nr * C, op(N * C), N, N, logits, N, N * C,  // resid, lnf, m, r, logits,
+                                                              // losses, tmp
         N * C, N * C, N * C, N * A, N * 3 * A, N * F2, N * F, N * C, scratch,  // grads, scratch
         table, table, xent, xent * W,  // bias_table, dbias_table, xent_stats, xent_stats_all
         sp ? N * C : 0, sp ? 2 * C : 0};  // dx_full, norm_scratch (sequence parallel)
@@ -352,19 +355,20 @@ void Model::embed(float* x, float* encoded, float* mean, float* rstd, const int3
     }
 }
 
-void Model::head(float* logits, float* ln, float* mean, float* rstd, const float* x, int N) {
+void Model::head(float* logits, Operand ln, float* mean, float* rstd, const float* x, int N) {
     head_norm(ln, mean, rstd, x, N);
     // vocabulary-parallel: this rank's (N, V / tp) columns of the logits
-    backend_->matmul_forward(logits, ln, head_weight(), nullptr, N, config_.d_model, shard_.V);
+    matmul_forward(*backend_, logits, ln, head_weight(), nullptr, N, config_.d_model, shard_.V);
 }
 
-void Model::head_norm(float* ln, float* mean, float* rstd, const float* x, int N) {
+void Model::head_norm(Operand ln, float* mean, float* rstd, const float* x, int N) {
     const int C = config_.d_model, Nr = tp_.rows_here(N);
     // x: this rank's rows under sequence parallelism; the head needs every row's norm
-    norm_forward(*backend_, config_, ln + tp_.row_offset(N) * C, mean, rstd, x,
+    norm_forward(*backend_, config_, ln.at(tp_.row_offset(N) * C), mean, rstd, x,
                  view_or_null(layout_, params_, "lnf.weight"),
                  view_or_null(layout_, params_, "lnf.bias"), Nr);
-    tp_.gather_rows(ln, static_cast<size_t>(Nr) * C);
+    if (tp_.sequence_parallel())
+        tp_.gather_rows(ln.fp32("sequence parallelism"), static_cast<size_t>(Nr) * C);
 }
 
 const float* Model::head_weight() const {
@@ -379,10 +383,18 @@ BlockActs Model::layer_acts(int l, int B, int T) const {
     const size_t Nr = tp_.rows_here(static_cast<int>(N)), NrC = Nr * C;  // sequence parallel
     const size_t L = static_cast<size_t>(l);
     const size_t saved = attention_saved_floats(attention_mode_, B, T, shard_.H);
-    return BlockActs{a.ln1 + L * NC,      a.ln1_mean + L * Nr, a.ln1_rstd + L * Nr,
-                     a.qkv + L * NA * 3,  a.atty + L * NA,     a.att + L * saved,
-                     a.res2 + L * NrC,    a.ln2 + L * NC,      a.ln2_mean + L * Nr,
-                     a.ln2_rstd + L * Nr, a.fch + L * NF2,     a.fch_act + L * NF,
+    return BlockActs{a.operand(a.ln1, L * NC),
+                     a.ln1_mean + L * Nr,
+                     a.ln1_rstd + L * Nr,
+                     a.qkv + L * NA * 3,
+                     a.atty + L * NA,
+                     a.att + L * saved,
+                     a.res2 + L * NrC,
+                     a.operand(a.ln2, L * NC),
+                     a.ln2_mean + L * Nr,
+                     a.ln2_rstd + L * Nr,
+                     a.fch + L * NF2,
+                     a.operand(a.fch_act, L * NF),
                      a.qkv_grouped};
 }
 
@@ -422,9 +434,9 @@ void Model::forward_impl(const Batch& b) {
 
     const float* xL = a.resid + config_.n_layer * NC;
     if (tp_.active())  // the loss needs every row's logits (this rank's vocabulary columns)
-        head(a.logits, a.lnf, a.lnf_mean, a.lnf_rstd, xL, N);
+        head(a.logits, a.operand(a.lnf), a.lnf_mean, a.lnf_rstd, xL, N);
     else  // the head's product is fused with the loss (cross_entropy)
-        head_norm(a.lnf, a.lnf_mean, a.lnf_rstd, xL, N);
+        head_norm(a.operand(a.lnf), a.lnf_mean, a.lnf_rstd, xL, N);
 }
 
 // One pass over a batch: forward and the loss, then (train) the backward pass.
@@ -469,9 +481,9 @@ void Model::cross_entropy(bool train, int N, float grad_scale) {
                                             : view_or_null(layout_, grads_, "lm_head.weight");
             backend_->zero(a.dln, static_cast<size_t>(N) * C);
         }
-        backend_->lm_head_loss(a.losses, train ? a.dln : nullptr, dhead, a.logits, a.lnf,
-                               head_weight(), a.batch.targets, a.batch.mask, N, C,
-                               config_.vocab_size, grad_scale);
+        lm_head_loss(*backend_, a.losses, train ? a.dln : nullptr, dhead, a.logits,
+                     a.operand(a.lnf), head_weight(), a.batch.targets, a.batch.mask, N, C,
+                     config_.vocab_size, grad_scale);
         return;
     }
     backend_->crossentropy_shard_stats(a.xent_stats, a.logits, a.batch.targets, N, shard_.V,
@@ -505,8 +517,8 @@ std::vector<float> Model::logits(const Batch& b) const {
     if (!tp_.active()) {
         logit_chunks(N, out.data());
     } else {  // this rank's vocabulary columns (a pass's backward leaves dlogits there)
-        backend_->matmul_forward(acts_->logits, acts_->lnf, head_weight(), nullptr,
-                                 static_cast<int>(N), config_.d_model, shard_.V);
+        matmul_forward(*backend_, acts_->logits, acts_->operand(acts_->lnf), head_weight(),
+                       nullptr, static_cast<int>(N), config_.d_model, shard_.V);
         gather_vocab_columns(acts_->logits, N, out.data());
     }
     if (cp == 1) return out;
@@ -535,9 +547,9 @@ void Model::logit_chunks(size_t N, float* dst,
     std::vector<float> chunk;
     for (size_t r0 = 0; r0 < N; r0 += R) {
         const size_t n = std::min(N - r0, static_cast<size_t>(R));
-        backend_->matmul_forward(acts_->logits, acts_->lnf + r0 * config_.d_model, head_weight(),
-                                 nullptr, static_cast<int>(n), config_.d_model,
-                                 static_cast<int>(V));
+        matmul_forward(*backend_, acts_->logits, acts_->operand(acts_->lnf, r0 * config_.d_model),
+                       head_weight(), nullptr, static_cast<int>(n), config_.d_model,
+                       static_cast<int>(V));
         if (dst == nullptr) chunk.resize(n * V);
         float* host = dst != nullptr ? dst + r0 * V : chunk.data();
         backend_->copy_to_host(host, acts_->logits, n * V);
@@ -580,7 +592,7 @@ void Model::backward_impl(const Batch& b) {
                                                 : view_or_null(layout_, params_, "lm_head.weight");
     if (tp_.active()) {  // else lm_head_loss has written dln and added into dhead
         be.zero(a.dln, NC);
-        be.matmul_backward(a.dln, dhead, nullptr, a.logits, a.lnf, head, N, C, V);
+        matmul_backward(be, a.dln, dhead, nullptr, a.logits, a.operand(a.lnf), head, N, C, V);
     }
     // the residual stream: this rank's Nr rows under sequence parallelism, else all N
     const int Nr = tp_.rows_here(N);

@@ -167,9 +167,9 @@ public:
     void embed(float* x, float* encoded, float* mean, float* rstd, const int32_t* tokens,
                const float* positions, const float* positions_host, int N);
     // logits (N, V) = head(final layernorm(x (N, C))); ln (N, C), mean, rstd (N) kept.
-    void head(float* logits, float* ln, float* mean, float* rstd, const float* x, int N);
+    void head(float* logits, Operand ln, float* mean, float* rstd, const float* x, int N);
     // The final norm alone (head's first half): ln (N, C), mean, rstd (N).
-    void head_norm(float* ln, float* mean, float* rstd, const float* x, int N);
+    void head_norm(Operand ln, float* mean, float* rstd, const float* x, int N);
     const float* head_weight() const;  // (V, C): wte when tied, else lm_head.weight
     // The last pass's logits, N rows, recomputed a chunk at a time from the kept final norm (not
     // tensor-parallel): each chunk into dst + r0 V when dst is given, then f(r0, n, its rows).

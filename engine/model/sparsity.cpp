@@ -121,8 +121,9 @@ SparsityData collect_sparsity_data(Model& model, const std::vector<std::vector<i
         ln1.resize(NC);
         act.resize(static_cast<size_t>(N) * F);
         atty.resize(NC);
-        be.copy_to_host(ln1.data(), a.ln1, NC);
-        be.copy_to_host(act.data(), a.fch_act, act.size());
+        // generation keeps its activations in fp32
+        be.copy_to_host(ln1.data(), a.ln1.fp32("the predictors' training data"), NC);
+        be.copy_to_host(act.data(), a.fch_act.fp32("the predictors' training data"), act.size());
         be.copy_to_host(atty.data(), a.atty, NC);
         // layer l's ln1 output is the input of layer l + 1's predictors (and layer 0's own)
         if (l + 1 < L) {

@@ -123,13 +123,20 @@ CudaBackend::CudaBackend(int device, Precision precision)
     check_blas(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     const char* s = std::getenv("CTX_CUDA_SYNC");
     sync_each_op_ = s != nullptr && s[0] != '\0' && std::strcmp(s, "0") != 0;
+    // bf16 activation storage: on with bf16 products; CTX_BF16_ACTIVATIONS=0 keeps the
+    // activations in fp32 (rounded per product), for A/B timings and comparisons
+    const char* a = std::getenv("CTX_BF16_ACTIVATIONS");
+    CTX_CHECK(a == nullptr || *a == '\0' || std::strcmp(a, "0") == 0 || std::strcmp(a, "1") == 0,
+              "CTX_BF16_ACTIVATIONS: expected 0 (fp32 activations) or 1 (bf16 activations, the "
+              "default of --precision bf16), got '{}'", a);
+    bf16_activations_ = precision_ == Precision::Bf16 && (a == nullptr || std::strcmp(a, "0") != 0);
     // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
-    // fp32 accumulation)
-    name_ = fmt::format("cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}, cuBLAS{}{})", device, prop.name,
+    // fp32 accumulation; "bf16 activations" when the products' inputs are stored in bf16)
+    name_ = fmt::format("cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{})", device, prop.name,
                         prop.major, prop.minor,
                         double(prop.totalGlobalMem) / double(size_t(1) << 30),
-                        precision_name(precision_), lt_.enabled() ? "Lt" : "",
-                        sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
+                        precision_name(precision_), bf16_activations_ ? " activations" : "",
+                        lt_.enabled() ? "Lt" : "", sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
 }
 
 CudaBackend::~CudaBackend() {

@@ -214,6 +214,24 @@ public:
                                   const AttnBlockRows& qrows, const AttnBlockRows& krows, int B,
                                   int C, int H, const AttentionOptions& opt) override;
 
+    // ---- bf16 activation storage (Precision::Bf16 unless CTX_BF16_ACTIVATIONS=0;
+    //      cuda_bf16_ops.cpp)
+    bool bf16_activations() const override { return bf16_activations_; }
+    void layernorm_forward_bf16(Bf16* out, float* mean, float* rstd, const float* inp,
+                                const float* w, const float* b, int N, int C,
+                                float eps) override;
+    void rmsnorm_forward_bf16(Bf16* out, float* rstd, const float* inp, const float* w, int N,
+                              int C, float eps) override;
+    void activation_forward_bf16(Bf16* out, const float* inp, size_t n, Activation act) override;
+    void swiglu_forward_bf16(Bf16* out, const float* inp, int N, int F) override;
+    void matmul_forward_bf16(float* out, const Bf16* inp, const float* W, const float* bias,
+                             int N, int IC, int OC) override;
+    void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
+                              const Bf16* inp, const float* W, int N, int IC, int OC) override;
+    void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
+                           const Bf16* inp, const float* W, const int32_t* targets,
+                           const float* mask, int N, int C, int V, float grad_scale) override;
+
     cudaStream_t stream() const { return stream_; }  // for parallel/nccl_reducer.cpp
     int device() const { return device_; }           // for parallel/nccl_reducer.cpp
 
@@ -263,8 +281,22 @@ private:
     // when that path is off or has no algorithm, having run nothing (cuda_dense_ops.cpp).
     bool lt_forward(float* out, float* pre, const float* inp, const float* W, const float* bias,
                     int N, int IC, int OC, const char* op);
+    // out (N, OC) (+)= a (N, IC) @ bf16(W)^T + bias, a already bf16 (either storage's forward).
+    void forward_bf16(float* out, const uint16_t* a, const float* W, const float* bias, int N,
+                      int IC, int OC, const char* op);
+    // matmul_backward's bf16 products with inp already bf16 (either storage).
+    void backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
+                       const uint16_t* inp, const float* W, int N, int IC, int OC,
+                       const char* op);
+    // lm_head_loss with x as fp32 (inp) or, bf16 activation storage, as bf16 (inp16).
+    void lm_head(float* losses, float* dinp, float* dW, float* scratch, const float* inp,
+                 const uint16_t* inp16, const float* W, const int32_t* targets,
+                 const float* mask, int N, int C, int V, float grad_scale, const char* op);
+    // The *_bf16 ops' precondition: this backend stores activations in bf16.
+    void require_bf16_activations(const char* op) const;
     BlasLt lt_;
     Precision precision_ = Precision::Fp32;
+    bool bf16_activations_ = false;  // Bf16, and CTX_BF16_ACTIVATIONS is not 0
     // grow-only bf16 copies of the operands of one matmul call: activation (N, IC), weight
     // (OC, IC), output gradient (N, OC)
     DeviceScratch<uint16_t> bf16_act_, bf16_weight_, bf16_grad_;

@@ -6,6 +6,7 @@
 // Determinism: no kernel here uses atomics. Reductions over rows (dbias, layernorm dw/db) are two
 // stages with a chunking that depends on the shapes only; the embedding scatter is grouped by
 // destination row on the host (each destination row is owned by one block).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -18,6 +19,12 @@ namespace ctx::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+// An output element in the storage of its buffer: fp32, or bf16 rounded to nearest even (bf16
+// activation storage, Backend::bf16_activations). Each kernel that writes an activation a
+// product reads is templated on it, so both storages compute the same fp32 value.
+__device__ __forceinline__ void store(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
 // ================================================================ elementwise
 
@@ -116,14 +123,14 @@ __global__ void grouped_row_add_kernel(float* dst, const float* dout, const int3
 constexpr int kRowsPerBlock = 4;  // one warp per row
 
 // Rms: RMS norm (no centering, no bias, mean not written): the same kernels with m = 0.
-template <bool Rms>
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
+template <bool Rms, class Out>
+__global__ void layernorm_forward_kernel(Out* out, float* mean, float* rstd, const float* inp,
                                          const float* w, const float* b, int N, int C,
                                          float eps) {
     const int n = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (n >= N) return;
     const float* x = inp + size_t(n) * C;
-    float* y = out + size_t(n) * C;
+    Out* y = out + size_t(n) * C;
     float sum = 0.0f;
     if (!Rms)
         for (int c = lane; c < C; c += 32) sum += x[c];
@@ -136,7 +143,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
     const float s = 1.0f / sqrtf(warp_sum(var) / float(C) + eps);
     for (int c = lane; c < C; c += 32) {
         const float v = (x[c] - m) * s * w[c];
-        y[c] = b != nullptr ? v + b[c] : v;
+        store(y + c, b != nullptr ? v + b[c] : v);
     }
     if (lane == 0) {
         if (!Rms) mean[n] = m;
@@ -234,29 +241,31 @@ constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
 // act: 0 = GeluTanh, 1 = GeluErf, 3 = Relu (Activation's values)
-__global__ void activation_forward_kernel(float* out, const float* inp, size_t n, int act) {
+template <class Out>
+__global__ void activation_forward_kernel(Out* out, const float* inp, size_t n, int act) {
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += size_t(gridDim.x) * blockDim.x) {
         const float x = inp[i];
         if (act == 0) {
             const float u = kGeluTanhScale * (x + kGeluCubic * x * x * x);
-            out[i] = 0.5f * x * (1.0f + tanhf(u));
+            store(out + i, 0.5f * x * (1.0f + tanhf(u)));
         } else if (act == 3) {
-            out[i] = x > 0.0f ? x : 0.0f;
+            store(out + i, x > 0.0f ? x : 0.0f);
         } else {
-            out[i] = 0.5f * x * (1.0f + erff(x * kInvSqrt2));
+            store(out + i, 0.5f * x * (1.0f + erff(x * kInvSqrt2)));
         }
     }
 }
 
 // SwiGLU over rows of inp (N, 2F) = [gate | up]: one thread per output element (n, f).
-__global__ void swiglu_forward_kernel(float* out, const float* inp, int N, int F) {
+template <class Out>
+__global__ void swiglu_forward_kernel(Out* out, const float* inp, int N, int F) {
     const size_t total = size_t(N) * F;
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
          i += size_t(gridDim.x) * blockDim.x) {
         const size_t n = i / F, f = i % F;
         const float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f];
-        out[i] = g / (1.0f + expf(-g)) * u;
+        store(out + i, g / (1.0f + expf(-g)) * u);
     }
 }
 
@@ -464,18 +473,34 @@ cudaError_t launch_grouped_row_add(float* dst, const float* dout, const int32_t*
     return cudaGetLastError();
 }
 
+namespace {
+
+template <class Out>
+cudaError_t layernorm_forward(Out* out, float* mean, float* rstd, const float* inp,
+                              const float* w, const float* b, int N, int C, float eps,
+                              cudaStream_t s) {
+    if (N <= 0) return cudaSuccess;
+    const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+    auto* kernel = mean == nullptr ? &layernorm_forward_kernel<true, Out>  // RMS norm
+                                   : &layernorm_forward_kernel<false, Out>;
+    kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(out, mean, rstd, inp, w, b, N, C, eps);
+    return cudaGetLastError();
+}
+
+__nv_bfloat16* as_bf16(uint16_t* p) { return reinterpret_cast<__nv_bfloat16*>(p); }
+
+}  // namespace
+
 cudaError_t launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                      const float* w, const float* b, int N, int C, float eps,
                                      cudaStream_t s) {
-    if (N <= 0) return cudaSuccess;
-    const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-    if (mean == nullptr)  // RMS norm (launch_rmsnorm_forward)
-        layernorm_forward_kernel<true><<<blocks, 32 * kRowsPerBlock, 0, s>>>(out, mean, rstd, inp,
-                                                                             w, b, N, C, eps);
-    else
-        layernorm_forward_kernel<false><<<blocks, 32 * kRowsPerBlock, 0, s>>>(out, mean, rstd, inp,
-                                                                              w, b, N, C, eps);
-    return cudaGetLastError();
+    return layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, s);
+}
+
+cudaError_t launch_layernorm_forward(uint16_t* out, float* mean, float* rstd, const float* inp,
+                                     const float* w, const float* b, int N, int C, float eps,
+                                     cudaStream_t s) {
+    return layernorm_forward(as_bf16(out), mean, rstd, inp, w, b, N, C, eps, s);
 }
 
 cudaError_t launch_layernorm_backward_dinp(float* dinp, const float* dout, const float* inp,
@@ -540,7 +565,15 @@ cudaError_t launch_broadcast_rows(float* out, const float* bias, int N, int C, c
 cudaError_t launch_activation_forward(float* out, const float* inp, size_t n, int act,
                                       cudaStream_t s) {
     if (n == 0) return cudaSuccess;
-    activation_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, n, act);
+    activation_forward_kernel<float><<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, n, act);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_activation_forward(uint16_t* out, const float* inp, size_t n, int act,
+                                      cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    activation_forward_kernel<__nv_bfloat16>
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(as_bf16(out), inp, n, act);
     return cudaGetLastError();
 }
 
@@ -557,9 +590,18 @@ cudaError_t launch_swiglu(float* out, float* dinp, const float* inp, const float
     const size_t n = size_t(N) * F;
     if (n == 0) return cudaSuccess;
     if (dout == nullptr)
-        swiglu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, N, F);
+        swiglu_forward_kernel<float><<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, N, F);
     else
         swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, N, F);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_swiglu_forward(uint16_t* out, const float* inp, int N, int F,
+                                  cudaStream_t s) {
+    const size_t n = size_t(N) * F;
+    if (n == 0) return cudaSuccess;
+    swiglu_forward_kernel<__nv_bfloat16>
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(as_bf16(out), inp, N, F);
     return cudaGetLastError();
 }
 

@@ -189,25 +189,36 @@ void CudaBackend::matmul_forward(float* out, const float* inp, const float* W, c
                                  int N, int IC, int OC) {
     static constexpr const char* op = "matmul_forward";
     activate();
-    if (bias != nullptr && lt_forward(out, nullptr, inp, W, bias, N, IC, OC, op)) {
-        if (sync_each_op_) sync(op);
-        return;
-    }
-    float beta = 0.0f;
-    if (bias != nullptr) {  // out starts as the bias in every row, then sgemm adds inp @ W^T
-        check(launch_broadcast_rows(out, bias, N, OC, stream_), op);
-        beta = 1.0f;
-    }
     if (precision_ == Precision::Bf16) {
-        // out (N, OC) (+)= bf16(inp) (N, IC) @ bf16(W)^T, fp32 accumulation and output
-        const uint16_t* a = round_to_bf16(inp, size_t(N) * IC, bf16_act_, op);
-        const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
-        gemm_bf16(op, false, true, N, OC, IC, 1.0f, a, IC, w, IC, beta, out, OC);
-    } else {
+        forward_bf16(out, round_to_bf16(inp, size_t(N) * IC, bf16_act_, op), W, bias, N, IC, OC,
+                     op);
+    } else if (bias == nullptr || !lt_forward(out, nullptr, inp, W, bias, N, IC, OC, op)) {
+        float beta = 0.0f;
+        if (bias != nullptr) {  // out starts as the bias in every row, then sgemm adds inp @ W^T
+            check(launch_broadcast_rows(out, bias, N, OC, stream_), op);
+            beta = 1.0f;
+        }
         // out (N, OC) = inp (N, IC) @ W^T, W (OC, IC)
         gemm(op, false, true, N, OC, IC, 1.0f, inp, IC, W, IC, beta, out, OC);
     }
     if (sync_each_op_) sync(op);
+}
+
+// out (N, OC) = a (N, IC) @ bf16(W)^T (+ bias), fp32 accumulation and output: the bias in
+// cuBLASLt's epilogue when it has an algorithm, else broadcast first and added to (beta = 1).
+void CudaBackend::forward_bf16(float* out, const uint16_t* a, const float* W, const float* bias,
+                               int N, int IC, int OC, const char* op) {
+    const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
+    if (bias != nullptr && lt_.takes(OC, false)) {
+        const BlasLt::Product p{N, IC, OC, true, a, w, bias, out, nullptr};
+        if (lt_.forward(p, stream_, op)) return;
+    }
+    float beta = 0.0f;
+    if (bias != nullptr) {
+        check(launch_broadcast_rows(out, bias, N, OC, stream_), op);
+        beta = 1.0f;
+    }
+    gemm_bf16(op, false, true, N, OC, IC, 1.0f, a, IC, w, IC, beta, out, OC);
 }
 
 void CudaBackend::matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
@@ -215,44 +226,47 @@ void CudaBackend::matmul_backward(float* dinp, float* dW, float* dbias, const fl
     static constexpr const char* op = "matmul_backward";
     activate();
     if (precision_ == Precision::Bf16) {
-        // Both products take bf16 operands (dout too: cublasGemmEx needs A and B of one type),
-        // accumulate in fp32 and add (beta = 1) into the fp32 gradients. bf16(dout)'s rows are
-        // padded to a multiple of 8 (16 bytes, zeros past OC), the alignment cuBLAS's
-        // tensor-core kernels want of a leading dimension, which an odd OC (GPT-2's vocabulary,
-        // 50257) would deny both products.
-        const int ldg = (OC + 7) / 8 * 8;
-        const uint16_t* g = nullptr;
-        if (dbias != nullptr && N > 0 && OC > 0) {  // dbias (OC) += colsum(dout) in the same pass
-            uint16_t* gd = bf16_grad_.ensure(size_t(N) * size_t(ldg), op);
-            float* part = d_partials_.ensure(size_t(column_chunks(N)) * size_t(OC), op);
-            check(launch_round_rows_colsum_bf16(gd, size_t(ldg), dbias, part, dout, N, OC,
-                                                stream_),
-                  op);
-            g = gd;
-            dbias = nullptr;  // done
-        } else {
-            g = round_rows_to_bf16(dout, N, OC, ldg, bf16_grad_, op);
-        }
-        if (dinp != nullptr) {  // dinp (N, IC) += bf16(dout) (N, OC) @ bf16(W) (OC, IC)
-            const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
-            gemm_bf16(op, false, false, N, IC, OC, 1.0f, g, ldg, w, IC, 1.0f, dinp, IC);
-        }
-        // dW (OC, IC) += bf16(dout)^T (OC, N) @ bf16(inp) (N, IC)
-        const uint16_t* a = round_to_bf16(inp, size_t(N) * IC, bf16_act_, op);
-        gemm_bf16(op, true, false, OC, IC, N, 1.0f, g, ldg, a, IC, 1.0f, dW, IC);
+        backward_bf16(dinp, dW, dbias, dout, round_to_bf16(inp, size_t(N) * IC, bf16_act_, op), W,
+                      N, IC, OC, op);
     } else {
         // dinp (N, IC) += dout (N, OC) @ W (OC, IC)
         if (dinp != nullptr)
             gemm(op, false, false, N, IC, OC, 1.0f, dout, OC, W, IC, 1.0f, dinp, IC);
         // dW (OC, IC) += dout^T (OC, N) @ inp (N, IC)
         gemm(op, true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dW, IC);
-    }
-    // dbias (OC) += column sums of dout (two-stage, fixed order)
-    if (dbias != nullptr && N > 0 && OC > 0) {
-        float* part = d_partials_.ensure(size_t(column_chunks(N)) * size_t(OC), op);
-        check(launch_column_sum_add(dbias, part, dout, N, OC, stream_), op);
+        // dbias (OC) += column sums of dout (two-stage, fixed order)
+        if (dbias != nullptr && N > 0 && OC > 0) {
+            float* part = d_partials_.ensure(size_t(column_chunks(N)) * size_t(OC), op);
+            check(launch_column_sum_add(dbias, part, dout, N, OC, stream_), op);
+        }
     }
     if (sync_each_op_) sync(op);
+}
+
+// Both products take bf16 operands (dout too: cublasGemmEx needs A and B of one type),
+// accumulate in fp32 and add (beta = 1) into the fp32 gradients. bf16(dout)'s rows are padded
+// to a multiple of 8 (16 bytes, zeros past OC), the alignment cuBLAS's tensor-core kernels want
+// of a leading dimension, which an odd OC (GPT-2's vocabulary, 50257) would deny both products.
+void CudaBackend::backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
+                                const uint16_t* a, const float* W, int N, int IC, int OC,
+                                const char* op) {
+    const int ldg = (OC + 7) / 8 * 8;
+    const uint16_t* g = nullptr;
+    if (dbias != nullptr && N > 0 && OC > 0) {  // dbias (OC) += colsum(dout) in the same pass
+        uint16_t* gd = bf16_grad_.ensure(size_t(N) * size_t(ldg), op);
+        float* part = d_partials_.ensure(size_t(column_chunks(N)) * size_t(OC), op);
+        check(launch_round_rows_colsum_bf16(gd, size_t(ldg), dbias, part, dout, N, OC, stream_),
+              op);
+        g = gd;
+    } else {
+        g = round_rows_to_bf16(dout, N, OC, ldg, bf16_grad_, op);
+    }
+    if (dinp != nullptr) {  // dinp (N, IC) += bf16(dout) (N, OC) @ bf16(W) (OC, IC)
+        const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
+        gemm_bf16(op, false, false, N, IC, OC, 1.0f, g, ldg, w, IC, 1.0f, dinp, IC);
+    }
+    // dW (OC, IC) += bf16(dout)^T (OC, N) @ a (N, IC)
+    gemm_bf16(op, true, false, OC, IC, N, 1.0f, g, ldg, a, IC, 1.0f, dW, IC);
 }
 
 // pre = inp W^T + bias and out = gelu_tanh(pre) from one cuBLASLt product (GELU_AUX_BIAS); other

@@ -72,6 +72,10 @@ cudaError_t launch_grouped_row_add(float* dst, const float* dout, const int32_t*
 cudaError_t launch_layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                      const float* w, const float* b, int N, int C, float eps,
                                      cudaStream_t s);
+// The same with out in bf16 (bit patterns; rounded to nearest even from the fp32 result).
+cudaError_t launch_layernorm_forward(uint16_t* out, float* mean, float* rstd, const float* inp,
+                                     const float* w, const float* b, int N, int C, float eps,
+                                     cudaStream_t s);
 cudaError_t launch_layernorm_backward_dinp(float* dinp, const float* dout, const float* inp,
                                            const float* w, const float* mean, const float* rstd,
                                            int N, int C, cudaStream_t s);
@@ -99,6 +103,8 @@ cudaError_t launch_broadcast_rows(float* out, const float* bias, int N, int C, c
 // ---------------------------------------------------------------- activation (act: Activation)
 cudaError_t launch_activation_forward(float* out, const float* inp, size_t n, int act,
                                       cudaStream_t s);
+cudaError_t launch_activation_forward(uint16_t* out, const float* inp, size_t n, int act,
+                                      cudaStream_t s);  // out in bf16, as layernorm's
 cudaError_t launch_activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                                        int act, cudaStream_t s);
 
@@ -106,6 +112,8 @@ cudaError_t launch_activation_backward(float* dinp, const float* inp, const floa
 // else dinp (N, 2F) += the gradient (out unused).
 cudaError_t launch_swiglu(float* out, float* dinp, const float* inp, const float* dout, int N,
                           int F, cudaStream_t s);
+// The forward with out (N, F) in bf16.
+cudaError_t launch_swiglu_forward(uint16_t* out, const float* inp, int N, int F, cudaStream_t s);
 
 // Grouped-query key/value heads (Backend::kv_repeat_*): dqkv == nullptr: qkv (N, 3HD) = grouped
 // (N, (H + 2Hkv) D) with key/value heads repeated (writes); else dgrouped += dqkv summed back.

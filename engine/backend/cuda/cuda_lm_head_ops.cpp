@@ -6,8 +6,9 @@
 // Vp = V rounded up to 64: every row of the logits and of dl starts 256-byte aligned, which
 // cuBLAS's tensor-core kernels want of a leading dimension (GPT-2's V = 50257 is odd and denied
 // them every product with the whole (N, V) logits). In Precision::Bf16 the weight is rounded
-// once per call into a (Vp, C) bf16 copy whose padding rows are zero, the rows once per call,
-// and the loss kernel writes dl in bf16 itself: the products' operands, with no rounding pass.
+// once per call into a (Vp, C) bf16 copy whose padding rows are zero, the rows once per call
+// (unless they are stored in bf16: lm_head_loss_bf16), and the loss kernel writes dl in bf16
+// itself: the products' operands, with no rounding pass.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -42,7 +43,24 @@ size_t CudaBackend::lm_head_scratch_floats(int N, int V) const {
 void CudaBackend::lm_head_loss(float* losses, float* dinp, float* dW, float* scratch,
                                const float* inp, const float* W, const int32_t* targets,
                                const float* mask, int N, int C, int V, float grad_scale) {
-    static constexpr const char* op = "lm_head_loss";
+    lm_head(losses, dinp, dW, scratch, inp, nullptr, W, targets, mask, N, C, V, grad_scale,
+            "lm_head_loss");
+}
+
+void CudaBackend::lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
+                                    const Bf16* inp, const float* W, const int32_t* targets,
+                                    const float* mask, int N, int C, int V, float grad_scale) {
+    static constexpr const char* op = "lm_head_loss_bf16";
+    require_bf16_activations(op);
+    lm_head(losses, dinp, dW, scratch, nullptr, reinterpret_cast<const uint16_t*>(inp), W,
+            targets, mask, N, C, V, grad_scale, op);
+}
+
+// x is inp (fp32) or inp16 (bf16 activation storage; only in Precision::Bf16).
+void CudaBackend::lm_head(float* losses, float* dinp, float* dW, float* scratch,
+                          const float* inp, const uint16_t* inp16, const float* W,
+                          const int32_t* targets, const float* mask, int N, int C, int V,
+                          float grad_scale, const char* op) {
     check_lm_head(N, C, V, dinp, dW);
     if (N == 0) return;
     activate();
@@ -62,7 +80,7 @@ void CudaBackend::lm_head_loss(float* losses, float* dinp, float* dW, float* scr
                                   stream_),
                   op);
         w16 = w;
-        x16 = round_to_bf16(inp, size_t(N) * C, bf16_act_, op);
+        x16 = inp16 != nullptr ? inp16 : round_to_bf16(inp, size_t(N) * C, bf16_act_, op);
     }
     for (int r0 = 0; r0 < N; r0 += R) {
         const int n = std::min(R, N - r0);
