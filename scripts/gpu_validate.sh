@@ -7,7 +7,8 @@
 #   all       GPU report, the gpu test executables, end-to-end recipes, the benchmarks
 #   quick     one device call's worth (~4 minutes on an H100): the tests, then the numbers that
 #             track issue 17 (GPT-2 124M bf16, with CTX_BF16_ACTIVATIONS=0 as its A/B, attention
-#             at D 64 / 128 for none, alibi and kerple_log at T 1k / 4k / 16k, the SDPA peer)
+#             at D 64 / 128 for none, alibi and kerple_log at T 1k / 4k / 16k, the SDPA peer),
+#             racecheck of the flash full-tile cases, memcheck of the bf16 activation kernels,
 #             and ncu of the backward kernels at D 64 / T 1k (time, instructions, stalls)
 #   tests     GPU report, tests and recipes only
 #   bench     GPU report, benchmarks only
@@ -237,7 +238,7 @@ tests_then_bench() {
 
 # The numbers that track issue 17, in one device call after the tests (docs/BENCHMARKS.md).
 quick_bench() {
-    local B=("$RUN" ctxengine bench) ncu m stall d peer="$BUNDLE/benchmarks/sdpa_peer.py"
+    local B=("$RUN" ctxengine bench) ncu cs m stall d peer="$BUNDLE/benchmarks/sdpa_peer.py"
     step bench-gpt2-124m-bf16 60 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 \
         --steps 20 --warmup 3
     # A/B: the activations kept in fp32 and rounded by each product (before 2026-11-28)
@@ -250,6 +251,16 @@ quick_bench() {
     if [[ -f "$peer" ]] && python3 -c "import torch" 2>/dev/null; then
         step bench-attention-sdpa-peer 60 python3 "$peer" --device cuda --head-dim 64,128 \
             --T 1024,4096,16384 --dtype bf16 --pe none --steps 3 --repeats 2
+    fi
+    # the sanitizers on what is new since the last GPU run: the full-tile loops of the flash
+    # kernels (racecheck) and the bf16 activation kernels (memcheck)
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
+         /usr/local/cuda*/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1 || true)
+    if [[ -n "$cs" ]]; then
+        step racecheck-flash-full-tiles 90 "$RUN" "$cs" --tool racecheck --error-exitcode 99 \
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" --gtest_filter='*Bf16*full_tiles*'
+        step memcheck-bf16-activations 60 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_bf16_acts"
     fi
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
           2>/dev/null | head -1 || true)

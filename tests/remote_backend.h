@@ -105,8 +105,9 @@ public:
     void swiglu_forward(float* out, const float* inp, int N, int F) override {
         cpu_->swiglu_forward(dev(out), dev(inp), N, F);
     }
-    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override {
-        cpu_->swiglu_backward(dev(dinp), dev(inp), dev(dout), N, F);
+    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
+                         GradStore store = GradStore::Accumulate) override {
+        cpu_->swiglu_backward(dev(dinp), dev(inp), dev(dout), N, F, store);
     }
     void kv_repeat_forward(float* qkv, const float* grouped, int N, int H, int Hkv,
                            int D) override {
@@ -151,16 +152,17 @@ public:
         cpu_->matmul_forward(dev(out), dev(inp), dev(W), dev(bias), N, IC, OC);
     }
     void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
-                         const float* inp, const float* W, int N, int IC, int OC) override {
+                         const float* inp, const float* W, int N, int IC, int OC,
+                         GradStore dinp_store = GradStore::Accumulate) override {
         cpu_->matmul_backward(dev(dinp), dev(dW), dev(dbias), dev(dout), dev(inp), dev(W), N, IC,
-                              OC);
+                              OC, dinp_store);
     }
     void activation_forward(float* out, const float* inp, size_t n, Activation act) override {
         cpu_->activation_forward(dev(out, n), dev(inp, n), n, act);
     }
     void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                             Activation act) override {
-        cpu_->activation_backward(dev(dinp, n), dev(inp, n), dev(dout, n), n, act);
+                             Activation act, GradStore store = GradStore::Accumulate) override {
+        cpu_->activation_backward(dev(dinp, n), dev(inp, n), dev(dout, n), n, act, store);
     }
 
     // ---- rotary (inv_freq, amp_base are host memory by contract), attention

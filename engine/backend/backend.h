@@ -7,7 +7,8 @@
 //     except: token ids and targets (int32) are host memory, and so may be a bias's fixed
 //     parameters (BiasSpec::a for ALiBi slopes a plugin computes); a GPU backend stages them.
 //   - Backward ops ACCUMULATE (+=) into every gradient they produce, input and parameter alike;
-//     the caller zeroes gradient buffers once per step. Exceptions are marked "writes".
+//     the caller zeroes gradient buffers once per step. Exceptions are marked "writes", and the
+//     ops that take a GradStore write their input gradient over the buffer when told to.
 //   - Nothing allocates inside an op; scratch buffers are passed in or sized at construction.
 #pragma once
 
@@ -28,6 +29,12 @@ enum class DeviceKind { CPU, CUDA };
 enum class Activation { GeluTanh, GeluErf, SwiGLU, Relu };
 
 enum class RotaryLayout { Half = 0, Interleaved = 1 };
+
+// How a backward op stores the gradient of its input (dinp): added to what the buffer holds
+// (Accumulate, the convention above), or written over it (Overwrite: the old contents are not
+// read, so a caller whose buffer only this op fills skips zeroing it first; the transformer
+// block's activation gradients).
+enum class GradStore { Accumulate = 0, Overwrite = 1 };
 
 // Rotation applied to q and k (see ctx_rotary_spec in include/ctx/plugin.h for the formula).
 // Only the first rotary_dims dims of each head are rotated and scaled; the rest pass through.
@@ -261,10 +268,11 @@ public:
     // out (N, OC) = inp (N, IC) @ W^T, W (OC, IC), + bias (OC) if non-null   (writes)
     virtual void matmul_forward(float* out, const float* inp, const float* W, const float* bias,
                                 int N, int IC, int OC) = 0;
-    // dinp (N, IC) += dout @ W; dW (OC, IC) += dout^T @ inp; dbias (OC) += colsum(dout)
-    // (dinp and dbias may be null)
+    // dinp (N, IC) += dout @ W (= with GradStore::Overwrite); dW (OC, IC) += dout^T @ inp;
+    // dbias (OC) += colsum(dout) (dinp and dbias may be null)
     virtual void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
-                                 const float* inp, const float* W, int N, int IC, int OC) = 0;
+                                 const float* inp, const float* W, int N, int IC, int OC,
+                                 GradStore dinp_store = GradStore::Accumulate) = 0;
 
     // ---- dense layer and its elementwise activation in one op (the MLP's first product):
     // pre (N, OC) = inp @ W^T + bias (writes; kept for the backward pass), out (N, OC) =
@@ -277,16 +285,17 @@ public:
     // ---- activation
     // out (n) = act(inp)   (writes)
     virtual void activation_forward(float* out, const float* inp, size_t n, Activation act) = 0;
-    // dinp (n) += act'(inp) * dout
+    // dinp (n) += act'(inp) * dout (= with GradStore::Overwrite)
     virtual void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                                     Activation act) = 0;
+                                     Activation act,
+                                     GradStore store = GradStore::Accumulate) = 0;
 
     // ---- SwiGLU (Llama-family MLPs): inp (N, 2F) = [gate (F) | up (F)] per row, from one fused
     // product. out (N, F) = silu(gate) * up   (writes), silu(g) = g / (1 + exp(-g))
     virtual void swiglu_forward(float* out, const float* inp, int N, int F) = 0;
-    // dinp (N, 2F) += [dout * up * silu'(gate) | dout * silu(gate)]
-    virtual void swiglu_backward(float* dinp, const float* inp, const float* dout, int N,
-                                 int F) = 0;
+    // dinp (N, 2F) += [dout * up * silu'(gate) | dout * silu(gate)] (= with Overwrite)
+    virtual void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
+                                 GradStore store = GradStore::Accumulate) = 0;
 
     // ---- grouped-query attention (Llama 2/3, Mistral, Qwen2): the projection makes rows
     // grouped (N, (H + 2 Hkv) D) = [q (H heads) | k (Hkv heads) | v (Hkv heads)] with G = H / Hkv
@@ -463,7 +472,8 @@ public:
                                                 const float* W, const float* bias, int N, int IC,
                                                 int OC, Activation act);
     virtual void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
-                                      const Bf16* inp, const float* W, int N, int IC, int OC);
+                                      const Bf16* inp, const float* W, int N, int IC, int OC,
+                                      GradStore dinp_store = GradStore::Accumulate);
     virtual void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                                    const Bf16* inp, const float* W, const int32_t* targets,
                                    const float* mask, int N, int C, int V, float grad_scale);

@@ -48,7 +48,7 @@ void Backend::matmul_activation_forward_bf16(float* pre, Bf16* out, const Bf16* 
 }
 
 void Backend::matmul_backward_bf16(float*, float*, float*, const float*, const Bf16*,
-                                   const float*, int, int, int) {
+                                   const float*, int, int, int, GradStore) {
     no_bf16_storage(*this, "matmul_backward_bf16");
 }
 
@@ -115,11 +115,11 @@ void matmul_activation_forward(Backend& be, float* pre, Operand out, Operand inp
 }
 
 void matmul_backward(Backend& be, float* dinp, float* dW, float* dbias, const float* dout,
-                     Operand inp, const float* W, int N, int IC, int OC) {
+                     Operand inp, const float* W, int N, int IC, int OC, GradStore dinp_store) {
     if (inp.is_bf16())
-        be.matmul_backward_bf16(dinp, dW, dbias, dout, inp.bf16, W, N, IC, OC);
+        be.matmul_backward_bf16(dinp, dW, dbias, dout, inp.bf16, W, N, IC, OC, dinp_store);
     else
-        be.matmul_backward(dinp, dW, dbias, dout, inp.f32, W, N, IC, OC);
+        be.matmul_backward(dinp, dW, dbias, dout, inp.f32, W, N, IC, OC, dinp_store);
 }
 
 void lm_head_loss(Backend& be, float* losses, float* dinp, float* dW, float* scratch,

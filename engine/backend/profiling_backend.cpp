@@ -149,9 +149,9 @@ void ProfilingBackend::kv_repeat_backward(float* dgrouped, const float* dqkv, in
               inner_.kv_repeat_backward(dgrouped, dqkv, N, H, Hkv, D));
 }
 void ProfilingBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N,
-                                       int F) {
+                                       int F, GradStore store) {
     CTX_TIMED("swiglu_backward", fmt::format("N={} F={}", N, F), 0,
-              inner_.swiglu_backward(dinp, inp, dout, N, F));
+              inner_.swiglu_backward(dinp, inp, dout, N, F, store));
 }
 void ProfilingBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w,
                                        int N, int C, float eps) {
@@ -183,19 +183,20 @@ void ProfilingBackend::matmul_activation_forward(float* pre, float* out, const f
               inner_.matmul_activation_forward(pre, out, inp, W, bias, N, IC, OC, act));
 }
 void ProfilingBackend::matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
-                                       const float* inp, const float* W, int N, int IC, int OC) {
+                                       const float* inp, const float* W, int N, int IC, int OC,
+                                       GradStore dinp_store) {
     CTX_TIMED("matmul_backward", fmt::format("N={} IC={} OC={}", N, IC, OC),
               (dinp != nullptr ? 4.0 : 2.0) * N * double(IC) * OC,
-              inner_.matmul_backward(dinp, dW, dbias, dout, inp, W, N, IC, OC));
+              inner_.matmul_backward(dinp, dW, dbias, dout, inp, W, N, IC, OC, dinp_store));
 }
 void ProfilingBackend::activation_forward(float* out, const float* inp, size_t n, Activation act) {
     CTX_TIMED("activation_forward", fmt::format("n={}", n), 0,
               inner_.activation_forward(out, inp, n, act));
 }
 void ProfilingBackend::activation_backward(float* dinp, const float* inp, const float* dout,
-                                           size_t n, Activation act) {
+                                           size_t n, Activation act, GradStore store) {
     CTX_TIMED("activation_backward", fmt::format("n={}", n), 0,
-              inner_.activation_backward(dinp, inp, dout, n, act));
+              inner_.activation_backward(dinp, inp, dout, n, act, store));
 }
 void ProfilingBackend::rotary_forward(float* qkv, const float* positions, int B, int T, int C,
                                       int H, const RotarySpec& spec) {
@@ -292,10 +293,10 @@ void ProfilingBackend::matmul_activation_forward_bf16(float* pre, Bf16* out, con
 }
 void ProfilingBackend::matmul_backward_bf16(float* dinp, float* dW, float* dbias,
                                             const float* dout, const Bf16* inp, const float* W,
-                                            int N, int IC, int OC) {
+                                            int N, int IC, int OC, GradStore dinp_store) {
     CTX_TIMED("matmul_backward_bf16", fmt::format("N={} IC={} OC={}", N, IC, OC),
               (dinp != nullptr ? 4.0 : 2.0) * N * double(IC) * OC,
-              inner_.matmul_backward_bf16(dinp, dW, dbias, dout, inp, W, N, IC, OC));
+              inner_.matmul_backward_bf16(dinp, dW, dbias, dout, inp, W, N, IC, OC, dinp_store));
 }
 void ProfilingBackend::lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                                          const Bf16* inp, const float* W,

@@ -75,12 +75,15 @@ public:
                                    const float* bias, int N, int IC, int OC,
                                    Activation act) override;
     void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
-                         const float* inp, const float* W, int N, int IC, int OC) override;
+                         const float* inp, const float* W, int N, int IC, int OC,
+                         GradStore dinp_store = GradStore::Accumulate) override;
     void activation_forward(float* out, const float* inp, size_t n, Activation act) override;
     void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                             Activation act) override;
+                             Activation act,
+                             GradStore store = GradStore::Accumulate) override;
     void swiglu_forward(float* out, const float* inp, int N, int F) override;
-    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override;
+    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
+                         GradStore store = GradStore::Accumulate) override;
     void matmul_rows_forward(float* out, int ldo, const float* inp, const float* W,
                              const float* bias, const int32_t* idx, int N, int IC, int K,
                              int G) override;
@@ -164,7 +167,8 @@ public:
                                         const float* bias, int N, int IC, int OC,
                                         Activation act) override;
     void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
-                              const Bf16* inp, const float* W, int N, int IC, int OC) override;
+                              const Bf16* inp, const float* W, int N, int IC, int OC,
+                              GradStore dinp_store = GradStore::Accumulate) override;
     void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                            const Bf16* inp, const float* W, const int32_t* targets,
                            const float* mask, int N, int C, int V, float grad_scale) override;

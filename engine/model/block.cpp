@@ -127,7 +127,7 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     const TensorShard& s = shard_;
     const int C = c.d_model, A = s.A, F = s.F, F2 = s.F2, Q = s.Q;
     const int Nr = tp_.rows_here(N);
-    const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
+    const size_t NF = static_cast<size_t>(N) * F;
     const size_t NA = static_cast<size_t>(N) * A, NrC = static_cast<size_t>(Nr) * C;
     const float* mlp_in = c.parallel_residual ? x : a.res2;
 
@@ -135,18 +135,18 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     // same on every tensor-parallel rank). MLP branch first: x_out = res2 + mlp(ln2(mlp_in)).
     // Row-parallel fc_proj: this rank's columns of dW and its hidden units' gradient need no
     // communication beyond every rank's rows of dx (nor does the replicated bias's gradient).
+    // The activation gradients below are each made by one op, which writes them (Overwrite:
+    // no zeroing pass); the parameter gradients and dx accumulate.
+    const GradStore write = GradStore::Overwrite;
     const float* dx_all = tp_.gather_rows_from(dx, d.dx_full, NrC);
-    be.zero(d.dfch_act, NF);
     matmul_backward(be, d.dfch_act, g.fc_proj_w, g.fc_proj_b, dx_all, a.fch_act, w.fc_proj_w,
-                    N, F, C);
-    be.zero(d.dfch, static_cast<size_t>(N) * F2);
+                    N, F, C, write);
     if (c.gated_mlp())
-        be.swiglu_backward(d.dfch, a.fch, d.dfch_act, N, F);
+        be.swiglu_backward(d.dfch, a.fch, d.dfch_act, N, F, write);
     else
-        be.activation_backward(d.dfch, a.fch, d.dfch_act, NF, c.activation);
+        be.activation_backward(d.dfch, a.fch, d.dfch_act, NF, c.activation, write);
     float* dln2 = c.parallel_residual ? d.dln2 : d.dln;
-    be.zero(dln2, NC);
-    matmul_backward(be, dln2, g.fc_w, g.fc_b, d.dfch, a.ln2, w.fc_w, N, C, F2);
+    matmul_backward(be, dln2, g.fc_w, g.fc_b, d.dfch, a.ln2, w.fc_w, N, C, F2, write);
     tp_.sum_rows(dln2, NrC);  // column-parallel fc: each rank's hidden units' share
     if (!c.parallel_residual) {
         // dx becomes d/d(res2): the residual path plus the MLP norm's input gradient.
@@ -155,9 +155,8 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
         dx_all = tp_.gather_rows_from(dx, d.dx_full, NrC);
     }
     // attention branch: res2 = x + proj(attention(qkv(ln1(x))))
-    be.zero(d.datty, NA);
     be.matmul_backward(d.datty, g.attn_proj_w, g.attn_proj_b, dx_all, a.atty, w.attn_proj_w, N,
-                       A, C);
+                       A, C, write);
     be.zero(d.dqkv, NA * 3);
     attention.backward(layer, d.dqkv, d.datty, a.qkv, a.att, a.atty);
     const float* dproj = d.dqkv;  // d(loss)/d(the projection's output)
@@ -166,8 +165,7 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
         be.kv_repeat_backward(d.dqkv_grouped, d.dqkv, N, s.H, s.Hkv, s.D);
         dproj = d.dqkv_grouped;
     }
-    be.zero(d.dln, NC);
-    matmul_backward(be, d.dln, g.qkv_w, g.qkv_b, dproj, a.ln1, w.qkv_w, N, C, Q);
+    matmul_backward(be, d.dln, g.qkv_w, g.qkv_b, dproj, a.ln1, w.qkv_w, N, C, Q, write);
     tp_.sum_rows(d.dln, NrC);  // column-parallel qkv: each rank's heads' share
     if (c.parallel_residual) {
         // Both branches read x: their norm gradients join the residual in dx.

@@ -73,12 +73,15 @@ public:
     void matmul_forward(float* out, const float* inp, const float* W, const float* bias, int N,
                         int IC, int OC) override;
     void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
-                         const float* inp, const float* W, int N, int IC, int OC) override;
+                         const float* inp, const float* W, int N, int IC, int OC,
+                         GradStore dinp_store = GradStore::Accumulate) override;
     void activation_forward(float* out, const float* inp, size_t n, Activation act) override;
     void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                             Activation act) override;
+                             Activation act,
+                             GradStore store = GradStore::Accumulate) override;
     void swiglu_forward(float* out, const float* inp, int N, int F) override;
-    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override;
+    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
+                         GradStore store = GradStore::Accumulate) override;
     void kv_repeat_forward(float* qkv, const float* grouped, int N, int H, int Hkv,
                            int D) override;
     void kv_repeat_backward(float* dgrouped, const float* dqkv, int N, int H, int Hkv,

@@ -266,12 +266,15 @@ void CpuBackend::matmul_forward(float* out, const float* inp, const float* W, co
 }
 
 void CpuBackend::matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
-                                 const float* inp, const float* W, int N, int IC, int OC) {
-    // dinp (N, IC) += dout (N, OC) @ W (OC, IC): tiles of (rows, input channels)
+                                 const float* inp, const float* W, int N, int IC, int OC,
+                                 GradStore dinp_store) {
+    // dinp (N, IC) (+)= dout (N, OC) @ W (OC, IC): tiles of (rows, input channels); beta 0
+    // writes (BLAS reads no C then)
     if (dinp != nullptr) {
+        const float beta = dinp_store == GradStore::Accumulate ? 1.0f : 0.0f;
         fixed_grid(N, IC, [&](int r0, int nr, int c0, int nc) {
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, nc, OC, 1.0f,
-                        dout + size_t(r0) * OC, OC, W + c0, IC, 1.0f, dinp + size_t(r0) * IC + c0,
+                        dout + size_t(r0) * OC, OC, W + c0, IC, beta, dinp + size_t(r0) * IC + c0,
                         IC);
         });
     }
@@ -361,7 +364,10 @@ void CpuBackend::swiglu_forward(float* out, const float* inp, int N, int F) {
 }
 
 // d/dg [g sigma(g)] = sigma(g) (1 + g (1 - sigma(g)))
-void CpuBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+void CpuBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
+                                 GradStore store) {
+    // Overwrite: the old contents count as 0 (and are not read, so they may be anything)
+    const bool acc = store == GradStore::Accumulate;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* g = inp + size_t(n) * 2 * F;
@@ -370,8 +376,9 @@ void CpuBackend::swiglu_backward(float* dinp, const float* inp, const float* dou
 #pragma omp simd
         for (int f = 0; f < F; f++) {
             const float sig = 1.0f / (1.0f + std::exp(-g[f])), silu = g[f] * sig;
-            dg[f] += dy[f] * g[F + f] * sig * (1.0f + g[f] * (1.0f - sig));
-            dg[F + f] += dy[f] * silu;
+            const float d_gate = dy[f] * g[F + f] * sig * (1.0f + g[f] * (1.0f - sig));
+            dg[f] = acc ? dg[f] + d_gate : d_gate;
+            dg[F + f] = acc ? dg[F + f] + dy[f] * silu : dy[f] * silu;
         }
     }
 }
@@ -413,9 +420,17 @@ void CpuBackend::kv_repeat_backward(float* dgrouped, const float* dqkv, int N, i
     }
 }
 
-void CpuBackend::activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                                     Activation act) {
-    CTX_CHECK(act != Activation::SwiGLU, "internal: SwiGLU is gated; use swiglu_backward");
+namespace {
+
+// dinp (n) += act'(inp) * dout, or = when !Acc (GradStore::Overwrite: dinp is not read)
+template <bool Acc>
+void activation_grad(float* dinp, const float* inp, const float* dout, size_t n, Activation act) {
+    auto put = [](float& d, float v) {
+        if constexpr (Acc)
+            d += v;
+        else
+            d = v;
+    };
     if (act == Activation::GeluTanh) {
 #pragma omp parallel for simd schedule(static)
         for (size_t i = 0; i < n; i++) {
@@ -424,12 +439,12 @@ void CpuBackend::activation_backward(float* dinp, const float* inp, const float*
             const float t = fast_tanh(u);
             const float du = kGeluTanhScale * (1.0f + 3.0f * kGeluCubic * x * x);
             const float grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-            dinp[i] += grad * dout[i];
+            put(dinp[i], grad * dout[i]);
         }
     } else if (act == Activation::Relu) {
         // d relu / dx: 1 for x > 0, else 0 (0 at x = 0, as PyTorch)
 #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++) dinp[i] += inp[i] > 0.0f ? dout[i] : 0.0f;
+        for (size_t i = 0; i < n; i++) put(dinp[i], inp[i] > 0.0f ? dout[i] : 0.0f);
     } else {
         // d/dx [x Phi(x)] = Phi(x) + x phi(x)
 #pragma omp parallel for simd schedule(static)
@@ -437,9 +452,20 @@ void CpuBackend::activation_backward(float* dinp, const float* inp, const float*
             const float x = inp[i];
             const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
             const float pdf = kInvSqrt2Pi * fast_exp(-0.5f * x * x);
-            dinp[i] += (cdf + x * pdf) * dout[i];
+            put(dinp[i], (cdf + x * pdf) * dout[i]);
         }
     }
+}
+
+}  // namespace
+
+void CpuBackend::activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
+                                     Activation act, GradStore store) {
+    CTX_CHECK(act != Activation::SwiGLU, "internal: SwiGLU is gated; use swiglu_backward");
+    if (store == GradStore::Accumulate)
+        activation_grad<true>(dinp, inp, dout, n, act);
+    else
+        activation_grad<false>(dinp, inp, dout, n, act);
 }
 
 }  // namespace ctx::cpu

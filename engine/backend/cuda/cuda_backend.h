@@ -138,15 +138,18 @@ public:
     void matmul_forward(float* out, const float* inp, const float* W, const float* bias, int N,
                         int IC, int OC) override;
     void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
-                         const float* inp, const float* W, int N, int IC, int OC) override;
+                         const float* inp, const float* W, int N, int IC, int OC,
+                         GradStore dinp_store = GradStore::Accumulate) override;
     void matmul_activation_forward(float* pre, float* out, const float* inp, const float* W,
                                    const float* bias, int N, int IC, int OC,
                                    Activation act) override;
     void activation_forward(float* out, const float* inp, size_t n, Activation act) override;
     void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                             Activation act) override;
+                             Activation act,
+                             GradStore store = GradStore::Accumulate) override;
     void swiglu_forward(float* out, const float* inp, int N, int F) override;
-    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) override;
+    void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
+                         GradStore store = GradStore::Accumulate) override;
     // contextual sparsity (fp32 at either precision: decode products are small)
     void matmul_rows_forward(float* out, int ldo, const float* inp, const float* W,
                              const float* bias, const int32_t* idx, int N, int IC, int K,
@@ -227,7 +230,8 @@ public:
     void matmul_forward_bf16(float* out, const Bf16* inp, const float* W, const float* bias,
                              int N, int IC, int OC) override;
     void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
-                              const Bf16* inp, const float* W, int N, int IC, int OC) override;
+                              const Bf16* inp, const float* W, int N, int IC, int OC,
+                              GradStore dinp_store = GradStore::Accumulate) override;
     void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                            const Bf16* inp, const float* W, const int32_t* targets,
                            const float* mask, int N, int C, int V, float grad_scale) override;
@@ -287,7 +291,7 @@ private:
     // matmul_backward's bf16 products with inp already bf16 (either storage).
     void backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                        const uint16_t* inp, const float* W, int N, int IC, int OC,
-                       const char* op);
+                       GradStore dinp_store, const char* op);
     // lm_head_loss with x as fp32 (inp) or, bf16 activation storage, as bf16 (inp16).
     void lm_head(float* losses, float* dinp, float* dW, float* scratch, const float* inp,
                  const uint16_t* inp16, const float* W, const int32_t* targets,

@@ -67,11 +67,12 @@ void CudaBackend::matmul_forward_bf16(float* out, const Bf16* inp, const float* 
 }
 
 void CudaBackend::matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
-                                       const Bf16* inp, const float* W, int N, int IC, int OC) {
+                                       const Bf16* inp, const float* W, int N, int IC, int OC,
+                                       GradStore dinp_store) {
     static constexpr const char* op = "matmul_backward_bf16";
     require_bf16_activations(op);
     activate();
-    backward_bf16(dinp, dW, dbias, dout, bits(inp), W, N, IC, OC, op);
+    backward_bf16(dinp, dW, dbias, dout, bits(inp), W, N, IC, OC, dinp_store, op);
     if (sync_each_op_) sync(op);
 }
 

@@ -269,16 +269,19 @@ __global__ void swiglu_forward_kernel(Out* out, const float* inp, int N, int F) 
     }
 }
 
+// acc: add into dinp, else write over it (GradStore)
 __global__ void swiglu_backward_kernel(float* dinp, const float* inp, const float* dout, int N,
-                                       int F) {
+                                       int F, bool acc) {
     const size_t total = size_t(N) * F;
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
          i += size_t(gridDim.x) * blockDim.x) {
         const size_t n = i / F, f = i % F;
         const float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f], dy = dout[i];
         const float sig = 1.0f / (1.0f + expf(-g));
-        dinp[n * 2 * F + f] += dy * u * sig * (1.0f + g * (1.0f - sig));
-        dinp[n * 2 * F + F + f] += dy * g * sig;
+        float* dg = dinp + n * 2 * F + f;
+        const float d_gate = dy * u * sig * (1.0f + g * (1.0f - sig)), d_up = dy * g * sig;
+        dg[0] = acc ? dg[0] + d_gate : d_gate;
+        dg[F] = acc ? dg[F] + d_up : d_up;
     }
 }
 
@@ -323,7 +326,7 @@ __global__ void kv_repeat_backward_kernel(float* dgrouped, const float* dqkv, in
 }
 
 __global__ void activation_backward_kernel(float* dinp, const float* inp, const float* dout,
-                                           size_t n, int act) {
+                                           size_t n, int act, bool acc) {
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += size_t(gridDim.x) * blockDim.x) {
         const float x = inp[i];
@@ -340,7 +343,7 @@ __global__ void activation_backward_kernel(float* dinp, const float* inp, const 
             const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
             grad = cdf + x * pdf;
         }
-        dinp[i] += grad * dout[i];
+        dinp[i] = acc ? dinp[i] + grad * dout[i] : grad * dout[i];
     }
 }
 
@@ -578,21 +581,22 @@ cudaError_t launch_activation_forward(uint16_t* out, const float* inp, size_t n,
 }
 
 cudaError_t launch_activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                                       int act, cudaStream_t s) {
+                                       int act, bool accumulate, cudaStream_t s) {
     if (n == 0) return cudaSuccess;
     activation_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n,
-                                                                          act);
+                                                                          act, accumulate);
     return cudaGetLastError();
 }
 
 cudaError_t launch_swiglu(float* out, float* dinp, const float* inp, const float* dout, int N,
-                          int F, cudaStream_t s) {
+                          int F, bool accumulate, cudaStream_t s) {
     const size_t n = size_t(N) * F;
     if (n == 0) return cudaSuccess;
     if (dout == nullptr)
         swiglu_forward_kernel<float><<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, N, F);
     else
-        swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, N, F);
+        swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, N, F,
+                                                                          accumulate);
     return cudaGetLastError();
 }
 

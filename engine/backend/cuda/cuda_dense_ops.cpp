@@ -222,16 +222,18 @@ void CudaBackend::forward_bf16(float* out, const uint16_t* a, const float* W, co
 }
 
 void CudaBackend::matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
-                                  const float* inp, const float* W, int N, int IC, int OC) {
+                                  const float* inp, const float* W, int N, int IC, int OC,
+                                  GradStore dinp_store) {
     static constexpr const char* op = "matmul_backward";
     activate();
     if (precision_ == Precision::Bf16) {
         backward_bf16(dinp, dW, dbias, dout, round_to_bf16(inp, size_t(N) * IC, bf16_act_, op), W,
-                      N, IC, OC, op);
+                      N, IC, OC, dinp_store, op);
     } else {
-        // dinp (N, IC) += dout (N, OC) @ W (OC, IC)
+        // dinp (N, IC) (+)= dout (N, OC) @ W (OC, IC): beta 0 writes (cuBLAS reads no C then)
+        const float beta = dinp_store == GradStore::Accumulate ? 1.0f : 0.0f;
         if (dinp != nullptr)
-            gemm(op, false, false, N, IC, OC, 1.0f, dout, OC, W, IC, 1.0f, dinp, IC);
+            gemm(op, false, false, N, IC, OC, 1.0f, dout, OC, W, IC, beta, dinp, IC);
         // dW (OC, IC) += dout^T (OC, N) @ inp (N, IC)
         gemm(op, true, false, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dW, IC);
         // dbias (OC) += column sums of dout (two-stage, fixed order)
@@ -249,7 +251,7 @@ void CudaBackend::matmul_backward(float* dinp, float* dW, float* dbias, const fl
 // of a leading dimension, which an odd OC (GPT-2's vocabulary, 50257) would deny both products.
 void CudaBackend::backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                                 const uint16_t* a, const float* W, int N, int IC, int OC,
-                                const char* op) {
+                                GradStore dinp_store, const char* op) {
     const int ldg = (OC + 7) / 8 * 8;
     const uint16_t* g = nullptr;
     if (dbias != nullptr && N > 0 && OC > 0) {  // dbias (OC) += colsum(dout) in the same pass
@@ -261,9 +263,10 @@ void CudaBackend::backward_bf16(float* dinp, float* dW, float* dbias, const floa
     } else {
         g = round_rows_to_bf16(dout, N, OC, ldg, bf16_grad_, op);
     }
-    if (dinp != nullptr) {  // dinp (N, IC) += bf16(dout) (N, OC) @ bf16(W) (OC, IC)
+    if (dinp != nullptr) {  // dinp (N, IC) (+)= bf16(dout) (N, OC) @ bf16(W) (OC, IC)
         const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
-        gemm_bf16(op, false, false, N, IC, OC, 1.0f, g, ldg, w, IC, 1.0f, dinp, IC);
+        const float beta = dinp_store == GradStore::Accumulate ? 1.0f : 0.0f;
+        gemm_bf16(op, false, false, N, IC, OC, 1.0f, g, ldg, w, IC, beta, dinp, IC);
     }
     // dW (OC, IC) += bf16(dout)^T (OC, N) @ a (N, IC)
     gemm_bf16(op, true, false, OC, IC, N, 1.0f, g, ldg, a, IC, 1.0f, dW, IC);
@@ -295,12 +298,14 @@ void CudaBackend::activation_forward(float* out, const float* inp, size_t n, Act
 
 void CudaBackend::swiglu_forward(float* out, const float* inp, int N, int F) {
     activate();
-    done(launch_swiglu(out, nullptr, inp, nullptr, N, F, stream_), "swiglu_forward");
+    done(launch_swiglu(out, nullptr, inp, nullptr, N, F, false, stream_), "swiglu_forward");
 }
 
-void CudaBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+void CudaBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
+                                  GradStore store) {
     activate();
-    done(launch_swiglu(nullptr, dinp, inp, dout, N, F, stream_), "swiglu_backward");
+    done(launch_swiglu(nullptr, dinp, inp, dout, N, F, store == GradStore::Accumulate, stream_),
+         "swiglu_backward");
 }
 
 // ---------------------------------------------------------------- contextual sparsity
@@ -345,10 +350,11 @@ void CudaBackend::kv_repeat_backward(float* dgrouped, const float* dqkv, int N, 
 }
 
 void CudaBackend::activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                                      Activation act) {
+                                      Activation act, GradStore store) {
     CTX_CHECK(act != Activation::SwiGLU, "internal: SwiGLU is gated; use swiglu_backward");
     activate();
-    done(launch_activation_backward(dinp, inp, dout, n, int(act), stream_),
+    done(launch_activation_backward(dinp, inp, dout, n, int(act), store == GradStore::Accumulate,
+                                    stream_),
          "activation_backward");
 }
 

@@ -105,13 +105,14 @@ cudaError_t launch_activation_forward(float* out, const float* inp, size_t n, in
                                       cudaStream_t s);
 cudaError_t launch_activation_forward(uint16_t* out, const float* inp, size_t n, int act,
                                       cudaStream_t s);  // out in bf16, as layernorm's
+// dinp (n) += act'(inp) dout, or = when !accumulate (GradStore::Overwrite)
 cudaError_t launch_activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
-                                       int act, cudaStream_t s);
+                                       int act, bool accumulate, cudaStream_t s);
 
 // SwiGLU over inp (N, 2F) = [gate | up]: dout == nullptr: out (N, F) = silu(gate) up (writes);
-// else dinp (N, 2F) += the gradient (out unused).
+// else dinp (N, 2F) += the gradient (= when !accumulate; out unused).
 cudaError_t launch_swiglu(float* out, float* dinp, const float* inp, const float* dout, int N,
-                          int F, cudaStream_t s);
+                          int F, bool accumulate, cudaStream_t s);
 // The forward with out (N, F) in bf16.
 cudaError_t launch_swiglu_forward(uint16_t* out, const float* inp, int N, int F, cudaStream_t s);
 
