@@ -6,10 +6,11 @@
 #
 #   all       GPU report, the gpu test executables, end-to-end recipes, the benchmarks
 #   quick     one device call's worth (~4 minutes on an H100): the tests, then the numbers that
-#             track issue 17 (GPT-2 124M bf16, with CTX_BF16_ACTIVATIONS=0 as its A/B, attention
-#             at D 64 / 128 for none, alibi and kerple_log at T 1k / 4k / 16k, the SDPA peer),
-#             racecheck of the flash full-tile cases, memcheck of the bf16 activation kernels,
-#             and ncu of the backward kernels at D 64 / T 1k (time, instructions, stalls)
+#             track issue 17 (GPT-2 124M bf16, its A/B with CTX_BF16_ACTIVATIONS=0 and its
+#             `bench --profile`; attention at D 64 / 128 for none, alibi and kerple_log at T 1k /
+#             4k / 16k, the SDPA peer), racecheck of the flash full-tile cases, memcheck of the
+#             bf16 activation kernels, and ncu of the backward kernels at D 64 / T 1k (time,
+#             instructions, stalls)
 #   tests     GPU report, tests and recipes only
 #   bench     GPU report, benchmarks only
 #   profile   GPU report, Nsight Compute metrics of the tensor-core flash kernels (forward, dq,
@@ -244,6 +245,9 @@ quick_bench() {
     # A/B: the activations kept in fp32 and rounded by each product (before 2026-11-28)
     step ab-gpt2-124m-bf16-fp32-activations 60 env CTX_BF16_ACTIVATIONS=0 "${B[@]}" \
         --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
+    # where a step's milliseconds go now (a sync per op)
+    step profile-gpt2-124m-bf16 60 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 \
+        --steps 5 --warmup 2 --profile
     for d in 64 128; do
         step "bench-attention-d$d-bf16" 60 "${B[@]}" attention --device cuda --precision bf16 \
             --head-dim $d --T 1024,4096,16384 --pe none,alibi,kerple_log --steps 5 --repeats 2
