@@ -115,4 +115,36 @@ TEST(OpsCpuGradStore, SwigluBackwardWrites) {
     EXPECT_LT(rel_err(acc, want), 1e-6);
 }
 
+// attention_backward with opt.dqkv_store: Overwrite into NaNs equals Accumulate into zeros
+// (the CPU zeroes, then adds), in both modes, with a bias whose parameters get gradients.
+TEST(OpsCpuGradStore, AttentionBackwardWritesDqkv) {
+    const int B = 2, T = 19, C = 32, H = 2;
+    const size_t n = size_t(B) * T * 3 * C;
+    const FVec qkv = wave(n, 1.0f, 0.3f), dout = wave(size_t(B) * T * C, 1.0f, 1.9f);
+    FVec pos(size_t(B) * T);
+    for (size_t i = 0; i < pos.size(); i++) pos[i] = 0.5f * float(i % T);
+    const FVec slopes = {0.5f, 0.25f};
+    for (ctx::AttentionMode mode : {ctx::AttentionMode::Materialised, ctx::AttentionMode::Flash}) {
+        ctx::AttentionOptions opt;
+        opt.mode = mode;
+        opt.bias.kind = ctx::BiasKind::Linear;
+        opt.bias.a = slopes.data();
+        FVec out(size_t(B) * T * C), saved(ctx::attention_saved_floats(mode, B, T, H));
+        cpu().attention_forward(out.data(), saved.data(), qkv.data(), pos.data(), B, T, C, H, opt);
+        FVec scratch(cpu().attention_scratch_floats(B, T, C, H, mode));
+        FVec zero(n, 0.0f), nan(n, kNaN), da_z(H, 0.0f), da_w(H, 0.0f);
+        opt.bias.da = da_z.data();
+        cpu().attention_backward(zero.data(), scratch.data(), dout.data(), qkv.data(),
+                                 saved.data(), out.data(), pos.data(), B, T, C, H, opt);
+        opt.bias.da = da_w.data();
+        opt.dqkv_store = GradStore::Overwrite;
+        cpu().attention_backward(nan.data(), scratch.data(), dout.data(), qkv.data(),
+                                 saved.data(), out.data(), pos.data(), B, T, C, H, opt);
+        const char* m = ctx::attention_mode_name(mode);
+        EXPECT_TRUE(same_bits(nan, zero)) << m;
+        EXPECT_TRUE(same_bits(da_w, da_z)) << m;
+        EXPECT_NE(da_w[0], 0.0f) << m << ": the slope gradient was not computed";
+    }
+}
+
 }  // namespace

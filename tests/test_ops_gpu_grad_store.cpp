@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <cstdio>
 #include <limits>
 #include <vector>
 
@@ -116,6 +117,59 @@ TEST(OpsGpuGradStore, ActivationAndSwigluBackwardOverwrite) {
         FVec c(2 * n, kNaN);
         cpu().swiglu_backward(c.data(), gu.data(), dout.data(), N, F, GradStore::Overwrite);
         EXPECT_LT(rel_err(nan.host(), c), 1e-5) << "swiglu";
+    }
+}
+
+// attention_backward with opt.dqkv_store on each path: materialised and fp32 flash (zeroed
+// first), and the bf16 tensor-core flash kernels, which write each entry themselves: T 150 has
+// full and partial tiles; a window and a bias with parameter gradients; D 64 and 32.
+TEST(OpsGpuGradStore, AttentionBackwardWritesDqkv) {
+    REQUIRE_GPU();
+    ref::Rng rng(23);
+    const int B = 2, T = 150;
+    const FVec slopes = {0.3f, 0.2f, 0.1f, 0.05f};
+    for (int C : {128, 256}) {
+        for (int H : {2, 4}) {
+            if (C / H > 64) continue;
+            const size_t n = size_t(B) * T * 3 * C;
+            const FVec qkv = randn(rng, n), dout = randn(rng, size_t(B) * T * C);
+            FVec pos(size_t(B) * T);
+            for (size_t i = 0; i < pos.size(); i++) pos[i] = 0.75f * float(i % T);
+            struct Path {
+                ctx::Backend* be;
+                ctx::AttentionMode mode;
+                const char* name;
+            };
+            for (const Path& p : {Path{&gpu(), ctx::AttentionMode::Materialised, "fp32 mat"},
+                                  Path{&gpu(), ctx::AttentionMode::Flash, "fp32 flash"},
+                                  Path{&gpu_bf16(), ctx::AttentionMode::Flash, "bf16 flash"}}) {
+                ctx::Backend& be = *p.be;
+                ctx::AttentionOptions opt;
+                opt.mode = p.mode;
+                opt.window = 97;
+                opt.bias.kind = ctx::BiasKind::Linear;
+                opt.bias.a = slopes.data();  // host slopes, staged by the backend
+                Dev gqkv(qkv, be), gdout(dout, be), gpos(pos, be), out(size_t(B) * T * C, be);
+                Dev saved(ctx::attention_saved_floats(p.mode, B, T, H), be);
+                Dev scratch(be.attention_scratch_floats(B, T, C, H, p.mode), be);
+                be.attention_forward(out.get(), saved.get(), gqkv.get(), gpos.get(), B, T, C, H,
+                                     opt);
+                Dev zero(FVec(n, 0.0f), be), nan(FVec(n, kNaN), be);
+                Dev da_z(FVec(H, 0.0f), be), da_w(FVec(H, 0.0f), be);
+                opt.bias.da = da_z.get();
+                be.attention_backward(zero.get(), scratch.get(), gdout.get(), gqkv.get(),
+                                      saved.get(), out.get(), gpos.get(), B, T, C, H, opt);
+                opt.bias.da = da_w.get();
+                opt.dqkv_store = GradStore::Overwrite;
+                be.attention_backward(nan.get(), scratch.get(), gdout.get(), gqkv.get(),
+                                      saved.get(), out.get(), gpos.get(), B, T, C, H, opt);
+                char what[64];
+                std::snprintf(what, sizeof what, "%s C %d H %d", p.name, C, H);
+                EXPECT_FALSE(any_nan(nan.host())) << what << ": an entry was not written";
+                EXPECT_LE(rel_err(nan.host(), zero.host()), 1e-7) << what;
+                EXPECT_TRUE(same_bits(da_w.host(), da_z.host())) << what;
+            }
+        }
     }
 }
 

@@ -8,7 +8,8 @@
 //     parameters (BiasSpec::a for ALiBi slopes a plugin computes); a GPU backend stages them.
 //   - Backward ops ACCUMULATE (+=) into every gradient they produce, input and parameter alike;
 //     the caller zeroes gradient buffers once per step. Exceptions are marked "writes", and the
-//     ops that take a GradStore write their input gradient over the buffer when told to.
+//     ops that take a GradStore (attention_backward: AttentionOptions::dqkv_store) write their
+//     input gradient over the buffer when told to.
 //   - Nothing allocates inside an op; scratch buffers are passed in or sized at construction.
 #pragma once
 
@@ -131,6 +132,9 @@ struct AttentionOptions {
     // the outputs of the other heads are left as they were. Null: every head.
     const int32_t* heads = nullptr;
     int heads_k = 0;
+    // attention_backward only: dqkv is added to (Accumulate) or written over (Overwrite; every
+    // entry of the B x T rows is written, and the old contents are not read).
+    GradStore dqkv_store = GradStore::Accumulate;
 };
 
 // Arithmetic of the matrix products (everything else, and all stored parameters, gradients and
@@ -345,9 +349,10 @@ public:
     virtual void attention_forward(float* out, float* saved, const float* qkv,
                                    const float* positions, int B, int T, int C, int H,
                                    const AttentionOptions& opt) = 0;
-    // dqkv (B, T, 3C) +=; bias parameter grads += (see BiasSpec). saved: the forward's saved
-    // buffer; out: the forward's output (read in Flash mode, may be null in Materialised mode).
-    // scratch: at least attention_scratch_floats(B, T, C, H, opt.mode) floats.
+    // dqkv (B, T, 3C) += (= with opt.dqkv_store Overwrite); bias parameter grads += (see
+    // BiasSpec). saved: the forward's saved buffer; out: the forward's output (read in Flash
+    // mode, may be null in Materialised mode). scratch: at least
+    // attention_scratch_floats(B, T, C, H, opt.mode) floats.
     virtual void attention_backward(float* dqkv, float* scratch, const float* dout,
                                     const float* qkv, const float* saved, const float* out,
                                     const float* positions, int B, int T, int C, int H,

@@ -56,9 +56,11 @@ void CausalAttention::forward(int, float* qkv, float* out, float* saved) {
 }
 
 void CausalAttention::backward(int, float* dqkv, const float* dout, const float* qkv,
-                               const float* saved, const float* out) {
+                               const float* saved, const float* out, GradStore store) {
+    AttentionOptions opt = opt_;
+    opt.dqkv_store = store;
     backend_.attention_backward(dqkv, scratch_, dout, qkv, saved, out, positions_, B_, T_, C_, H_,
-                                opt_);
+                                opt);
     if (rotary_.enabled()) backend_.rotary_backward(dqkv, positions_, B_, T_, C_, H_, rotary_.spec());
 }
 

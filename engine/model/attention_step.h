@@ -44,7 +44,7 @@ public:
                const AttentionOptions& opt, float* scratch);
     void forward(int layer, float* qkv, float* out, float* saved) override;
     void backward(int layer, float* dqkv, const float* dout, const float* qkv, const float* saved,
-                  const float* out) override;
+                  const float* out, GradStore store) override;
     const AttentionOptions& options() const { return opt_; }
 
 private:

@@ -5,7 +5,7 @@
 namespace ctx {
 
 void AttentionStep::backward(int, float*, const float*, const float*, const float*,
-                             const float*) {
+                             const float*, GradStore) {
     fail("internal: this attention step runs forward only (no backward pass)");
 }
 
@@ -127,8 +127,7 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     const TensorShard& s = shard_;
     const int C = c.d_model, A = s.A, F = s.F, F2 = s.F2, Q = s.Q;
     const int Nr = tp_.rows_here(N);
-    const size_t NF = static_cast<size_t>(N) * F;
-    const size_t NA = static_cast<size_t>(N) * A, NrC = static_cast<size_t>(Nr) * C;
+    const size_t NF = static_cast<size_t>(N) * F, NrC = static_cast<size_t>(Nr) * C;
     const float* mlp_in = c.parallel_residual ? x : a.res2;
 
     // dx holds d(loss)/d(x_out) (this rank's rows under sequence parallelism, else all, the
@@ -157,8 +156,7 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     // attention branch: res2 = x + proj(attention(qkv(ln1(x))))
     be.matmul_backward(d.datty, g.attn_proj_w, g.attn_proj_b, dx_all, a.atty, w.attn_proj_w, N,
                        A, C, write);
-    be.zero(d.dqkv, NA * 3);
-    attention.backward(layer, d.dqkv, d.datty, a.qkv, a.att, a.atty);
+    attention.backward(layer, d.dqkv, d.datty, a.qkv, a.att, a.atty, write);
     const float* dproj = d.dqkv;  // d(loss)/d(the projection's output)
     if (c.grouped_kv()) {  // each key/value head collects the gradients of its query heads
         be.zero(d.dqkv_grouped, static_cast<size_t>(N) * Q);

@@ -113,10 +113,10 @@ public:
     // qkv (N, 3A) as projected; may be rotated in place (backward reads it as left). out (N, A)
     // (writes). saved: the step's buffer for backward, per layer (null where there is none).
     virtual void forward(int layer, float* qkv, float* out, float* saved) = 0;
-    // dqkv (N, 3A) += the gradient of the unrotated qkv, from dout (N, A) and what forward kept.
-    // Steps that only run forward (generation) refuse.
+    // dqkv (N, 3A) += the gradient of the unrotated qkv, from dout (N, A) and what forward kept
+    // (= with GradStore::Overwrite). Steps that only run forward (generation) refuse.
     virtual void backward(int layer, float* dqkv, const float* dout, const float* qkv,
-                          const float* saved, const float* out);
+                          const float* saved, const float* out, GradStore store);
 };
 
 class TransformerBlock {

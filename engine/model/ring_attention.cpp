@@ -177,8 +177,11 @@ void RingAttention::forward(int, float* qkv, float* out, float* saved) {
 }
 
 void RingAttention::backward(int, float* dqkv, const float* dout, const float* qkv,
-                             const float* saved, const float* out) {
+                             const float* saved, const float* out, GradStore store) {
     const int cp = cp_.size(), r = cp_.rank();
+    // every block adds into dqkv: Overwrite starts it from zeros
+    if (store == GradStore::Overwrite)
+        be_.zero(dqkv, static_cast<size_t>(B_) * Tl_ * 3 * static_cast<size_t>(C_));
     take_kv(qkv, kv_.data());  // q, k as forward left them (rotated)
     be_.zero(dkv_.data(), kv_floats_);
     for (int s = 0; s < cp; ++s) {

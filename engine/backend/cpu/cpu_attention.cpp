@@ -240,6 +240,8 @@ void CpuBackend::attention_backward(float* dqkv, float* scratch, const float* do
                                     const float* positions, int B, int T, int C, int H,
                                     const AttentionOptions& opt) {
     check_attention(T, C, H, opt);
+    // Overwrite: the kernels below add their sums, so they start from zeros
+    if (opt.dqkv_store == GradStore::Overwrite) zero(dqkv, size_t(B) * T * 3 * C);
     if (opt.mode == AttentionMode::Flash) {
         flash_backward(dqkv, scratch, dout, qkv, att, out, positions, B, T, C, H, opt);
         return;

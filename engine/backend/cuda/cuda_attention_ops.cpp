@@ -217,6 +217,10 @@ void CudaBackend::attention_backward(float* dqkv, float* scratch, const float* d
     check_attention(T, C, H, opt);
     check_mode(opt.mode, C, H, op);
     if (B <= 0) return;
+    // Overwrite: the tensor-core flash kernels write dqkv themselves; every other path adds its
+    // sums, so it starts from zeros
+    if (opt.dqkv_store == GradStore::Overwrite && !flash_.writes_dqkv(opt.mode))
+        zero(dqkv, size_t(B) * T * 3 * C);
     if (opt.mode == AttentionMode::Flash) {
         CTX_CHECK(out != nullptr,
                   "{}: flash mode needs the forward's output `out` (B, T, C) (it recomputes the "

@@ -63,11 +63,12 @@ size_t flash_tc_backward_smem_bytes(int D, bool t5);
 cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
                                     const float* positions, int B, int T, int C, int H, KeyMask mask,
                                     const BiasArgs& bias, cudaStream_t s);
+// accumulate: dqkv += the gradient, else dqkv = (each entry of the B x T rows written once).
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                      uint16_t* packed, const float* dout, const float* qkv,
                                      const float* out, const float* lse, const float* positions,
                                      int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
-                                     cudaStream_t s);
+                                     bool accumulate, cudaStream_t s);
 
 // Host side: argument checks, bias parameters staged on the device through the backend's
 // BiasStaging (host ALiBi slopes, the T5 bucket table; shared with the materialised path, so one
@@ -85,6 +86,11 @@ public:
     static bool supports(int C, int H);
     // Throws ctx::Error naming `op` and the head-dim limit unless supports(C, H).
     static void check_supported(int C, int H, const char* op);
+    // Whether backward in `mode` writes dqkv itself under GradStore::Overwrite (the tensor-core
+    // kernels store each entry once; the fp32 kernels add).
+    bool writes_dqkv(AttentionMode mode) const {
+        return mode == AttentionMode::Flash && packed_ != nullptr;
+    }
 
     // out (B, T, C) (writes), lse (B, H, T) (writes). Logit(i, j) as attention_forward.
     void forward(cudaStream_t stream, float* out, float* lse, const float* qkv,
@@ -94,7 +100,8 @@ public:
     static size_t backward_scratch_floats(int B, int T, int C, int H);
 
     // dqkv (B, T, 3C) +=, da / db / dtable += as attention_backward; out and lse from forward.
-    // scratch: backward_scratch_floats floats, any contents.
+    // scratch: backward_scratch_floats floats, any contents. opt.dqkv_store Overwrite is done
+    // by the kernels where writes_dqkv(), else the caller zeroes dqkv first.
     void backward(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
                   const float* qkv, const float* out, const float* lse, const float* positions,
                   int B, int T, int C, int H, const AttentionOptions& opt);

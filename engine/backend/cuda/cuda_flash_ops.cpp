@@ -98,7 +98,8 @@ void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, 
         uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H), op);
         check_cuda(launch_flash_tc_backward(dqkv, dvec, parts, dtable, packed, dout, qkv, out, lse,
                                             positions, B, T, C, H,
-                                            KeyMask{opt.window, opt.doc_start}, ba, stream),
+                                            KeyMask{opt.window, opt.doc_start}, ba,
+                                            opt.dqkv_store == GradStore::Accumulate, stream),
                    op);
     } else {
         check_cuda(launch_flash_backward(dqkv, dvec, parts, dtable, dout, qkv, out, lse, positions,

@@ -36,7 +36,13 @@ struct TcArgs {
     const int32_t* doc_start;  // (B, T) packed rows, or null (KeyMask)
     float scale;               // 1 / sqrt(D)
     BiasArgs bs;
+    bool accumulate = true;    // backward: dqkv += (else =, GradStore::Overwrite)
 };
+
+// A gradient entry the backward kernels own: added to, or written over (GradStore).
+__device__ __forceinline__ void store_grad(float* p, float v, bool accumulate) {
+    *p = accumulate ? *p + v : v;
+}
 
 // R rows of W bf16 from src (row stride lds elements) into dst (row stride W + kPad), as
 // asynchronous 16-byte copies of the whole block (the caller commits the group).

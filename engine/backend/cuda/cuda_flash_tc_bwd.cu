@@ -204,8 +204,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int dn = 0; dn < DN; dn++) {
             const int d = dn * 8 + 2 * t;
-            if (d < D) dq[d] += acc[dn][2 * r] * a.scale;
-            if (d + 1 < D) dq[d + 1] += acc[dn][2 * r + 1] * a.scale;
+            if (d < D) store_grad(dq + d, acc[dn][2 * r] * a.scale, a.accumulate);
+            if (d + 1 < D) store_grad(dq + d + 1, acc[dn][2 * r + 1] * a.scale, a.accumulate);
         }
     }
     if (grads) {
@@ -330,12 +330,12 @@ __global__ void __launch_bounds__(kThreads, 2)
         for (int dn = 0; dn < DN; dn++) {
             const int d = dn * 8 + 2 * t;
             if (d < D) {
-                dst[C + d] += dk[dn][2 * r] * a.scale;
-                dst[2 * C + d] += dv[dn][2 * r];
+                store_grad(dst + C + d, dk[dn][2 * r] * a.scale, a.accumulate);
+                store_grad(dst + 2 * C + d, dv[dn][2 * r], a.accumulate);
             }
             if (d + 1 < D) {
-                dst[C + d + 1] += dk[dn][2 * r + 1] * a.scale;
-                dst[2 * C + d + 1] += dv[dn][2 * r + 1];
+                store_grad(dst + C + d + 1, dk[dn][2 * r + 1] * a.scale, a.accumulate);
+                store_grad(dst + 2 * C + d + 1, dv[dn][2 * r + 1], a.accumulate);
             }
         }
     }
@@ -393,10 +393,11 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
                                      uint16_t* packed, const float* dout, const float* qkv,
                                      const float* out, const float* lse, const float* positions,
                                      int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
-                                     cudaStream_t s) {
+                                     bool accumulate, cudaStream_t s) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
+    a.accumulate = accumulate;
     if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
     if (cudaError_t e = launch_flash_dvec(dvec, dout, out, B, T, C, H, s); e != cudaSuccess)
         return e;
