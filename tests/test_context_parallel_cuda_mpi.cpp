@@ -6,6 +6,8 @@
 // CTX_GROUP_COLLECTIVES=host (the ring staged through host memory; NCCL refuses a shared GPU).
 // Under the CUDA emulation: run_emulated_tests.py --model --mpi=2. Not named test_gpu_*: the GPU
 // bundle carries no MPI, so it would only skip there (mpi.gpu_context_parallel_np2 labels it gpu).
+// Also in bf16 (the activations stored in bf16) against the whole model on the same backend.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -129,6 +131,73 @@ INSTANTIATE_TEST_SUITE_P(
                       CpCase{"neox", PeCase{"kerple_log", {}}},
                       CpCase{"gpt2", PeCase{"fire", {}}}, CpCase{"gpt2", PeCase{"learned", {}}}),
     [](const auto& info) { return case_name(info.param); });
+
+// bf16 (products on tensor cores, the activations they read stored in bf16): cp 2 on each rank
+// against the same bf16 backend running the whole rows in one model. The ring's block kernels
+// are fp32 while the whole model's attention is the bf16 tensor-core flash, so the two agree
+// within a bf16 band, not to fp32 rounding (emulated: loss 5e-4 relative, gradients 1.7e-2 of
+// the largest, logits 3.1e-2).
+class GpuContextParallelMpiBf16 : public ::testing::TestWithParam<CpCase> {};
+
+TEST_P(GpuContextParallelMpiBf16, MatchesTheWholeModelOnTheSameBackend) {
+    Comm* world = test::mpi_world();
+    if (world == nullptr || world->size() != 2) GTEST_SKIP() << "needs mpirun -np 2";
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    const CpCase& tc = GetParam();
+    const int device = local_rank_from_env() % cuda_device_count();
+    const char* ls = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const char* host_path = std::getenv("CTX_GROUP_COLLECTIVES");
+    if (ls && std::atoi(ls) > cuda_device_count() && !(host_path && std::string(host_path) == "host"))
+        GTEST_SKIP() << "ranks share a GPU: set CTX_GROUP_COLLECTIVES=host";
+    ParallelGrid grid(*world, GridShape{1, 2});  // cp 2
+    auto be = make_cuda_backend(device, Precision::Bf16);
+    ASSERT_TRUE(be->bf16_activations());
+    const ModelConfig c = config_for(tc.style);
+    Model whole(c, *be, test::make_pe(tc.pe.pe, c, tc.pe.opts), 13);
+    Model par(c, *be, test::make_pe(tc.pe.pe, c, tc.pe.opts), 13);
+    par.set_context_parallel(&grid.cp_group());
+    const int B = 2, T = 12;
+    BatchBuffers batch;
+    batch.resize(B, T);
+    for (int i = 0; i < B * T; ++i) {
+        batch.tokens[i] = (i * 7 + 3) % c.vocab_size;
+        batch.targets[i] = (i * 5 + 1) % c.vocab_size;
+        batch.positions[i] = float((i % T) * 1.25 + (i / T) * 0.5);
+        batch.mask[i] = i % 7 == 3 ? 0.0f : 1.0f;
+    }
+    if (tc.style == "bloom") {
+        batch.doc_start.assign(B * T, 0);
+        for (int i = 0; i < B * T; ++i) batch.doc_start[i] = i % T < 5 ? 0 : 5;
+    }
+    try {
+        be->zero(whole.grads().data(), whole.grads().size());
+        be->zero(par.grads().data(), par.grads().size());
+        const LossSums a = whole.forward_backward(batch.batch(), 0.05f);
+        const LossSums b = par.forward_backward(batch.batch(), 0.05f);
+        std::vector<float> g = test::host_copy(*be, par.grads());
+        grid.cp_group().allreduce_sum(g.data(), g.size());
+        const std::vector<float> want = test::host_copy(*be, whole.grads());
+        double mag = 0;
+        for (float x : want) mag = std::max(mag, double(std::fabs(x)));
+        const double dg = max_abs_diff(g, want);
+        const double dl = max_abs_diff(par.logits(batch.batch()), whole.logits(batch.batch()));
+        EXPECT_NEAR(b.loss_sum, a.loss_sum, 5e-3 * std::fabs(a.loss_sum));
+        EXPECT_LE(dg, 5e-2 * mag) << "gradients (largest " << mag << ")";
+        EXPECT_GT(mag, 1e-3);
+        EXPECT_LE(dl, 5e-2);
+        if (world->rank() == 0)
+            std::printf("  loss %.6f vs %.6f, gradients %.2e of %.2e, logits %.2e\n", b.loss_sum,
+                        a.loss_sum, dg, mag, dl);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", world->rank(), e.what());
+        mpi_abort(1);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(StylesAndPes, GpuContextParallelMpiBf16,
+                         ::testing::Values(CpCase{"gpt2", PeCase{"none", {}}},
+                                           CpCase{"bloom", PeCase{"alibi", {}}}),
+                         [](const auto& info) { return case_name(info.param); });
 
 }  // namespace
 }  // namespace ctx
