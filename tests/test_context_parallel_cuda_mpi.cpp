@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 
 #include "gpu_test_support.h"
 #include "model/optimizer.h"
@@ -55,26 +56,22 @@ double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
     return m;
 }
 
-class GpuContextParallelMpi : public ::testing::TestWithParam<CpCase> {};
-
-TEST_P(GpuContextParallelMpi, TrainsAsTheWholeModelOnTheCpu) {
-    Comm* world = test::mpi_world();
-    if (world == nullptr || world->size() != 2) GTEST_SKIP() << "needs mpirun -np 2";
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-    const int device = local_rank_from_env() % cuda_device_count();
+// Why this rank cannot run a 2-rank CUDA case ("" when it can).
+std::string skip_reason(Comm* world) {
+    if (world == nullptr || world->size() != 2) return "needs mpirun -np 2";
+    if (!have_gpu()) return "no CUDA device";
     const char* ls = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
     const char* host_path = std::getenv("CTX_GROUP_COLLECTIVES");
-    if (ls && std::atoi(ls) > cuda_device_count() && !(host_path && std::string(host_path) == "host"))
-        GTEST_SKIP() << "ranks share a GPU: set CTX_GROUP_COLLECTIVES=host";
-    const CpCase& tc = GetParam();
-    ParallelGrid grid(*world, GridShape{1, 2});  // cp 2
-    auto gpu_be = make_cuda_backend(device);
-    const ModelConfig c = config_for(tc.style);
-    Model ref(c, test::cpu(), test::make_pe(tc.pe.pe, c, tc.pe.opts), 13);
-    Model par(c, *gpu_be, test::make_pe(tc.pe.pe, c, tc.pe.opts), 13);
-    par.set_context_parallel(&grid.cp_group());
-    ASSERT_TRUE(par.context_parallel());
-    const int B = 2, T = 12;  // 2 x cp chunks of 3 tokens
+    const bool host_groups = host_path != nullptr && std::string(host_path) == "host";
+    if (ls != nullptr && std::atoi(ls) > cuda_device_count() && !host_groups)
+        return "ranks share a GPU: set CTX_GROUP_COLLECTIVES=host";
+    return "";
+}
+
+// Two rows of 12 tokens (2 x cp chunks of 3) at fractional positions; BLOOM's rows are packed
+// (documents [0, 5) and [5, 12)).
+BatchBuffers cp_batch(const ModelConfig& c, const std::string& style) {
+    const int B = 2, T = 12;
     BatchBuffers batch;
     batch.resize(B, T);
     for (int i = 0; i < B * T; ++i) {
@@ -83,10 +80,28 @@ TEST_P(GpuContextParallelMpi, TrainsAsTheWholeModelOnTheCpu) {
         batch.positions[i] = float((i % T) * 1.25 + (i / T) * 0.5);
         batch.mask[i] = i % 7 == 3 ? 0.0f : 1.0f;
     }
-    if (tc.style == "bloom") {  // packed: documents [0, 5) and [5, 12) in each row
+    if (style == "bloom") {
         batch.doc_start.assign(B * T, 0);
         for (int i = 0; i < B * T; ++i) batch.doc_start[i] = i % T < 5 ? 0 : 5;
     }
+    return batch;
+}
+
+class GpuContextParallelMpi : public ::testing::TestWithParam<CpCase> {};
+
+TEST_P(GpuContextParallelMpi, TrainsAsTheWholeModelOnTheCpu) {
+    Comm* world = test::mpi_world();
+    if (const std::string why = skip_reason(world); !why.empty()) GTEST_SKIP() << why;
+    const int device = local_rank_from_env() % cuda_device_count();
+    const CpCase& tc = GetParam();
+    ParallelGrid grid(*world, GridShape{1, 2});  // cp 2
+    auto gpu_be = make_cuda_backend(device);
+    const ModelConfig c = config_for(tc.style);
+    Model ref(c, test::cpu(), test::make_pe(tc.pe.pe, c, tc.pe.opts), 13);
+    Model par(c, *gpu_be, test::make_pe(tc.pe.pe, c, tc.pe.opts), 13);
+    par.set_context_parallel(&grid.cp_group());
+    ASSERT_TRUE(par.context_parallel());
+    const BatchBuffers batch = cp_batch(c, tc.style);
     double count = 0;
     for (float m : batch.mask) count += m;
     OptimizerConfig oc;
@@ -141,14 +156,9 @@ class GpuContextParallelMpiBf16 : public ::testing::TestWithParam<CpCase> {};
 
 TEST_P(GpuContextParallelMpiBf16, MatchesTheWholeModelOnTheSameBackend) {
     Comm* world = test::mpi_world();
-    if (world == nullptr || world->size() != 2) GTEST_SKIP() << "needs mpirun -np 2";
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+    if (const std::string why = skip_reason(world); !why.empty()) GTEST_SKIP() << why;
     const CpCase& tc = GetParam();
     const int device = local_rank_from_env() % cuda_device_count();
-    const char* ls = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    const char* host_path = std::getenv("CTX_GROUP_COLLECTIVES");
-    if (ls && std::atoi(ls) > cuda_device_count() && !(host_path && std::string(host_path) == "host"))
-        GTEST_SKIP() << "ranks share a GPU: set CTX_GROUP_COLLECTIVES=host";
     ParallelGrid grid(*world, GridShape{1, 2});  // cp 2
     auto be = make_cuda_backend(device, Precision::Bf16);
     ASSERT_TRUE(be->bf16_activations());
@@ -156,19 +166,7 @@ TEST_P(GpuContextParallelMpiBf16, MatchesTheWholeModelOnTheSameBackend) {
     Model whole(c, *be, test::make_pe(tc.pe.pe, c, tc.pe.opts), 13);
     Model par(c, *be, test::make_pe(tc.pe.pe, c, tc.pe.opts), 13);
     par.set_context_parallel(&grid.cp_group());
-    const int B = 2, T = 12;
-    BatchBuffers batch;
-    batch.resize(B, T);
-    for (int i = 0; i < B * T; ++i) {
-        batch.tokens[i] = (i * 7 + 3) % c.vocab_size;
-        batch.targets[i] = (i * 5 + 1) % c.vocab_size;
-        batch.positions[i] = float((i % T) * 1.25 + (i / T) * 0.5);
-        batch.mask[i] = i % 7 == 3 ? 0.0f : 1.0f;
-    }
-    if (tc.style == "bloom") {
-        batch.doc_start.assign(B * T, 0);
-        for (int i = 0; i < B * T; ++i) batch.doc_start[i] = i % T < 5 ? 0 : 5;
-    }
+    const BatchBuffers batch = cp_batch(c, tc.style);
     try {
         be->zero(whole.grads().data(), whole.grads().size());
         be->zero(par.grads().data(), par.grads().size());
