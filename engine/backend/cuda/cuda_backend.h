@@ -285,7 +285,7 @@ private:
     // when that path is off or has no algorithm, having run nothing (cuda_dense_ops.cpp).
     bool lt_forward(float* out, float* pre, const float* inp, const float* W, const float* bias,
                     int N, int IC, int OC, const char* op);
-    // out (N, OC) (+)= a (N, IC) @ bf16(W)^T + bias, a already bf16 (either storage's forward).
+    // out (N, OC) = a (N, IC) @ bf16(W)^T (+ bias), a already bf16 (either storage's forward).
     void forward_bf16(float* out, const uint16_t* a, const float* W, const float* bias, int N,
                       int IC, int OC, const char* op);
     // matmul_backward's bf16 products with inp already bf16 (either storage).

@@ -588,15 +588,10 @@ cudaError_t launch_activation_backward(float* dinp, const float* inp, const floa
     return cudaGetLastError();
 }
 
-cudaError_t launch_swiglu(float* out, float* dinp, const float* inp, const float* dout, int N,
-                          int F, bool accumulate, cudaStream_t s) {
+cudaError_t launch_swiglu_forward(float* out, const float* inp, int N, int F, cudaStream_t s) {
     const size_t n = size_t(N) * F;
     if (n == 0) return cudaSuccess;
-    if (dout == nullptr)
-        swiglu_forward_kernel<float><<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, N, F);
-    else
-        swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, N, F,
-                                                                          accumulate);
+    swiglu_forward_kernel<float><<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, N, F);
     return cudaGetLastError();
 }
 
@@ -606,6 +601,15 @@ cudaError_t launch_swiglu_forward(uint16_t* out, const float* inp, int N, int F,
     if (n == 0) return cudaSuccess;
     swiglu_forward_kernel<__nv_bfloat16>
         <<<grid_for(n, kThreads), kThreads, 0, s>>>(as_bf16(out), inp, N, F);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
+                                   bool accumulate, cudaStream_t s) {
+    const size_t n = size_t(N) * F;
+    if (n == 0) return cudaSuccess;
+    swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, N, F,
+                                                                      accumulate);
     return cudaGetLastError();
 }
 

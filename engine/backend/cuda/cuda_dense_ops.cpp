@@ -245,10 +245,11 @@ void CudaBackend::matmul_backward(float* dinp, float* dW, float* dbias, const fl
     if (sync_each_op_) sync(op);
 }
 
-// Both products take bf16 operands (dout too: cublasGemmEx needs A and B of one type),
-// accumulate in fp32 and add (beta = 1) into the fp32 gradients. bf16(dout)'s rows are padded
-// to a multiple of 8 (16 bytes, zeros past OC), the alignment cuBLAS's tensor-core kernels want
-// of a leading dimension, which an odd OC (GPT-2's vocabulary, 50257) would deny both products.
+// Both products take bf16 operands (dout too: cublasGemmEx needs A and B of one type) and
+// accumulate in fp32: dW gets added to (beta 1), dinp too unless dinp_store says Overwrite
+// (beta 0). bf16(dout)'s rows are padded to a multiple of 8 (16 bytes, zeros past OC), the
+// alignment cuBLAS's tensor-core kernels want of a leading dimension, which an odd OC (GPT-2's
+// vocabulary, 50257) would deny both products.
 void CudaBackend::backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                                 const uint16_t* a, const float* W, int N, int IC, int OC,
                                 GradStore dinp_store, const char* op) {
@@ -298,13 +299,13 @@ void CudaBackend::activation_forward(float* out, const float* inp, size_t n, Act
 
 void CudaBackend::swiglu_forward(float* out, const float* inp, int N, int F) {
     activate();
-    done(launch_swiglu(out, nullptr, inp, nullptr, N, F, false, stream_), "swiglu_forward");
+    done(launch_swiglu_forward(out, inp, N, F, stream_), "swiglu_forward");
 }
 
 void CudaBackend::swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
                                   GradStore store) {
     activate();
-    done(launch_swiglu(nullptr, dinp, inp, dout, N, F, store == GradStore::Accumulate, stream_),
+    done(launch_swiglu_backward(dinp, inp, dout, N, F, store == GradStore::Accumulate, stream_),
          "swiglu_backward");
 }
 

@@ -109,12 +109,12 @@ cudaError_t launch_activation_forward(uint16_t* out, const float* inp, size_t n,
 cudaError_t launch_activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                                        int act, bool accumulate, cudaStream_t s);
 
-// SwiGLU over inp (N, 2F) = [gate | up]: dout == nullptr: out (N, F) = silu(gate) up (writes);
-// else dinp (N, 2F) += the gradient (= when !accumulate; out unused).
-cudaError_t launch_swiglu(float* out, float* dinp, const float* inp, const float* dout, int N,
-                          int F, bool accumulate, cudaStream_t s);
-// The forward with out (N, F) in bf16.
+// SwiGLU over inp (N, 2F) = [gate | up]: out (N, F) = silu(gate) up (writes; in fp32 or bf16);
+// backward: dinp (N, 2F) += the gradient (= when !accumulate).
+cudaError_t launch_swiglu_forward(float* out, const float* inp, int N, int F, cudaStream_t s);
 cudaError_t launch_swiglu_forward(uint16_t* out, const float* inp, int N, int F, cudaStream_t s);
+cudaError_t launch_swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
+                                   bool accumulate, cudaStream_t s);
 
 // Grouped-query key/value heads (Backend::kv_repeat_*): dqkv == nullptr: qkv (N, 3HD) = grouped
 // (N, (H + 2Hkv) D) with key/value heads repeated (writes); else dgrouped += dqkv summed back.
