@@ -8,8 +8,9 @@
 #   quick     one device call's worth (~4 minutes on an H100): the tests, then the numbers that
 #             track issue 17 (GPT-2 124M bf16, its A/B with CTX_BF16_ACTIVATIONS=0 and its
 #             `bench --profile`; attention at D 64 / 128 for none, alibi and kerple_log at T 1k /
-#             4k / 16k, the SDPA peer), racecheck of the flash full-tile cases, memcheck of the
-#             bf16 activation kernels, and ncu of the backward kernels at D 64 / T 1k (time,
+#             4k / 16k; the same and GPT-2 with CTX_FLASH_BACKWARD=atomic; the SDPA peer),
+#             racecheck of the flash full-tile cases (both backwards), memcheck of the bf16
+#             activation kernels, and ncu of the backward kernels at D 64 / T 1k (time,
 #             instructions, stalls)
 #   tests     GPU report, tests and recipes only
 #   bench     GPU report, benchmarks only
@@ -252,6 +253,14 @@ quick_bench() {
         step "bench-attention-d$d-bf16" 60 "${B[@]}" attention --device cuda --precision bf16 \
             --head-dim $d --T 1024,4096,16384 --pe none,alibi,kerple_log --steps 5 --repeats 2
     done
+    # A/B: the one-kernel backward (dq by atomic adds) against the two kernels above
+    for d in 64 128; do
+        step "ab-attention-d$d-bf16-atomic-dq" 60 env CTX_FLASH_BACKWARD=atomic "${B[@]}" \
+            attention --device cuda --precision bf16 --head-dim $d --T 1024,4096,16384 \
+            --pe none,alibi,kerple_log --steps 5 --repeats 2
+    done
+    step ab-gpt2-124m-bf16-atomic-dq 60 env CTX_FLASH_BACKWARD=atomic "${B[@]}" \
+        --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
     if [[ -f "$peer" ]] && python3 -c "import torch" 2>/dev/null; then
         step bench-attention-sdpa-peer 60 python3 "$peer" --device cuda --head-dim 64,128 \
             --T 1024,4096,16384 --dtype bf16 --pe none --steps 3 --repeats 2
@@ -278,6 +287,10 @@ quick_bench() {
     step profile-flash-tc-bwd-ncu-d64 60 "$RUN" "$ncu" -k regex:flash_tc_d --launch-count 2 \
         --metrics "$m" "$BUNDLE/bin/ctxengine" bench attention --device cuda --precision bf16 \
         --head-dim 64 --T 1024 --pe none --steps 1 --repeats 1 --warmup 0
+    step profile-flash-tc-bwd-ncu-d64-atomic-dq 60 env CTX_FLASH_BACKWARD=atomic "$RUN" "$ncu" \
+        -k regex:flash_tc_dkv --launch-count 1 --metrics "$m" "$BUNDLE/bin/ctxengine" bench \
+        attention --device cuda --precision bf16 --head-dim 64 --T 1024 --pe none --steps 1 \
+        --repeats 1 --warmup 0
 }
 
 sanitize() {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <memory>
@@ -37,6 +38,24 @@ inline ctx::Backend& gpu() {
 // The CUDA backend in bf16 mixed precision (bf16 tensor-core products and flash attention).
 inline ctx::Backend& gpu_bf16() {
     static std::unique_ptr<ctx::Backend> be = ctx::make_cuda_backend(0, ctx::Precision::Bf16);
+    return *be;
+}
+
+// The same with the one-kernel tensor-core attention backward (CTX_FLASH_BACKWARD=atomic: dq by
+// fp32 atomic adds; cuda_flash.h FlashBackward).
+inline ctx::Backend& gpu_bf16_atomic_dq() {
+    static std::unique_ptr<ctx::Backend> be = [] {
+        setenv("CTX_FLASH_BACKWARD", "atomic", 1);
+        std::unique_ptr<ctx::Backend> made;
+        try {
+            made = ctx::make_cuda_backend(0, ctx::Precision::Bf16);
+        } catch (...) {
+            unsetenv("CTX_FLASH_BACKWARD");
+            throw;
+        }
+        unsetenv("CTX_FLASH_BACKWARD");
+        return made;
+    }();
     return *be;
 }
 

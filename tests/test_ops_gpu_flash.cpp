@@ -7,7 +7,8 @@
 // T5 with the lookup table, the direct bucket formula and 512 buckets, the Table bias with
 // dtable; the saved log-sum-exp against a double-precision reference; the accumulate semantics;
 // bit-identical repeated runs (no atomics); the bf16 backend's tensor-core kernels on every case
-// against the CPU on bf16-rounded operands; the mode contract (supported / auto, scratch and
+// against the CPU on bf16-rounded operands, and their one-kernel backward (atomic dq) against
+// the two-kernel one and the CPU; the mode contract (supported / auto, scratch and
 // saved sizes) and its refusals (head dim > 128, missing out or lse, unknown mode).
 //
 // Only the Backend interface is used, so this compiles in every build; every test skips
@@ -287,6 +288,78 @@ TEST_P(OpsGpuFlash, Bf16TensorCoresMatchCpuOnRoundedOperands) {
     }
 }
 
+// The one-kernel backward (CTX_FLASH_BACKWARD=atomic: dq added by fp32 atomics, the bias
+// gradients per key block) against the two kernels of the same bf16 backend: the forward is
+// the same kernel (same bits); dk and dv come from the same products of the same rounded
+// probabilities and dlogits (same bits); dq and the bias-parameter gradients are the same terms
+// summed in another order (fp32 atomics, per key block instead of per query tile), so within
+// 1e-5 of their largest entry (the bias gradients 1e-4: sums that cancel); the table gradient's
+// entries are each written once (same bits). And against the CPU on the rounded operands, as
+// Bf16TensorCoresMatchCpuOnRoundedOperands. T5's parameter gradients keep the two kernels.
+TEST_P(OpsGpuFlash, Bf16AtomicDqMatchesSplitKernels) {
+    REQUIRE_GPU();
+    const FlashCase& fc = GetParam();
+    const int B = fc.B, T = fc.T, C = fc.C, H = fc.H;
+    ref::Rng rng(5000 + T * 3 + C + int(fc.kind));
+    const FVec positions = make_positions(rng, B, T, fc.pos);
+    const FVec qkv = round_bf16(randn(rng, size_t(B) * T * 3 * C));
+    const BiasData bd = make_bias_data(rng, fc.kind, fc.B, fc.H, fc.T, fc.num_buckets);
+    const FVec dout = round_bf16(randn(rng, size_t(B) * T * C));
+    const FVec dqkv0 = randn(rng, qkv.size());
+
+    const GpuRun split = run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0,
+                                 fc.learn, gpu_bf16());
+    const GpuRun atomic = run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0,
+                                  fc.learn, gpu_bf16_atomic_dq());
+    EXPECT_EQ(atomic.out, split.out);
+    EXPECT_EQ(atomic.saved, split.saved);
+    // dqkv (B, T, 3C): columns [c0, c0 + n) of every row
+    auto cols = [&](const FVec& x, int c0, int n) {
+        FVec r;
+        for (size_t o = 0; o < x.size(); o += size_t(3) * C)
+            r.insert(r.end(), x.begin() + o + c0, x.begin() + o + c0 + n);
+        return r;
+    };
+    const FVec dq_a = cols(atomic.dqkv, 0, C), dq_s = cols(split.dqkv, 0, C);
+    const FVec dkv_a = cols(atomic.dqkv, C, 2 * C), dkv_s = cols(split.dqkv, C, 2 * C);
+    const FVec dq0 = cols(dqkv0, 0, C);
+    EXPECT_TRUE(dkv_a == dkv_s) << "dk, dv differ from the two-kernel backward's bits";
+    EXPECT_CLOSE(minus(dq_a, dq0), minus(dq_s, dq0), 1e-5);
+    EXPECT_EQ(atomic.dtable, split.dtable);
+    if (!bd.da.empty()) {
+        EXPECT_CLOSE(minus(atomic.da, bd.da), minus(split.da, bd.da), 1e-4);
+    }
+    if (!bd.db.empty()) {
+        EXPECT_CLOSE(minus(atomic.db, bd.db), minus(split.db, bd.db), 1e-4);
+    }
+
+    BiasData cb = bd;
+    const std::vector<int32_t> docs = case_docs(fc);
+    const ctx::AttentionOptions copt =
+        options(fc, cb, nullptr, AttentionMode::Materialised, &docs);
+    FVec out(size_t(B) * T * C), att(size_t(B) * H * T * T), dqkv = dqkv0;
+    cpu().attention_forward(out.data(), att.data(), qkv.data(), positions.data(), B, T, C, H,
+                            copt);
+    FVec cscratch(cpu().attention_scratch_floats(B, T, C, H, AttentionMode::Materialised));
+    cpu().attention_backward(dqkv.data(), cscratch.data(), dout.data(), qkv.data(), att.data(),
+                             nullptr, positions.data(), B, T, C, H, copt);
+    EXPECT_CLOSE(minus(atomic.dqkv, dqkv0), minus(dqkv, dqkv0), kBf16Tol);
+    if (!bd.da.empty()) {
+        EXPECT_CLOSE(minus(atomic.da, bd.da), minus(cb.da, bd.da), kBf16BiasTol);
+    }
+    if (!bd.db.empty()) {
+        EXPECT_CLOSE(minus(atomic.db, bd.db), minus(cb.db, bd.db), kBf16BiasTol);
+    }
+    if (!bd.dtable.empty()) {
+        EXPECT_CLOSE(minus(atomic.dtable, bd.dtable), minus(cb.dtable, bd.dtable), kBf16Tol);
+    }
+    if (!fc.learn) {
+        EXPECT_EQ(atomic.da, bd.da);
+        EXPECT_EQ(atomic.db, bd.db);
+        EXPECT_EQ(atomic.dtable, bd.dtable);
+    }
+}
+
 // Bit-identical outputs and gradients on a repeated call: no atomics, fixed reduction orders.
 TEST_P(OpsGpuFlash, IsDeterministic) {
     REQUIRE_GPU();
@@ -386,6 +459,26 @@ TEST(OpsGpuFlashChecks, ModeSupportAndAuto) {
     EXPECT_EQ(gpu().attention_mode_auto(4096, 768, 12), AttentionMode::Flash);
     EXPECT_EQ(gpu().attention_mode_auto(64, 512, 2), AttentionMode::Materialised);
     EXPECT_EQ(gpu().attention_mode_auto(64, 258, 2), AttentionMode::Materialised);
+}
+
+// CTX_FLASH_BACKWARD picks the tensor-core backward's kernels when the backend is made: the
+// backend's name says "atomic dq" in bf16 (the fp32 kernels have one form: nothing to say), and
+// any other value is refused naming the variable and the value.
+TEST(OpsGpuFlashChecks, BackwardKernelsSwitch) {
+    REQUIRE_GPU();
+    EXPECT_NE(gpu_bf16_atomic_dq().name().find("atomic dq"), std::string::npos)
+        << gpu_bf16_atomic_dq().name();
+    EXPECT_EQ(gpu_bf16().name().find("atomic dq"), std::string::npos) << gpu_bf16().name();
+    setenv("CTX_FLASH_BACKWARD", "atomic", 1);
+    const std::string fp32_name = ctx::make_cuda_backend(0)->name();
+    setenv("CTX_FLASH_BACKWARD", "split", 1);
+    const std::string split_name = ctx::make_cuda_backend(0, ctx::Precision::Bf16)->name();
+    setenv("CTX_FLASH_BACKWARD", "fused", 1);
+    expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
+                 {"CTX_FLASH_BACKWARD", "fused", "split", "atomic"});
+    unsetenv("CTX_FLASH_BACKWARD");
+    EXPECT_EQ(fp32_name.find("atomic dq"), std::string::npos) << fp32_name;
+    EXPECT_EQ(split_name, gpu_bf16().name());
 }
 
 // Flash memory grows as T: saved = lse (B, H, T); scratch = rowsum(dout * out) (B, H, T) plus the

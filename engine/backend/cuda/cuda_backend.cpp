@@ -130,13 +130,24 @@ CudaBackend::CudaBackend(int device, Precision precision)
               "CTX_BF16_ACTIVATIONS: expected 0 (fp32 activations) or 1 (bf16 activations, the "
               "default of --precision bf16), got '{}'", a);
     bf16_activations_ = precision_ == Precision::Bf16 && (a == nullptr || std::strcmp(a, "0") != 0);
+    // the tensor-core attention backward: two kernels (deterministic, the default) or one with
+    // an atomic dq (FlashBackward), for A/B timings
+    const char* fb = std::getenv("CTX_FLASH_BACKWARD");
+    CTX_CHECK(fb == nullptr || *fb == '\0' || std::strcmp(fb, "split") == 0 ||
+                  std::strcmp(fb, "atomic") == 0,
+              "CTX_FLASH_BACKWARD: expected split (a dq kernel and a dk/dv kernel, the default) "
+              "or atomic (one kernel, dq by atomic adds), got '{}'", fb);
+    const bool atomic_dq = fb != nullptr && std::strcmp(fb, "atomic") == 0;
+    flash_.set_backward_kernels(atomic_dq ? FlashBackward::AtomicDq : FlashBackward::Split);
     // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
     // fp32 accumulation; "bf16 activations" when the products' inputs are stored in bf16)
-    name_ = fmt::format("cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{})", device, prop.name,
-                        prop.major, prop.minor,
+    name_ = fmt::format("cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{})", device,
+                        prop.name, prop.major, prop.minor,
                         double(prop.totalGlobalMem) / double(size_t(1) << 30),
                         precision_name(precision_), bf16_activations_ ? " activations" : "",
-                        lt_.enabled() ? "Lt" : "", sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
+                        lt_.enabled() ? "Lt" : "",
+                        atomic_dq && precision_ == Precision::Bf16 ? ", atomic dq" : "",
+                        sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
 }
 
 CudaBackend::~CudaBackend() {

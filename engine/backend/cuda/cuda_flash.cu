@@ -189,7 +189,7 @@ constexpr int kRowWarps = 8;
 
 // dvec (B, H, T) = rowsum(dout * out) per head; one warp per (b, h, i).
 __global__ void flash_bwd_dvec_kernel(float* dvec, const float* dout, const float* out, int B,
-                                      int T, int C, int H) {
+                                      int T, int C, int H, float* zero_dq) {
     const int lane = threadIdx.x & 31;
     const size_t row = size_t(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
     if (row >= size_t(B) * H * T) return;  // whole warps leave together
@@ -200,6 +200,10 @@ __global__ void flash_bwd_dvec_kernel(float* dvec, const float* dout, const floa
     for (int d = lane; d < D; d += 32) x += dout[off + d] * out[off + d];
     x = warp_sum(x);
     if (lane == 0) dvec[row] = x;
+    if (zero_dq != nullptr) {
+        float* dq = zero_dq + (size_t(b) * T + i) * 3 * C + size_t(h) * D;
+        for (int d = lane; d < D; d += 32) dq[d] = 0.0f;
+    }
 }
 
 // Recomputes this thread's probabilities and dlogits of a tile pair into Ps / Ss (row r, columns
@@ -487,11 +491,11 @@ cudaError_t launch_flash_forward(float* out, float* lse, const float* qkv, const
 }
 
 cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, int B, int T,
-                              int C, int H, cudaStream_t s) {
+                              int C, int H, cudaStream_t s, float* zero_dq) {
     const size_t rows = size_t(B) * H * T;
     if (rows == 0) return cudaSuccess;
     flash_bwd_dvec_kernel<<<unsigned((rows + kRowWarps - 1) / kRowWarps), 32 * kRowWarps, 0, s>>>(
-        dvec, dout, out, B, T, C, H);
+        dvec, dout, out, B, T, C, H, zero_dq);
     return cudaGetLastError();
 }
 

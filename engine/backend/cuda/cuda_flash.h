@@ -47,8 +47,10 @@ cudaError_t launch_flash_backward(float* dqkv, float* dvec, float* partials, flo
                                   int H, KeyMask mask, const BiasArgs& bias, cudaStream_t s);
 
 // dvec (B, H, T) = rowsum(dout * out) per head, fp32 (the D_i of both backward paths).
+// zero_dq: null, or dqkv (B, T, 3C) whose dq columns are zeroed on the way (the atomic dq
+// backward under GradStore::Overwrite).
 cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, int B, int T,
-                              int C, int H, cudaStream_t s);
+                              int C, int H, cudaStream_t s, float* zero_dq = nullptr);
 
 // The tensor-core kernels (cuda_flash_tc.cu): the same contract as launch_flash_forward /
 // launch_flash_backward, with q, k, v, dout and the probabilities / dlogits entering each product
@@ -63,12 +65,19 @@ size_t flash_tc_backward_smem_bytes(int D, bool t5);
 cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
                                     const float* positions, int B, int T, int C, int H, KeyMask mask,
                                     const BiasArgs& bias, cudaStream_t s);
+// How the tensor-core backward is split into kernels (CTX_FLASH_BACKWARD, cuda_backend.cpp):
+//   Split     a dq kernel per query tile and a dk / dv kernel per key tile (7 products per
+//             tile pair); every entry owned by one thread: bit-for-bit repeatable. The default.
+//   AtomicDq  FlashAttention-2's one kernel per key tile (5 products), dq added with fp32
+//             atomics, so the last bits of dq (and of the bias-parameter gradients) vary from
+//             run to run; T5's gradients keep Split. For timing against Split on a GPU.
+enum class FlashBackward { Split, AtomicDq };
 // accumulate: dqkv += the gradient, else dqkv = (each entry of the B x T rows written once).
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                      uint16_t* packed, const float* dout, const float* qkv,
                                      const float* out, const float* lse, const float* positions,
                                      int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
-                                     bool accumulate, cudaStream_t s);
+                                     bool accumulate, FlashBackward kernels, cudaStream_t s);
 
 // Host side: argument checks, bias parameters staged on the device through the backend's
 // BiasStaging (host ALiBi slopes, the T5 bucket table; shared with the materialised path, so one
@@ -80,6 +89,9 @@ public:
     // Precision::Bf16), the grow-only scratch their packed operands live in.
     FlashAttention(BiasStaging& bias, DeviceScratch<uint16_t>* packed)
         : bias_(bias), packed_(packed) {}
+    // The tensor-core backward's kernels (FlashBackward); the fp32 kernels have one layout.
+    void set_backward_kernels(FlashBackward k) { backward_kernels_ = k; }
+    FlashBackward backward_kernels() const { return backward_kernels_; }
 
     // True when the kernels handle this shape (C divisible by H, head dim C / H <=
     // kFlashMaxHeadDim).
@@ -114,6 +126,7 @@ private:
     BiasStaging& bias_;
     DeviceScratch<uint16_t>* packed_;
     size_t smem_limit_ = 0;  // the device's opt-in shared memory per block, once read
+    FlashBackward backward_kernels_ = FlashBackward::Split;
 };
 
 }  // namespace ctx::cuda

@@ -99,7 +99,8 @@ void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, 
         check_cuda(launch_flash_tc_backward(dqkv, dvec, parts, dtable, packed, dout, qkv, out, lse,
                                             positions, B, T, C, H,
                                             KeyMask{opt.window, opt.doc_start}, ba,
-                                            opt.dqkv_store == GradStore::Accumulate, stream),
+                                            opt.dqkv_store == GradStore::Accumulate,
+                                            backward_kernels_, stream),
                    op);
     } else {
         check_cuda(launch_flash_backward(dqkv, dvec, parts, dtable, dout, qkv, out, lse, positions,

@@ -3,7 +3,8 @@
 // "Flash attention on tensor cores"). The algorithm is FlashAttention-2's; the semantics are
 // exactly those of the fp32 kernels in cuda_flash.cu (per-token float positions, every BiasKind
 // evaluated per logit through cuda_bias.cuh, causal mask, sliding window, document masks,
-// bias-parameter and table gradients in-kernel, accumulate into every gradient, no atomics),
+// bias-parameter and table gradients in-kernel, accumulate into every gradient, no atomics by
+// default),
 // except that q, k, v, dout and the probabilities / dlogits entering a product are rounded to
 // bf16, and the softmax runs in base 2 (exp2 of logits scaled by log2 e: the same function).
 //
@@ -36,6 +37,12 @@
 //                        family, mask, parameter gradient and per-logit output.
 //   flash_tc_dkv_kernel  grid (T/64, H, B): a warp owns 16 keys; per query tile of 32,
 //                        S^T = K Q^T, dP^T = V dO^T, then dv += P^T dO, dk += dS^T Q.
+//                        With kDq (CTX_FLASH_BACKWARD=atomic: FlashAttention-2's one-kernel
+//                        backward, no dq kernel): dS^T also goes to shared memory as bf16 and
+//                        the block adds dq += dS K for the tile's 32 queries with fp32 atomics
+//                        (5 products per tile instead of 7; dq's last bits vary from run to
+//                        run), plus the dq kernel's bias-parameter partials (per 64-key block)
+//                        and dtable; T5's gradients keep the two kernels.
 // dvec = rowsum(dout * out) comes from cuda_flash.cu's kernel (launch_flash_dvec), in fp32.
 #include "backend/cuda/cuda_flash_tc.cuh"
 

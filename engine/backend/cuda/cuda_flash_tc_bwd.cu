@@ -233,14 +233,62 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
-// ================================================================ dk, dv
+// ================================================================ dk, dv (and dq by atomics)
 
+// The dq part of a key block's query tile in the one-kernel backward: dq[q0 + m, :] +=
+// scale * dS (kBq x kBc, staged in dSs as dS^T: row key, column query) K (kBc x kD), with fp32
+// atomic adds. Warp w takes the 16 queries (w & 1) of the tile and every other pair of 8-column
+// tiles of the head dim from (w >> 1): 8 accumulators at a time, so the dk / dv accumulators
+// keep their registers.
 template <int kD>
+__device__ __forceinline__ void dq_atomic_tile(float* dqkv, const uint16_t* dSs,
+                                               const uint16_t* Ks, const TcArgs& a, int b, int q0,
+                                               int warp, int lane) {
+    constexpr int LS = kD + kPad, LQ = kBq + kPad, DN = kD / 8;
+    static_assert(DN % 2 == 0 && kBq == 32, "two 16-query halves, 8-column tiles in pairs");
+    const int m0 = (warp & 1) * 16, g = lane >> 2, t = lane & 3, h = blockIdx.y;
+#pragma unroll
+    for (int dn2 = warp >> 1; dn2 < DN / 2; dn2 += 2) {
+        float x[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int kc = 0; kc < kBc / 16; kc++) {
+            // dS^T stored k-major (row key): ldmatrix.trans gives A blocks (m, k), (m, k + 8),
+            // (m + 8, k), (m + 8, k + 8); the A fragment wants them as (m, k), (m + 8, k), ...
+            uint32_t f[4], bf[4];
+            ldsm_block<true>(f, dSs, LQ, kc * 16, m0, lane);
+            const uint32_t af[4] = {f[0], f[2], f[1], f[3]};
+            ldsm_block<true>(bf, Ks, LS, kc * 16, dn2 * 16, lane);
+            const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+            mma_bf16_16816(x[0], af, b0);
+            mma_bf16_16816(x[1], af, b1);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int i = q0 + m0 + g + 8 * (e >> 1);
+            if (i >= a.T) continue;
+            float* dq = dqkv + (size_t(b) * a.T + i) * 3 * a.C + size_t(h) * a.D;
+#pragma unroll
+            for (int nn = 0; nn < 2; nn++) {
+                const int d = dn2 * 16 + nn * 8 + 2 * t + (e & 1);
+                if (d < a.D) atomicAdd(dq + d, x[nn][e] * a.scale);
+            }
+        }
+    }
+}
+
+// kDq false: dk and dv only (the dq kernel runs too). kDq true: the one-kernel backward of
+// FlashAttention-2 (5 products per tile instead of the two kernels' 7): dq by fp32 atomics
+// (dqkv's dq columns zeroed beforehand under GradStore::Overwrite), and the dq kernel's other
+// outputs here: the bias-parameter partials (one per 64-key block, in the two 32-row slots of
+// the same layout) and dtable. Not for T5's gradients (their bucket scan is per query tile).
+template <int kD, bool kDq>
 __global__ void __launch_bounds__(kThreads, 2)
-    flash_tc_dkv_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
-    // Ks, Vs (kBc, LS) | two stages of [Qs, dOs (kBq, LS) | posQ, lseQ, dQ (kBq floats)]
+    flash_tc_dkv_kernel(float* dqkv, float* partials, float* dtable, const float* lse,
+                        const float* dvec, TcArgs a) {
+    // Ks, Vs (kBc, LS) | two stages of [Qs, dOs (kBq, LS) | posQ, lseQ, dQ (kBq floats)] |
+    // kDq: dSs (kBc, kBq + kPad) bf16
     extern __shared__ float sm[];
-    constexpr int LS = kD + kPad, KS = kD / 16, DN = kD / 8, NT = kBq / 8;
+    constexpr int LS = kD + kPad, KS = kD / 16, DN = kD / 8, NT = kBq / 8, LQ = kBq + kPad;
     constexpr int kStage = 2 * kBq * LS + 2 * 3 * kBq;  // bf16 elements
     uint16_t* Ks = reinterpret_cast<uint16_t*>(sm);
     uint16_t* Vs = Ks + kBc * LS;
@@ -249,10 +297,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     auto posQ = [&](int st) { return reinterpret_cast<float*>(dOs(st) + kBq * LS); };
     auto lseQ = [&](int st) { return posQ(st) + kBq; };
     auto dQ = [&](int st) { return lseQ(st) + kBq; };
+    uint16_t* dSs = Qs(2);
     const int T = a.T, C = a.C, D = a.D, H = a.H, kind = a.bs.kind, family = bias_family(kind);
     // the earliest keys first: they meet the most queries (the reverse of the query kernels)
     const int k0 = blockIdx.x * kBc, h = blockIdx.y, b = blockIdx.z;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const size_t bh = size_t(b) * H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
     const bool positions = needs_positions(kind);
@@ -279,6 +328,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int r = 0; r < 2; r++) pj[r] = j[r] < T && positions ? pos[j[r]] : 0.0f;
     const float pa = param_a(a.bs, h), pb = param_b(a.bs, h), scale2 = a.scale * kLog2e;
+    const bool grads = kDq && partials != nullptr;  // (not T5: the launch keeps it split)
+    // each thread's running a, b gradient sums in double, in shared memory: in registers they
+    // made the D = 128 kernel spill
+    __shared__ double gsum[2][kDq ? kThreads : 1];
+    if (grads) gsum[0][tid] = gsum[1][tid] = 0.0;
     float dk[DN][4], dv[DN][4];
 #pragma unroll
     for (int dn = 0; dn < DN; dn++)
@@ -294,10 +348,14 @@ __global__ void __launch_bounds__(kThreads, 2)
             float s[NT][4], dp[NT][4];
             tile_pair<KS, NT>(s, dp, Ks, Vs, wk, Qs(st), dOs(st), LS, lane);
             const float *pq = posQ(st), *lq = lseQ(st), *dd = dQ(st);
-            // s becomes P^T, dp becomes dS^T (row: key, column: query)
-            with_family(family, cv == kPartial, [&](auto fam, auto masked) {
+            // s becomes P^T, dp becomes dS^T (row: key, column: query). kDq adds the dq
+            // kernel's per-logit outputs: the a, b gradients (kParamGrads), dtable (kTable).
+            auto logits = [&](auto fam, auto masked, auto param_grads, auto table) {
                 constexpr int F = decltype(fam)::value;
                 constexpr bool kMasked = decltype(masked)::value;
+                constexpr bool kParamGrads = decltype(param_grads)::value;
+                constexpr bool kTable = decltype(table)::value;
+                float fa = 0.0f, fb = 0.0f;  // this tile's share of the a, b gradients
 #pragma unroll
                 for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -305,22 +363,89 @@ __global__ void __launch_bounds__(kThreads, 2)
                         const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), i = q0 + c;
                         float p = 0.0f, ds = 0.0f;
                         if (!kMasked || in_mask(a, b, i, j[r])) {
-                            const float* trow = F == kOtherBias ? table_row(a, b, h, i) : nullptr;
-                            const float x = fmaf(
-                                s[n][e], scale2,
-                                bias2_of<F>(a.bs, h, pa, pb, positions ? pq[c] : 0.0f, pj[r], trow,
-                                            j[r]));
-                            p = exp2f(x - lq[c] * kLog2e);
-                            ds = p * (dp[n][e] - dd[c]);
+                            const float pi = F != kNone && positions ? pq[c] : 0.0f;
+                            if constexpr (F == kKerpleLog && kParamGrads) {
+                                // the log the bias needs is the one its a-gradient needs
+                                const float dist = fabsf(pi - pj[r]), u = fmaf(pb, dist, 1.0f);
+                                const float lg = __log2f(u);
+                                p = exp2f(fmaf(s[n][e], scale2, -pa * lg) - lq[c] * kLog2e);
+                                ds = p * (dp[n][e] - dd[c]);
+                                fa -= ds * lg * kLn2;
+                                fb -= ds * pa * __fdividef(dist, u);
+                            } else {
+                                const float* trow =
+                                    F == kOtherBias ? table_row(a, b, h, i) : nullptr;
+                                const float x = fmaf(s[n][e], scale2,
+                                                     bias2_of<F>(a.bs, h, pa, pb, pi, pj[r],
+                                                                 trow, j[r]));
+                                p = exp2f(x - lq[c] * kLog2e);
+                                ds = p * (dp[n][e] - dd[c]);
+                                if constexpr (kParamGrads && F == kLinear) {
+                                    fa -= ds * (pi - pj[r]);
+                                } else if constexpr (kParamGrads) {  // KERPLE-power
+                                    const BiasParamTerms d =
+                                        bias_param_terms(kind, ds, pi, pj[r], pa, pb);
+                                    fa -= d.a;
+                                    fb -= d.b;
+                                }
+                            }
+                            if constexpr (kTable) dtable[((bh * T) + i) * T + j[r]] += ds;
                         }
                         s[n][e] = p;
                         dp[n][e] = ds;
                     }
-            });
+                if constexpr (kParamGrads) {
+                    gsum[0][tid] += double(fa);
+                    gsum[1][tid] += double(fb);
+                }
+            };
+            using Yes = std::true_type;
+            using No = std::false_type;
+            auto by_family = [&] {
+                with_family(family, cv == kPartial, [&](auto fam, auto masked) {
+                    if constexpr (kDq && decltype(fam)::value != kNone) {
+                        if (grads)
+                            logits(fam, masked, Yes{}, No{});
+                        else
+                            logits(fam, masked, No{}, No{});
+                    } else {
+                        logits(fam, masked, No{}, No{});
+                    }
+                });
+            };
+            if constexpr (kDq) {
+                if (dtable != nullptr)
+                    logits(std::integral_constant<int, kOtherBias>{}, Yes{}, No{}, Yes{});
+                else
+                    by_family();
+            } else {
+                by_family();
+            }
             product_from_c<kBq / 16, DN>(dv, s, dOs(st), LS, lane);
             product_from_c<kBq / 16, DN>(dk, dp, Qs(st), LS, lane);
+            if constexpr (kDq) {  // this warp's rows of dS^T, for the block's dq product
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++)
+                        *reinterpret_cast<uint32_t*>(dSs + (wk + g + 8 * r) * LQ + n * 8 + 2 * t) =
+                            pack_bf16(dp[n][2 * r], dp[n][2 * r + 1]);
+            }
+        } else if constexpr (kDq) {
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+                    *reinterpret_cast<uint32_t*>(dSs + (wk + g + 8 * r) * LQ + n * 8 + 2 * t) = 0u;
         }
-        __syncthreads();  // stage st is refilled by the next iteration's load
+        if constexpr (kDq) {
+            // uniform over the block: whether any of its keys meets a query of the tile
+            if (cover(a, b, q0, q0 + kBq - 1, k0, k0 + kBc - 1) != kSkip) {
+                __syncthreads();  // dSs complete
+                dq_atomic_tile<kD>(dqkv, dSs, Ks, a, b, q0, warp, lane);
+            }
+        }
+        __syncthreads();  // stage st (and dSs) are refilled by the next iteration
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -339,30 +464,54 @@ __global__ void __launch_bounds__(kThreads, 2)
             }
         }
     }
+    if (grads) {  // as the dq kernel: this block's partial in the first of its two slots
+        __shared__ double red[32];
+        const int chunks = (T + kBiasGradRows - 1) / kBiasGradRows;
+        float* slot = partials + (bh * chunks + 2 * blockIdx.x) * kMaxT5Buckets;
+        float* next = 2 * int(blockIdx.x) + 1 < chunks ? slot + kMaxT5Buckets : nullptr;
+        const double ga = block_sum(gsum[0][tid], red);
+        const double gb = block_sum(gsum[1][tid], red);
+        if (tid == 0) {
+            slot[0] = float(ga);
+            slot[1] = float(gb);
+            if (next) next[0] = next[1] = 0.0f;
+        }
+    }
 }
 
 // ================================================================ launch
 
-// Dynamic shared memory (bytes) of the two kernels for head dim kD.
+// Dynamic shared memory (bytes) of the kernels for head dim kD.
 size_t dq_smem(int kD, bool t5) {
     const size_t LS = size_t(kD) + kPad;
     const size_t base = (size_t(2 * kBr) * LS + 2 * size_t(2 * kBc) * LS) * 2 + 2 * kBc * 4;
     return base + (t5 ? size_t(2) * kBr * kSP * 4 : 0);
 }
-size_t dkv_smem(int kD) {
+size_t dkv_smem(int kD, bool dq) {
     const size_t LS = size_t(kD) + kPad;
-    return (size_t(2 * kBc) * LS + 2 * size_t(2 * kBq) * LS) * 2 + 2 * 3 * kBq * 4;
+    return (size_t(2 * kBc) * LS + 2 * size_t(2 * kBq) * LS) * 2 + 2 * 3 * kBq * 4 +
+           (dq ? size_t(kBc) * (kBq + kPad) * 2 : 0);
 }
 
 template <int kD>
 cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float* lse,
-                       const float* dvec, const TcArgs& a, int B, cudaStream_t s) {
+                       const float* dvec, const TcArgs& a, int B, bool atomic_dq,
+                       cudaStream_t s) {
+    const dim3 grid_k((a.T + kBc - 1) / kBc, a.H, B);
+    if (atomic_dq) {
+        static const cudaError_t ready =
+            allow_dynamic_shared(flash_tc_dkv_kernel<kD, true>, dkv_smem(kD, true));
+        if (ready != cudaSuccess) return ready;
+        auto* kernel = &flash_tc_dkv_kernel<kD, true>;
+        kernel<<<grid_k, kThreads, dkv_smem(kD, true), s>>>(dqkv, partials, dtable, lse, dvec, a);
+        return cudaGetLastError();
+    }
     // The dq kernel's limit is raised for the T5 staging only when a T5 gradient first needs it,
     // so a GPU with less shared memory per block (sm_86/89: 99 KiB) still runs the others.
     static const cudaError_t ready_dq =
         allow_dynamic_shared(flash_tc_dq_kernel<kD>, dq_smem(kD, false));
     static const cudaError_t ready_dkv =
-        allow_dynamic_shared(flash_tc_dkv_kernel<kD>, dkv_smem(kD));
+        allow_dynamic_shared(flash_tc_dkv_kernel<kD, false>, dkv_smem(kD, false));
     if (ready_dq != cudaSuccess) return ready_dq;
     if (ready_dkv != cudaSuccess) return ready_dkv;
     const bool t5 = partials != nullptr && a.bs.kind == kT5;
@@ -371,11 +520,12 @@ cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float*
             allow_dynamic_shared(flash_tc_dq_kernel<kD>, dq_smem(kD, true));
         if (ready_dq_t5 != cudaSuccess) return ready_dq_t5;
     }
-    const dim3 grid_q((a.T + kBr - 1) / kBr, a.H, B), grid_k((a.T + kBc - 1) / kBc, a.H, B);
+    const dim3 grid_q((a.T + kBr - 1) / kBr, a.H, B);
     flash_tc_dq_kernel<kD><<<grid_q, kThreads, dq_smem(kD, t5), s>>>(dqkv, partials, dtable, lse,
                                                                      dvec, a);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-    flash_tc_dkv_kernel<kD><<<grid_k, kThreads, dkv_smem(kD), s>>>(dqkv, lse, dvec, a);
+    auto* dkv = &flash_tc_dkv_kernel<kD, false>;
+    dkv<<<grid_k, kThreads, dkv_smem(kD, false), s>>>(dqkv, nullptr, nullptr, lse, dvec, a);
     return cudaGetLastError();
 }
 
@@ -385,21 +535,30 @@ namespace ctx::cuda {
 
 size_t flash_tc_backward_smem_bytes(int D, bool t5) {
     const int kD = tc::tc_head_dim(D);
-    // the dq kernel's static reduction slots (32 doubles) come on top of its dynamic bytes
-    return std::max(tc::dq_smem(kD, t5) + 32 * sizeof(double), tc::dkv_smem(kD));
+    // static bytes on top of the dynamic ones: the dq kernel's reduction slots (32 doubles),
+    // the one-kernel backward's too and its per-thread gradient sums (2 x 128 doubles)
+    return std::max(tc::dq_smem(kD, t5) + 32 * sizeof(double),
+                    tc::dkv_smem(kD, true) + (32 + 2 * tc::kThreads) * sizeof(double));
 }
 
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                      uint16_t* packed, const float* dout, const float* qkv,
                                      const float* out, const float* lse, const float* positions,
                                      int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
-                                     bool accumulate, cudaStream_t s) {
+                                     bool accumulate, FlashBackward kernels, cudaStream_t s) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
     a.accumulate = accumulate;
     if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
-    if (cudaError_t e = launch_flash_dvec(dvec, dout, out, B, T, C, H, s); e != cudaSuccess)
+    // T5's gradients keep the two kernels (their bucket scan is per query tile)
+    const bool atomic_dq =
+        kernels == FlashBackward::AtomicDq && !(partials != nullptr && a.bs.kind == kT5);
+    // the atomic dq adds onto dqkv: under Overwrite its dq columns start at 0 (zeroed by the
+    // dvec pass, which reads the same rows)
+    if (cudaError_t e = launch_flash_dvec(dvec, dout, out, B, T, C, H, s,
+                                          atomic_dq && !accumulate ? dqkv : nullptr);
+        e != cudaSuccess)
         return e;
     const size_t n = size_t(B) * H * a.Tp * tc_head_dim(a.D);  // one packed operand
     uint16_t *q = packed, *k = q + n, *v = k + n, *g = v + n;
@@ -412,10 +571,10 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
     a.k = k;
     a.v = v;
     a.g = g;
-    if (a.D <= 32) return backward_t<32>(dqkv, partials, dtable, lse, dvec, a, B, s);
-    if (a.D <= 64) return backward_t<64>(dqkv, partials, dtable, lse, dvec, a, B, s);
-    if (a.D <= 80) return backward_t<80>(dqkv, partials, dtable, lse, dvec, a, B, s);
-    return backward_t<kFlashMaxHeadDim>(dqkv, partials, dtable, lse, dvec, a, B, s);
+    if (a.D <= 32) return backward_t<32>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
+    if (a.D <= 64) return backward_t<64>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
+    if (a.D <= 80) return backward_t<80>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
+    return backward_t<kFlashMaxHeadDim>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
 }
 
 }  // namespace ctx::cuda
