@@ -678,6 +678,49 @@ TEST(OpsCpuAdamW, MatchesRecurrenceInDouble) {
     }
 }
 
+// adamw_update_segments (the Backend default: a call per piece) against the recurrence in
+// double with each piece's own decay; the floats between the pieces are not touched.
+TEST(OpsCpuAdamW, SegmentsDecayPerPieceAndSkipTheGaps) {
+    ref::Rng rng(61);
+    const size_t n = 9000;
+    const std::vector<ctx::AdamWSegment> segs = {
+        {0, 768, false}, {784, 5000, true}, {5784, 3, false}, {5800, 3000, true}, {8999, 1, true}};
+    ctx::AdamWParams hp;
+    hp.lr = 3e-3f;
+    hp.beta2 = 0.95f;
+    hp.weight_decay = 0.3f;
+    Vec p = rng.normals(n), m(n, 0.0), v(n, 0.0);
+    auto p_f = ref::to_float(p), m_f = ref::to_float(m), v_f = ref::to_float(v);
+    const auto p0 = p_f;
+    std::vector<int> decay(n, -1);  // -1: in no piece
+    for (const auto& sg : segs)
+        for (size_t i = sg.offset; i < sg.offset + sg.n; i++) decay[i] = sg.decay ? 1 : 0;
+    for (int step = 1; step <= 3; step++) {
+        const Vec g = rng.normals(n);
+        const auto g_f = ref::to_float(g);
+        hp.step = step;
+        cpu().adamw_update_segments(p_f.data(), g_f.data(), m_f.data(), v_f.data(), segs, hp);
+        const double b1 = hp.beta1, b2 = hp.beta2;
+        for (size_t i = 0; i < n; i++) {
+            if (decay[i] < 0) continue;
+            m[i] = b1 * m[i] + (1 - b1) * g[i];
+            v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+            const double mhat = m[i] / (1 - std::pow(b1, step));
+            const double vhat = v[i] / (1 - std::pow(b2, step));
+            const double wd = decay[i] ? double(hp.weight_decay) : 0.0;
+            p[i] -= double(hp.lr) * (mhat / (std::sqrt(vhat) + double(hp.eps)) + wd * p[i]);
+        }
+        EXPECT_LT(ref::max_rel_error(p_f, p), 1e-6) << "step " << step;
+        EXPECT_LT(ref::max_rel_error(m_f, m), 1e-5) << "step " << step;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (decay[i] < 0) {
+            EXPECT_EQ(p_f[i], p0[i]) << i;
+            EXPECT_EQ(m_f[i], 0.0f) << i;
+            EXPECT_EQ(v_f[i], 0.0f) << i;
+        }
+}
+
 TEST(OpsCpuAdamW, ConstantGradientClosedForm) {
     // With a constant gradient g from m = v = 0: mhat = g and vhat = g^2 at every step, so each
     // step is p <- p - lr (sign(g) |g| / (|g| + eps) + wd p).

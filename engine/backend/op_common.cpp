@@ -188,6 +188,16 @@ size_t Backend::lm_head_scratch_floats(int N, int V) const {
 }
 
 // Attention across blocks is implemented by the CPU and CUDA backends; any other says so.
+void Backend::adamw_update_segments(float* params, const float* grads, float* m, float* v,
+                                    const std::vector<AdamWSegment>& segments,
+                                    const AdamWParams& hp) {
+    AdamWParams h = hp;
+    for (const AdamWSegment& s : segments) {
+        h.weight_decay = s.decay ? hp.weight_decay : 0.0f;
+        adamw_update(params + s.offset, grads + s.offset, m + s.offset, v + s.offset, s.n, h);
+    }
+}
+
 void Backend::attention_block_forward(float*, float*, const float*, const float*,
                                       const AttnBlockRows&, const AttnBlockRows&, int, int, int,
                                       const AttentionOptions&) {

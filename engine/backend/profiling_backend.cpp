@@ -353,6 +353,15 @@ void ProfilingBackend::adamw_update(float* params, const float* grads, float* m,
               inner_.adamw_update(params, grads, m, v, n, hp));
 }
 
+void ProfilingBackend::adamw_update_segments(float* params, const float* grads, float* m,
+                                             float* v, const std::vector<AdamWSegment>& segments,
+                                             const AdamWParams& hp) {
+    size_t n = 0;
+    for (const AdamWSegment& s : segments) n += s.n;
+    CTX_TIMED("adamw_update_segments", fmt::format("segments={} n={}", segments.size(), n), 0,
+              inner_.adamw_update_segments(params, grads, m, v, segments, hp));
+}
+
 #undef CTX_TIMED
 
 }  // namespace ctx

@@ -153,6 +153,9 @@ public:
     }
     void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                       const AdamWParams& hp) override;
+    void adamw_update_segments(float* params, const float* grads, float* m, float* v,
+                               const std::vector<AdamWSegment>& segments,
+                               const AdamWParams& hp) override;
     bool bf16_activations() const override { return inner_.bf16_activations(); }
     void layernorm_forward_bf16(Bf16* out, float* mean, float* rstd, const float* inp,
                                 const float* w, const float* b, int N, int C,

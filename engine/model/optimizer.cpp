@@ -216,14 +216,14 @@ Optimizer::StepInfo Optimizer::update(double norm, GradReducer* gather) {
     hp.beta2 = config_.beta2;
     hp.eps = config_.eps;
     hp.step = step_ + 1;
+    hp.weight_decay = config_.weight_decay;
+    // every tensor's part in this rank's shard (all of it unsharded), offsets from lo_: one call
+    segments_.clear();
     for (const ParamView& view : model_.layout().views()) {
-        // the part of the view in this rank's shard (all of it unsharded)
         const size_t a = std::max(view.offset, lo_), b = std::min(view.offset + view.numel, hi_);
-        if (a >= b) continue;
-        hp.weight_decay = view.weight_decay ? config_.weight_decay : 0.0f;
-        be.adamw_update(p.data() + a, g.data() + a, m_.data() + (a - lo_), v_.data() + (a - lo_),
-                        b - a, hp);
+        if (a < b) segments_.push_back(AdamWSegment{a - lo_, b - a, view.weight_decay});
     }
+    be.adamw_update_segments(p.data() + lo_, g.data() + lo_, m_.data(), v_.data(), segments_, hp);
     if (comm_ && gather) {
         gather->allgather_shards(p.data(), p.size(), shard_);  // device memory, NCCL on GPUs
     } else if (comm_) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/arena.h"
 #include "model/decoder.h"
@@ -110,6 +111,7 @@ private:
     mutable size_t shard_ = 0;        // S: floats per shard
     Arena m_, v_;               // AdamW moments of [lo_, hi_) (the whole arena unsharded)
     std::vector<float> gather_stage_;  // (W, S) host staging of the parameter all-gather
+    std::vector<AdamWSegment> segments_;  // update(): each tensor's part of the shard
     int64_t step_ = 0;
 };
 

@@ -107,6 +107,7 @@ template class DeviceScratch<int32_t>;
 template class DeviceScratch<float>;
 template class DeviceScratch<double>;
 template class DeviceScratch<uint16_t>;  // bf16 bit patterns
+template class DeviceScratch<uint64_t>;
 
 // ---------------------------------------------------------------- construction
 

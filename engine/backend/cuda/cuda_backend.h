@@ -176,6 +176,10 @@ public:
                                    float grad_scale) override;
     void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                       const AdamWParams& hp) override;
+    // one launch: a block per chunk of at most kAdamWChunk floats of a segment
+    void adamw_update_segments(float* params, const float* grads, float* m, float* v,
+                               const std::vector<AdamWSegment>& segments,
+                               const AdamWParams& hp) override;
 
     // ---- the language-model head fused with its loss (cuda_lm_head_ops.cpp): logit rows
     // padded to a multiple of 64 columns (aligned for cuBLAS), bf16 gradients straight from the
@@ -334,6 +338,10 @@ private:
     DeviceScratch<float> d_weights_pe_, d_rotary_, d_partials_;
     DeviceScratch<double> d_sumsq_;
     DeviceScratch<double> d_block_partials_;  // attention_block_backward's bias partial sums
+    // adamw_update_segments' chunk table: this call's, the one on the device (AdamWChunk as
+    // two 64-bit words each)
+    std::vector<AdamWChunk> adamw_chunks_, adamw_chunks_on_device_;
+    DeviceScratch<uint64_t> d_adamw_chunks_;
     std::vector<int32_t> h_ints_, h_groups_, h_groups_pe_;
     std::vector<float> h_floats_, h_mask_, h_weights_pe_, h_rotary_;
     std::vector<double> h_sumsq_;

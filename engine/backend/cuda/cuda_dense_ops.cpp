@@ -425,15 +425,55 @@ void CudaBackend::crossentropy_shard_finish(float* losses, float* logits_to_dlog
 
 // ---------------------------------------------------------------- optimizer
 
+namespace {
+struct BiasCorrection {
+    float inv_bc1, inv_bc2;  // 1 / (1 - beta^t)
+};
+BiasCorrection bias_correction(const AdamWParams& hp, const char* op) {
+    CTX_CHECK(hp.step >= 1, "{}: step must be >= 1 (1-based), got {}", op, hp.step);
+    return {float(1.0 / (1.0 - std::pow(double(hp.beta1), double(hp.step)))),
+            float(1.0 / (1.0 - std::pow(double(hp.beta2), double(hp.step))))};
+}
+}  // namespace
+
 void CudaBackend::adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                                const AdamWParams& hp) {
-    CTX_CHECK(hp.step >= 1, "adamw: step must be >= 1 (1-based), got {}", hp.step);
+    const BiasCorrection bc = bias_correction(hp, "adamw");
     activate();
-    const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(hp.beta1), double(hp.step))));
-    const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(hp.beta2), double(hp.step))));
     done(launch_adamw(params, grads, m, v, n, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
-                      inv_bc1, inv_bc2, stream_),
+                      bc.inv_bc1, bc.inv_bc2, stream_),
          "adamw_update");
+}
+
+void CudaBackend::adamw_update_segments(float* params, const float* grads, float* m, float* v,
+                                        const std::vector<AdamWSegment>& segments,
+                                        const AdamWParams& hp) {
+    static constexpr const char* op = "adamw_update_segments";
+    const BiasCorrection bc = bias_correction(hp, "adamw");
+    activate();
+    // The chunk table is uploaded when it changes (the first step, after a relayout), so a
+    // step makes no host-to-device copy; the queued launches of earlier steps read the same
+    // table.
+    adamw_chunks_.clear();
+    for (const AdamWSegment& s : segments)
+        for (size_t k = 0; k < s.n; k += kAdamWChunk)
+            adamw_chunks_.push_back(AdamWChunk{uint64_t(s.offset + k),
+                                               uint32_t(std::min<size_t>(kAdamWChunk, s.n - k)),
+                                               uint32_t(s.decay)});
+    if (adamw_chunks_.empty()) return;
+    // the table as DeviceScratch's 64-bit words; a new one is copied on the stream, after the
+    // launches that read the old one (the host vector may change once the call returns: the
+    // copy from pageable memory is staged)
+    static_assert(sizeof(AdamWChunk) == 2 * sizeof(uint64_t));
+    uint64_t* table = d_adamw_chunks_.ensure(2 * adamw_chunks_.size(), op);
+    if (adamw_chunks_ != adamw_chunks_on_device_) {
+        upload(table, adamw_chunks_.data(), adamw_chunks_.size() * sizeof(AdamWChunk), op);
+        adamw_chunks_on_device_ = adamw_chunks_;
+    }
+    done(launch_adamw_chunks(params, grads, m, v, reinterpret_cast<const AdamWChunk*>(table),
+                             adamw_chunks_.size(), hp.lr, hp.beta1, hp.beta2, hp.eps,
+                             hp.weight_decay, bc.inv_bc1, bc.inv_bc2, stream_),
+         op);
 }
 
 }  // namespace ctx::cuda

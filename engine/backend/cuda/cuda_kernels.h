@@ -142,6 +142,20 @@ cudaError_t launch_crossentropy_shard_finish(float* losses, float* dlogits,
 cudaError_t launch_adamw(float* params, const float* grads, float* m, float* v, size_t n, float lr,
                          float beta1, float beta2, float eps, float wd, float inv_bc1,
                          float inv_bc2, cudaStream_t s);
+// Multi-tensor AdamW (Backend::adamw_update_segments): one block per chunk, a piece of at most
+// kAdamWChunk floats of one segment at `offset` of the arrays; wd where `decay`, else 0.
+inline constexpr uint32_t kAdamWChunk = 32768;
+struct AdamWChunk {
+    uint64_t offset;
+    uint32_t n, decay;
+    bool operator==(const AdamWChunk& o) const {
+        return offset == o.offset && n == o.n && decay == o.decay;
+    }
+};
+cudaError_t launch_adamw_chunks(float* params, const float* grads, float* m, float* v,
+                                const AdamWChunk* chunks, size_t count, float lr, float beta1,
+                                float beta2, float eps, float wd, float inv_bc1, float inv_bc2,
+                                cudaStream_t s);
 
 // ---------------------------------------------------------------- rotary, attention
 // In place on the q and k thirds of qkv (B*T tokens of 3C). inv_freq, amp_base (dr/2) device
