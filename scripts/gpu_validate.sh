@@ -10,8 +10,8 @@
 #             `bench --profile`; attention at D 64 / 128 for none, alibi and kerple_log at T 1k /
 #             4k / 16k; the same and GPT-2 with CTX_FLASH_BACKWARD=atomic; the SDPA peer),
 #             racecheck of the flash full-tile cases (both backwards), memcheck of the bf16
-#             activation kernels, and ncu of the backward kernels at D 64 / T 1k (time,
-#             instructions, stalls)
+#             activation kernels, the atomic-dq backward and the one-launch AdamW, and ncu of
+#             the backward kernels at D 64 / T 1k (time, instructions, stalls)
 #   tests     GPU report, tests and recipes only
 #   bench     GPU report, benchmarks only
 #   profile   GPU report, Nsight Compute metrics of the tensor-core flash kernels (forward, dq,
@@ -274,6 +274,12 @@ quick_bench() {
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" --gtest_filter='*Bf16*full_tiles*'
         step memcheck-bf16-activations 60 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_bf16_acts"
+        # the one-kernel attention backward (atomic dq) and the one-launch AdamW
+        step memcheck-atomic-dq 60 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
+            --gtest_filter='*AtomicDq*d64*:*AtomicDq*d128*:*AtomicDq*full_tiles*'
+        step memcheck-adamw-segments 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_consistency" --gtest_filter='*AdamW*'
     fi
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
           2>/dev/null | head -1 || true)
