@@ -240,50 +240,71 @@ FVec minus(FVec a, const FVec& b) {
 constexpr double kBf16Tol = 1e-2;
 constexpr double kBf16BiasTol = 3e-2;
 
-TEST_P(OpsGpuFlash, Bf16TensorCoresMatchCpuOnRoundedOperands) {
-    REQUIRE_GPU();
-    const FlashCase& fc = GetParam();
+// A case's inputs with q, k, v and dout rounded to bf16, and the CPU backend's fp32 result on
+// them (materialised): out, dqkv (from dqkv0) and the bias data's gradients.
+struct Bf16Case {
+    FVec positions, qkv, dout, dqkv0;
+    BiasData bd;  // inputs, gradients as pre-filled
+    FVec out, dqkv;
+    BiasData cb;  // the CPU's gradients
+};
+Bf16Case bf16_case(const FlashCase& fc, uint64_t seed) {
     const int B = fc.B, T = fc.T, C = fc.C, H = fc.H;
-    ref::Rng rng(3000 + T * 7 + C + int(fc.kind));
-    const FVec positions = make_positions(rng, B, T, fc.pos);
-    const FVec qkv = round_bf16(randn(rng, size_t(B) * T * 3 * C));
-    const BiasData bd = make_bias_data(rng, fc.kind, fc.B, fc.H, fc.T, fc.num_buckets);
-    const FVec dout = round_bf16(randn(rng, size_t(B) * T * C));
-    const FVec dqkv0 = randn(rng, qkv.size());
-
-    BiasData cb = bd;
+    ref::Rng rng(seed);
+    Bf16Case k;
+    k.positions = make_positions(rng, B, T, fc.pos);
+    k.qkv = round_bf16(randn(rng, size_t(B) * T * 3 * C));
+    k.bd = make_bias_data(rng, fc.kind, fc.B, fc.H, fc.T, fc.num_buckets);
+    k.dout = round_bf16(randn(rng, size_t(B) * T * C));
+    k.dqkv0 = randn(rng, k.qkv.size());
+    k.cb = k.bd;
     const std::vector<int32_t> docs = case_docs(fc);
     const ctx::AttentionOptions copt =
-        options(fc, cb, nullptr, AttentionMode::Materialised, &docs);
-    FVec out(size_t(B) * T * C), att(size_t(B) * H * T * T), dqkv = dqkv0;
-    cpu().attention_forward(out.data(), att.data(), qkv.data(), positions.data(), B, T, C, H,
-                            copt);
+        options(fc, k.cb, nullptr, AttentionMode::Materialised, &docs);
+    FVec att(size_t(B) * H * T * T);
+    k.out.resize(size_t(B) * T * C);
+    k.dqkv = k.dqkv0;
+    cpu().attention_forward(k.out.data(), att.data(), k.qkv.data(), k.positions.data(), B, T, C,
+                            H, copt);
     FVec cscratch(cpu().attention_scratch_floats(B, T, C, H, AttentionMode::Materialised));
-    cpu().attention_backward(dqkv.data(), cscratch.data(), dout.data(), qkv.data(), att.data(),
-                             nullptr, positions.data(), B, T, C, H, copt);
+    cpu().attention_backward(k.dqkv.data(), cscratch.data(), k.dout.data(), k.qkv.data(),
+                             att.data(), nullptr, k.positions.data(), B, T, C, H, copt);
+    return k;
+}
 
-    const GpuRun f = run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0, fc.learn,
-                             gpu_bf16());
-    EXPECT_CLOSE(f.out, out, kBf16Tol);
-    EXPECT_CLOSE(minus(f.dqkv, dqkv0), minus(dqkv, dqkv0), kBf16Tol);
-    EXPECT_CLOSE(f.saved, reference_lse(fc, qkv, positions, bd), kFwdTol);  // fp32 statistics
+// A bf16 tensor-core run's gradients against the CPU's on the rounded operands (what each added
+// to its pre-filled buffers); nothing written where the parameters are fixed.
+void expect_bf16_grads_match_cpu(const GpuRun& f, const Bf16Case& k, bool learn) {
+    EXPECT_CLOSE(minus(f.dqkv, k.dqkv0), minus(k.dqkv, k.dqkv0), kBf16Tol);
+    const BiasData& bd = k.bd;
     if (!bd.da.empty()) {
-        EXPECT_CLOSE(minus(f.da, bd.da), minus(cb.da, bd.da), kBf16BiasTol);
+        EXPECT_CLOSE(minus(f.da, bd.da), minus(k.cb.da, bd.da), kBf16BiasTol);
     }
     if (!bd.db.empty()) {
-        EXPECT_CLOSE(minus(f.db, bd.db), minus(cb.db, bd.db), kBf16BiasTol);
+        EXPECT_CLOSE(minus(f.db, bd.db), minus(k.cb.db, bd.db), kBf16BiasTol);
     }
     if (!bd.dtable.empty()) {
-        EXPECT_CLOSE(minus(f.dtable, bd.dtable), minus(cb.dtable, bd.dtable), kBf16Tol);
+        EXPECT_CLOSE(minus(f.dtable, bd.dtable), minus(k.cb.dtable, bd.dtable), kBf16Tol);
     }
-    if (!fc.learn) {
+    if (!learn) {
         EXPECT_EQ(f.da, bd.da);
         EXPECT_EQ(f.db, bd.db);
         EXPECT_EQ(f.dtable, bd.dtable);
     }
-    if (T > 1) {  // the probabilities were rounded: not the fp32 kernels' result
-        const GpuRun f32 =
-            run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0, fc.learn);
+}
+
+TEST_P(OpsGpuFlash, Bf16TensorCoresMatchCpuOnRoundedOperands) {
+    REQUIRE_GPU();
+    const FlashCase& fc = GetParam();
+    const Bf16Case k = bf16_case(fc, 3000 + fc.T * 7 + fc.C + int(fc.kind));
+    const GpuRun f = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout, k.dqkv0,
+                             fc.learn, gpu_bf16());
+    EXPECT_CLOSE(f.out, k.out, kBf16Tol);
+    EXPECT_CLOSE(f.saved, reference_lse(fc, k.qkv, k.positions, k.bd), kFwdTol);  // fp32 stats
+    expect_bf16_grads_match_cpu(f, k, fc.learn);
+    if (fc.T > 1) {  // the probabilities were rounded: not the fp32 kernels' result
+        const GpuRun f32 = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
+                                   k.dqkv0, fc.learn);
         EXPECT_GT(rel_err(f.out, f32.out), 1e-6);
     }
 }
@@ -299,18 +320,12 @@ TEST_P(OpsGpuFlash, Bf16TensorCoresMatchCpuOnRoundedOperands) {
 TEST_P(OpsGpuFlash, Bf16AtomicDqMatchesSplitKernels) {
     REQUIRE_GPU();
     const FlashCase& fc = GetParam();
-    const int B = fc.B, T = fc.T, C = fc.C, H = fc.H;
-    ref::Rng rng(5000 + T * 3 + C + int(fc.kind));
-    const FVec positions = make_positions(rng, B, T, fc.pos);
-    const FVec qkv = round_bf16(randn(rng, size_t(B) * T * 3 * C));
-    const BiasData bd = make_bias_data(rng, fc.kind, fc.B, fc.H, fc.T, fc.num_buckets);
-    const FVec dout = round_bf16(randn(rng, size_t(B) * T * C));
-    const FVec dqkv0 = randn(rng, qkv.size());
-
-    const GpuRun split = run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0,
-                                 fc.learn, gpu_bf16());
-    const GpuRun atomic = run_gpu(fc, AttentionMode::Flash, positions, qkv, bd, dout, dqkv0,
-                                  fc.learn, gpu_bf16_atomic_dq());
+    const int C = fc.C;
+    const Bf16Case k = bf16_case(fc, 5000 + fc.T * 3 + fc.C + int(fc.kind));
+    const GpuRun split = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
+                                 k.dqkv0, fc.learn, gpu_bf16());
+    const GpuRun atomic = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
+                                  k.dqkv0, fc.learn, gpu_bf16_atomic_dq());
     EXPECT_EQ(atomic.out, split.out);
     EXPECT_EQ(atomic.saved, split.saved);
     // dqkv (B, T, 3C): columns [c0, c0 + n) of every row
@@ -320,44 +335,18 @@ TEST_P(OpsGpuFlash, Bf16AtomicDqMatchesSplitKernels) {
             r.insert(r.end(), x.begin() + o + c0, x.begin() + o + c0 + n);
         return r;
     };
-    const FVec dq_a = cols(atomic.dqkv, 0, C), dq_s = cols(split.dqkv, 0, C);
-    const FVec dkv_a = cols(atomic.dqkv, C, 2 * C), dkv_s = cols(split.dqkv, C, 2 * C);
-    const FVec dq0 = cols(dqkv0, 0, C);
-    EXPECT_TRUE(dkv_a == dkv_s) << "dk, dv differ from the two-kernel backward's bits";
-    EXPECT_CLOSE(minus(dq_a, dq0), minus(dq_s, dq0), 1e-5);
+    const FVec dq0 = cols(k.dqkv0, 0, C);
+    EXPECT_TRUE(cols(atomic.dqkv, C, 2 * C) == cols(split.dqkv, C, 2 * C))
+        << "dk, dv differ from the two-kernel backward's bits";
+    EXPECT_CLOSE(minus(cols(atomic.dqkv, 0, C), dq0), minus(cols(split.dqkv, 0, C), dq0), 1e-5);
     EXPECT_EQ(atomic.dtable, split.dtable);
-    if (!bd.da.empty()) {
-        EXPECT_CLOSE(minus(atomic.da, bd.da), minus(split.da, bd.da), 1e-4);
+    if (!k.bd.da.empty()) {
+        EXPECT_CLOSE(minus(atomic.da, k.bd.da), minus(split.da, k.bd.da), 1e-4);
     }
-    if (!bd.db.empty()) {
-        EXPECT_CLOSE(minus(atomic.db, bd.db), minus(split.db, bd.db), 1e-4);
+    if (!k.bd.db.empty()) {
+        EXPECT_CLOSE(minus(atomic.db, k.bd.db), minus(split.db, k.bd.db), 1e-4);
     }
-
-    BiasData cb = bd;
-    const std::vector<int32_t> docs = case_docs(fc);
-    const ctx::AttentionOptions copt =
-        options(fc, cb, nullptr, AttentionMode::Materialised, &docs);
-    FVec out(size_t(B) * T * C), att(size_t(B) * H * T * T), dqkv = dqkv0;
-    cpu().attention_forward(out.data(), att.data(), qkv.data(), positions.data(), B, T, C, H,
-                            copt);
-    FVec cscratch(cpu().attention_scratch_floats(B, T, C, H, AttentionMode::Materialised));
-    cpu().attention_backward(dqkv.data(), cscratch.data(), dout.data(), qkv.data(), att.data(),
-                             nullptr, positions.data(), B, T, C, H, copt);
-    EXPECT_CLOSE(minus(atomic.dqkv, dqkv0), minus(dqkv, dqkv0), kBf16Tol);
-    if (!bd.da.empty()) {
-        EXPECT_CLOSE(minus(atomic.da, bd.da), minus(cb.da, bd.da), kBf16BiasTol);
-    }
-    if (!bd.db.empty()) {
-        EXPECT_CLOSE(minus(atomic.db, bd.db), minus(cb.db, bd.db), kBf16BiasTol);
-    }
-    if (!bd.dtable.empty()) {
-        EXPECT_CLOSE(minus(atomic.dtable, bd.dtable), minus(cb.dtable, bd.dtable), kBf16Tol);
-    }
-    if (!fc.learn) {
-        EXPECT_EQ(atomic.da, bd.da);
-        EXPECT_EQ(atomic.db, bd.db);
-        EXPECT_EQ(atomic.dtable, bd.dtable);
-    }
+    expect_bf16_grads_match_cpu(atomic, k, fc.learn);
 }
 
 // Bit-identical outputs and gradients on a repeated call: no atomics, fixed reduction orders.
