@@ -279,7 +279,7 @@ quick_bench() {
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
             --gtest_filter='*AtomicDq*d64*:*AtomicDq*d128*:*AtomicDq*full_tiles*'
         step memcheck-adamw-segments 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
-            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_consistency" --gtest_filter='*AdamW*'
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_adamw"
     fi
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
           2>/dev/null | head -1 || true)

@@ -4,7 +4,7 @@
 // kind, rotary modes, windows, odd T, fractional and unsorted positions, head dims 64/80/128 and
 // 256 (beyond the flash kernels) and attention over a key/value cache. The CPU backend is itself
 // tested against double-precision references (test_ops_cpu_*), so agreement here to fp32
-// rounding means the CUDA ops implement the contract.
+// rounding means the CUDA ops implement the contract. AdamW: test_ops_gpu_adamw.cpp.
 //
 // Every test skips (GTEST_SKIP) when no CUDA device is visible, including builds without CUDA.
 // Labelled "gpu" in ctest (tests/gpu_tests.cmake): ctest -L gpu.
@@ -474,84 +474,6 @@ TEST(OpsGpuCrossEntropyChecks, BadTargetOfATrainedRowIsRefused) {
                  ctx::Error);
     EXPECT_THROW(gpu().crossentropy_forward_backward(logits.get(), losses.get(), targets.data(),
                                                      nullptr, N, V, 1.0f),
-                 ctx::Error);
-}
-
-// ================================================================ AdamW
-
-TEST(OpsGpuAdamW, MatchesCpu) {
-    REQUIRE_GPU();
-    const size_t n = 100003;
-    ref::Rng rng(9);
-    FVec p = randn(rng, n), m = randn(rng, n, 0.1), v = randu(rng, n, 0.0, 0.1);
-    const FVec g = randn(rng, n);
-    Dev gp(p), gm(m), gv(v), gg(g);
-    for (int64_t step : {int64_t(1), int64_t(7), int64_t(1000)}) {
-        ctx::AdamWParams hp;
-        hp.lr = 1e-3f;
-        hp.weight_decay = 0.1f;
-        hp.step = step;
-        cpu().adamw_update(p.data(), g.data(), m.data(), v.data(), n, hp);
-        gpu().adamw_update(gp.get(), gg.get(), gm.get(), gv.get(), n, hp);
-        EXPECT_CLOSE(gp.host(), p, kFwdTol);
-        EXPECT_CLOSE(gm.host(), m, kFwdTol);
-        EXPECT_CLOSE(gv.host(), v, kFwdTol);
-    }
-    ctx::AdamWParams bad;
-    bad.step = 0;
-    EXPECT_THROW(gpu().adamw_update(gp.get(), gg.get(), gm.get(), gv.get(), n, bad), ctx::Error);
-}
-
-// adamw_update_segments: one launch over pieces of the arrays (a block per chunk of at most
-// 32768 floats), each with its own decay, against adamw_update per piece on the same backend
-// (the same element code) and the CPU; the floats between pieces untouched; a second table
-// (other pieces) replaces the first on the device.
-TEST(OpsGpuAdamW, SegmentsMatchPerPieceCalls) {
-    REQUIRE_GPU();
-    const size_t n = 180000;
-    ref::Rng rng(10);
-    const FVec p = randn(rng, n), m = randn(rng, n, 0.1), v = randu(rng, n, 0.0, 0.1);
-    const std::vector<std::vector<ctx::AdamWSegment>> tables = {
-        {{0, 768, false}, {784, 70000, true}, {70784, 5, false}, {70800, 100000, true},
-         {179999, 1, true}},
-        {{16, 752, false}, {784, 150000, false}, {150784, 29216, true}}};
-    FVec cp = p, cm = m, cv = v;
-    Dev one_p(p), one_m(m), one_v(v), seg_p(p), seg_m(m), seg_v(v);
-    int64_t step = 0;
-    for (const auto& segs : tables) {
-        for (int rep = 0; rep < 2; rep++) {
-            const FVec g = randn(rng, n);
-            Dev gg(g);
-            ctx::AdamWParams hp;
-            hp.lr = 1e-3f;
-            hp.weight_decay = 0.2f;
-            hp.step = ++step;
-            cpu().adamw_update_segments(cp.data(), g.data(), cm.data(), cv.data(), segs, hp);
-            gpu().adamw_update_segments(seg_p.get(), gg.get(), seg_m.get(), seg_v.get(), segs, hp);
-            for (const auto& sg : segs) {
-                ctx::AdamWParams h = hp;
-                h.weight_decay = sg.decay ? hp.weight_decay : 0.0f;
-                gpu().adamw_update(one_p.get() + sg.offset, gg.get() + sg.offset,
-                                   one_m.get() + sg.offset, one_v.get() + sg.offset, sg.n, h);
-            }
-            EXPECT_LE(rel_err(seg_p.host(), one_p.host()), 1e-7) << "step " << step;
-            EXPECT_LE(rel_err(seg_m.host(), one_m.host()), 1e-7) << "step " << step;
-            EXPECT_LE(rel_err(seg_v.host(), one_v.host()), 1e-7) << "step " << step;
-            EXPECT_CLOSE(seg_p.host(), cp, kFwdTol);
-            EXPECT_CLOSE(seg_m.host(), cm, kFwdTol);
-            EXPECT_CLOSE(seg_v.host(), cv, kFwdTol);
-        }
-    }
-    // [768, 784) is in no piece of either table: its floats kept their values
-    const FVec got_p = seg_p.host(), got_m = seg_m.host();
-    for (size_t i = 768; i < 784; i++) {
-        EXPECT_EQ(got_p[i], p[i]) << i;
-        EXPECT_EQ(got_m[i], m[i]) << i;
-    }
-    ctx::AdamWParams bad;
-    bad.step = 0;
-    EXPECT_THROW(gpu().adamw_update_segments(seg_p.get(), seg_p.get(), seg_m.get(), seg_v.get(),
-                                             tables[0], bad),
                  ctx::Error);
 }
 
