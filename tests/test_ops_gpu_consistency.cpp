@@ -273,7 +273,8 @@ TEST_P(OpsGpuLayerNorm, ForwardBackwardMatchCpu) {
 INSTANTIATE_TEST_SUITE_P(Cases, OpsGpuLayerNorm,
                          ::testing::Values(LnCase{1, 8, true}, LnCase{7, 768, true},
                                            LnCase{33, 80, false}, LnCase{130, 1000, true},
-                                           LnCase{4099, 64, true}));
+                                           LnCase{4099, 64, true}, LnCase{9000, 300, true},
+                                           LnCase{70, 1056, true}, LnCase{41, 1024, false}));
 
 // RMS norm (the layer-norm kernels without centering or bias): rows with large offsets, so a
 // kernel that centred would be far off.

@@ -143,6 +143,12 @@ void CudaBackend::layernorm_backward(float* dinp, float* dw, float* db, const fl
     static constexpr const char* op = "layernorm_backward";
     if (N <= 0 || C <= 0) return;
     activate();
+    if (C <= kNormOnePassMaxC) {  // x and dout read once (cuda_norm.cu)
+        float* part = d_partials_.ensure(2 * size_t(norm_backward_chunks(N)) * size_t(C), op);
+        done(launch_norm_backward(dinp, dw, db, part, dout, inp, w, mean, rstd, N, C, stream_),
+             op);
+        return;
+    }
     check(launch_layernorm_backward_dinp(dinp, dout, inp, w, mean, rstd, N, C, stream_), op);
     float* part = d_partials_.ensure(2 * size_t(column_chunks(N)) * size_t(C), op);
     done(launch_layernorm_backward_params(dw, db, part, dout, inp, mean, rstd, N, C, stream_), op);
@@ -163,6 +169,13 @@ void CudaBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, co
     static constexpr const char* op = "rmsnorm_backward";
     if (N <= 0 || C <= 0) return;
     activate();
+    if (C <= kNormOnePassMaxC) {
+        float* part = d_partials_.ensure(size_t(norm_backward_chunks(N)) * size_t(C), op);
+        done(launch_norm_backward(dinp, dw, nullptr, part, dout, inp, w, nullptr, rstd, N, C,
+                                  stream_),
+             op);
+        return;
+    }
     check(launch_layernorm_backward_dinp(dinp, dout, inp, w, nullptr, rstd, N, C, stream_), op);
     float* part = d_partials_.ensure(size_t(column_chunks(N)) * size_t(C), op);
     done(launch_layernorm_backward_params(dw, nullptr, part, dout, inp, nullptr, rstd, N, C,

@@ -79,6 +79,15 @@ cudaError_t launch_layernorm_forward(uint16_t* out, float* mean, float* rstd, co
 cudaError_t launch_layernorm_backward_dinp(float* dinp, const float* dout, const float* inp,
                                            const float* w, const float* mean, const float* rstd,
                                            int N, int C, cudaStream_t s);
+// Layer norm (mean given) or RMS norm (mean null, db null) backward in one pass over the rows
+// (cuda_norm.cu), for C <= kNormOnePassMaxC: dinp += dx, dw (C) += sum_n (inp - mean) rstd
+// dout, db (C) += sum_n dout (may be null). partials: 2 * norm_backward_chunks(N) * C floats.
+inline constexpr int kNormOnePassMaxC = 1024;
+int norm_backward_chunks(int N);
+cudaError_t launch_norm_backward(float* dinp, float* dw, float* db, float* partials,
+                                 const float* dout, const float* inp, const float* w,
+                                 const float* mean, const float* rstd, int N, int C,
+                                 cudaStream_t s);
 // Row chunks of the two-stage column reductions (a function of N only: deterministic).
 int column_chunks(int N);
 // The column sums' first-stage block: kColTile columns x kColLanes row lanes (the kernels that
