@@ -83,6 +83,41 @@ private:
     float* p_;
 };
 
+// A device buffer of n bf16 values (n / 2 floats rounded up), written from and read back to
+// fp32 host vectors whose values are bf16 (the upper halves of the floats).
+class Dev16 {
+public:
+    explicit Dev16(size_t n, ctx::Backend& be = gpu_bf16()) : n_(n), buf_((n + 1) / 2, be) {}
+    explicit Dev16(const FVec& values, ctx::Backend& be = gpu_bf16()) : Dev16(values.size(), be) {
+        std::vector<uint16_t> bits((n_ + 1) / 2 * 2, 0);
+        for (size_t i = 0; i < n_; i++) {
+            uint32_t u;
+            std::memcpy(&u, &values[i], sizeof u);
+            EXPECT_EQ(u & 0xffffu, 0u) << "entry " << i << " is not a bf16 value";
+            bits[i] = uint16_t(u >> 16);
+        }
+        FVec words(bits.size() / 2);
+        std::memcpy(words.data(), bits.data(), bits.size() * sizeof(uint16_t));
+        be.copy_to_device(buf_.get(), words.data(), words.size());
+    }
+    ctx::Bf16* get() { return reinterpret_cast<ctx::Bf16*>(buf_.get()); }
+    FVec host() const {
+        const FVec words = buf_.host();
+        std::vector<uint16_t> bits(words.size() * 2);
+        std::memcpy(bits.data(), words.data(), words.size() * sizeof(float));
+        FVec out(n_);
+        for (size_t i = 0; i < n_; i++) {
+            const uint32_t u = uint32_t(bits[i]) << 16;
+            std::memcpy(&out[i], &u, sizeof u);
+        }
+        return out;
+    }
+
+private:
+    size_t n_;
+    Dev buf_;
+};
+
 // A device copy of int32 data (the backend's float allocator holds the same 4-byte words).
 class DevInts {
 public:

@@ -645,6 +645,38 @@ TEST(OpsCpuCrossEntropyChecks, UniformLogitsGiveLogV) {
     }
 }
 
+// ================================================================ residual product
+
+// matmul_residual_forward: out = residual + inp @ W^T (+ bias), against loops in double; the
+// residual and inp are left as they were; out aliasing either is refused.
+TEST(OpsCpuMatmulResidual, AddsTheResidualToTheProduct) {
+    ref::Rng rng(70);
+    const int N = 13, IC = 19, OC = 7;
+    const Vec inp = rng.normals(size_t(N) * IC), W = rng.normals(size_t(OC) * IC),
+              b = rng.normals(OC), res = rng.normals(size_t(N) * OC);
+    const auto inp_f = ref::to_float(inp), W_f = ref::to_float(W), b_f = ref::to_float(b),
+               res_f = ref::to_float(res);
+    for (bool with_bias : {true, false}) {
+        std::vector<float> out(size_t(N) * OC, 123.0f);
+        cpu().matmul_residual_forward(out.data(), res_f.data(), inp_f.data(), W_f.data(),
+                                      with_bias ? b_f.data() : nullptr, N, IC, OC);
+        Vec want(out.size());
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) {
+                double s = double(res_f[size_t(n) * OC + o]) + (with_bias ? double(b_f[o]) : 0.0);
+                for (int i = 0; i < IC; i++)
+                    s += double(inp_f[size_t(n) * IC + i]) * double(W_f[size_t(o) * IC + i]);
+                want[size_t(n) * OC + o] = s;
+            }
+        EXPECT_LT(ref::max_rel_error(out, want), 1e-5) << "bias " << with_bias;
+        EXPECT_EQ(res_f, ref::to_float(res));
+    }
+    std::vector<float> buf(size_t(N) * OC);
+    EXPECT_THROW(cpu().matmul_residual_forward(buf.data(), buf.data(), inp_f.data(), W_f.data(),
+                                               nullptr, N, IC, OC),
+                 ctx::Error);
+}
+
 // ================================================================ AdamW
 
 TEST(OpsCpuAdamW, MatchesRecurrenceInDouble) {

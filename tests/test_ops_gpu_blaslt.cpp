@@ -138,4 +138,63 @@ TEST(OpsGpuBlasLt, TheUnfusedPathCanBeChosenAndBadValuesAreRefused) {
     unsetenv("CTX_CUBLASLT");
 }
 
+// matmul_residual_forward (a block's output projections with its residual add): out = residual
+// + inp @ W^T (+ bias) as one product (cuBLASLt, C = the residual with beta 1) on the fp32 and
+// bf16 backends, and from bf16 storage (matmul_residual_forward_bf16: the same bits as from the
+// fp32 input, which it rounds the same way); against the CPU's default (matmul_forward, then
+// add). With CTX_CUBLASLT=0 the unfused path (the output started as the residual plus the bias,
+// the product added with beta 1) agrees. out aliasing the residual is refused.
+TEST(OpsGpuBlasLt, ResidualAddedInTheProduct) {
+    REQUIRE_GPU();
+    auto made = [](const char* lt, ctx::Precision p) {
+        setenv("CTX_CUBLASLT", lt, 1);
+        std::unique_ptr<ctx::Backend> be = ctx::make_cuda_backend(0, p);
+        unsetenv("CTX_CUBLASLT");
+        return be;
+    };
+    const std::unique_ptr<ctx::Backend> off32 = made("0", ctx::Precision::Fp32),
+                                        off16 = made("0", ctx::Precision::Bf16);
+    for (ctx::Backend* be : {&gpu(), &gpu_bf16(), off32.get(), off16.get()}) {
+        const bool bf16 = be->precision() == ctx::Precision::Bf16, lt = be == &gpu() ||
+                                                                         be == &gpu_bf16();
+        for (const Shape& s : kShapes)
+            for (bool with_bias : {true, false}) {
+                SCOPED_TRACE(testing::Message() << be->name() << " N " << s.N << " IC " << s.IC
+                                                << " OC " << s.OC << " bias " << with_bias);
+                const Data d = make_data(s, 11 + s.OC);
+                ref::Rng rng(s.N * 3 + s.OC);
+                const FVec residual = randn(rng, size_t(s.N) * s.OC, 2.0);
+                const FVec rin = bf16 ? rounded(d.inp) : d.inp, rW = bf16 ? rounded(d.W) : d.W;
+                FVec want(residual.size());
+                cpu().matmul_residual_forward(want.data(), residual.data(), rin.data(),
+                                              rW.data(), with_bias ? d.bias.data() : nullptr,
+                                              s.N, s.IC, s.OC);
+                Dev inp(d.inp, *be), W(d.W, *be), bias(d.bias, *be), res(residual, *be),
+                    out(residual.size(), *be);
+                const long before = lt_calls();
+                be->matmul_residual_forward(out.get(), res.get(), inp.get(), W.get(),
+                                            with_bias ? bias.get() : nullptr, s.N, s.IC, s.OC);
+                if (before >= 0) {
+                    EXPECT_EQ(lt_calls() - before, lt ? 1 : 0);
+                }
+                const FVec got = out.host();
+                EXPECT_CLOSE(got, want, 2e-5);
+                EXPECT_EQ(res.host(), residual) << "the residual was written";
+                if (bf16 && be->bf16_activations()) {
+                    Dev16 inp16(rounded(d.inp), *be);
+                    Dev out16(residual.size(), *be);
+                    be->matmul_residual_forward_bf16(out16.get(), res.get(), inp16.get(), W.get(),
+                                                     with_bias ? bias.get() : nullptr, s.N, s.IC,
+                                                     s.OC);
+                    EXPECT_EQ(out16.host(), got) << "bf16 storage";
+                }
+            }
+        Dev buf(64 * 128, *be), inp(64 * 32, *be), W(128 * 32, *be);
+        expect_error([&] {
+            be->matmul_residual_forward(buf.get(), buf.get(), inp.get(), W.get(), nullptr, 64, 32,
+                                        128);
+        }, {"matmul_residual_forward", "residual"});
+    }
+}
+
 }  // namespace

@@ -289,6 +289,14 @@ public:
                                  const float* inp, const float* W, int N, int IC, int OC,
                                  GradStore dinp_store = GradStore::Accumulate) = 0;
 
+    // ---- dense layer with the residual add of a pre-norm block (the attention's and the MLP's
+    // output projections): out (N, OC) = residual + inp @ W^T + bias (writes; out overlaps
+    // neither inp nor residual). The default runs matmul_forward then add; CUDA adds the
+    // residual in the product (cuBLASLt or cuBLAS with beta 1).
+    virtual void matmul_residual_forward(float* out, const float* residual, const float* inp,
+                                         const float* W, const float* bias, int N, int IC,
+                                         int OC);
+
     // ---- dense layer and its elementwise activation in one op (the MLP's first product):
     // pre (N, OC) = inp @ W^T + bias (writes; kept for the backward pass), out (N, OC) =
     // act(pre) (writes); act is GeluTanh, GeluErf or Relu. The default runs matmul_forward then
@@ -483,6 +491,10 @@ public:
     virtual void swiglu_forward_bf16(Bf16* out, const float* inp, int N, int F);
     virtual void matmul_forward_bf16(float* out, const Bf16* inp, const float* W,
                                      const float* bias, int N, int IC, int OC);
+    // out = residual + inp @ W^T + bias. The default runs matmul_forward_bf16 then add.
+    virtual void matmul_residual_forward_bf16(float* out, const float* residual, const Bf16* inp,
+                                              const float* W, const float* bias, int N, int IC,
+                                              int OC);
     // pre (fp32) = inp @ W^T + bias, out = act(pre) in bf16. The default runs the two ops above.
     virtual void matmul_activation_forward_bf16(float* pre, Bf16* out, const Bf16* inp,
                                                 const float* W, const float* bias, int N, int IC,

@@ -138,6 +138,14 @@ const char* precision_name(Precision p) { return p == Precision::Bf16 ? "bf16" :
 
 namespace ctx {
 
+void Backend::matmul_residual_forward(float* out, const float* residual, const float* inp,
+                                      const float* W, const float* bias, int N, int IC, int OC) {
+    CTX_CHECK(out != inp && out != residual,
+              "matmul_residual_forward: out must be a buffer of its own (not inp or residual)");
+    matmul_forward(out, inp, W, bias, N, IC, OC);
+    add(out, residual, out, static_cast<size_t>(N) * static_cast<size_t>(OC));
+}
+
 void Backend::matmul_activation_forward(float* pre, float* out, const float* inp, const float* W,
                                         const float* bias, int N, int IC, int OC,
                                         Activation act) {

@@ -47,6 +47,14 @@ void Backend::matmul_activation_forward_bf16(float* pre, Bf16* out, const Bf16* 
     activation_forward_bf16(out, pre, static_cast<size_t>(N) * static_cast<size_t>(OC), act);
 }
 
+void Backend::matmul_residual_forward_bf16(float* out, const float* residual, const Bf16* inp,
+                                           const float* W, const float* bias, int N, int IC,
+                                           int OC) {
+    CTX_CHECK(out != residual, "matmul_residual_forward_bf16: out must not be residual");
+    matmul_forward_bf16(out, inp, W, bias, N, IC, OC);
+    add(out, residual, out, static_cast<size_t>(N) * static_cast<size_t>(OC));
+}
+
 void Backend::matmul_backward_bf16(float*, float*, float*, const float*, const Bf16*,
                                    const float*, int, int, int, GradStore) {
     no_bf16_storage(*this, "matmul_backward_bf16");
@@ -101,6 +109,14 @@ void matmul_forward(Backend& be, float* out, Operand inp, const float* W, const 
         be.matmul_forward_bf16(out, inp.bf16, W, bias, N, IC, OC);
     else
         be.matmul_forward(out, inp.f32, W, bias, N, IC, OC);
+}
+
+void matmul_residual_forward(Backend& be, float* out, const float* residual, Operand inp,
+                             const float* W, const float* bias, int N, int IC, int OC) {
+    if (inp.is_bf16())
+        be.matmul_residual_forward_bf16(out, residual, inp.bf16, W, bias, N, IC, OC);
+    else
+        be.matmul_residual_forward(out, residual, inp.f32, W, bias, N, IC, OC);
 }
 
 void matmul_activation_forward(Backend& be, float* pre, Operand out, Operand inp,

@@ -45,6 +45,8 @@ void activation_forward(Backend& be, Operand out, const float* inp, size_t n, Ac
 void swiglu_forward(Backend& be, Operand out, const float* inp, int N, int F);
 void matmul_forward(Backend& be, float* out, Operand inp, const float* W, const float* bias,
                     int N, int IC, int OC);
+void matmul_residual_forward(Backend& be, float* out, const float* residual, Operand inp,
+                             const float* W, const float* bias, int N, int IC, int OC);
 void matmul_activation_forward(Backend& be, float* pre, Operand out, Operand inp,
                                const float* W, const float* bias, int N, int IC, int OC,
                                Activation act);

@@ -175,6 +175,13 @@ void ProfilingBackend::matmul_forward(float* out, const float* inp, const float*
     CTX_TIMED("matmul_forward", fmt::format("N={} IC={} OC={}", N, IC, OC),
               2.0 * N * double(IC) * OC, inner_.matmul_forward(out, inp, W, bias, N, IC, OC));
 }
+void ProfilingBackend::matmul_residual_forward(float* out, const float* residual,
+                                               const float* inp, const float* W,
+                                               const float* bias, int N, int IC, int OC) {
+    CTX_TIMED("matmul_residual_forward", fmt::format("N={} IC={} OC={}", N, IC, OC),
+              2.0 * N * double(IC) * OC,
+              inner_.matmul_residual_forward(out, residual, inp, W, bias, N, IC, OC));
+}
 void ProfilingBackend::matmul_activation_forward(float* pre, float* out, const float* inp,
                                                  const float* W, const float* bias, int N,
                                                  int IC, int OC, Activation act) {
@@ -283,6 +290,13 @@ void ProfilingBackend::matmul_forward_bf16(float* out, const Bf16* inp, const fl
                                            const float* bias, int N, int IC, int OC) {
     CTX_TIMED("matmul_forward_bf16", fmt::format("N={} IC={} OC={}", N, IC, OC),
               2.0 * N * double(IC) * OC, inner_.matmul_forward_bf16(out, inp, W, bias, N, IC, OC));
+}
+void ProfilingBackend::matmul_residual_forward_bf16(float* out, const float* residual,
+                                                    const Bf16* inp, const float* W,
+                                                    const float* bias, int N, int IC, int OC) {
+    CTX_TIMED("matmul_residual_forward_bf16", fmt::format("N={} IC={} OC={}", N, IC, OC),
+              2.0 * N * double(IC) * OC,
+              inner_.matmul_residual_forward_bf16(out, residual, inp, W, bias, N, IC, OC));
 }
 void ProfilingBackend::matmul_activation_forward_bf16(float* pre, Bf16* out, const Bf16* inp,
                                                       const float* W, const float* bias, int N,

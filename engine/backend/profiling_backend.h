@@ -71,6 +71,9 @@ public:
                           const float* w, const float* rstd, int N, int C) override;
     void matmul_forward(float* out, const float* inp, const float* W, const float* bias, int N,
                         int IC, int OC) override;
+    void matmul_residual_forward(float* out, const float* residual, const float* inp,
+                                 const float* W, const float* bias, int N, int IC,
+                                 int OC) override;
     void matmul_activation_forward(float* pre, float* out, const float* inp, const float* W,
                                    const float* bias, int N, int IC, int OC,
                                    Activation act) override;
@@ -166,6 +169,9 @@ public:
     void swiglu_forward_bf16(Bf16* out, const float* inp, int N, int F) override;
     void matmul_forward_bf16(float* out, const Bf16* inp, const float* W, const float* bias,
                              int N, int IC, int OC) override;
+    void matmul_residual_forward_bf16(float* out, const float* residual, const Bf16* inp,
+                                      const float* W, const float* bias, int N, int IC,
+                                      int OC) override;
     void matmul_activation_forward_bf16(float* pre, Bf16* out, const Bf16* inp, const float* W,
                                         const float* bias, int N, int IC, int OC,
                                         Activation act) override;

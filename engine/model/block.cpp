@@ -75,15 +75,23 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
     }
     if (c.grouped_kv()) be.kv_repeat_forward(a.qkv, a.qkv_grouped, N, s.H, s.Hkv, s.D);
     attention.forward(layer, a.qkv, a.atty, a.att);
-    if (sp && sp->heads)
+    // Without tensor parallelism the residual add is the output projection's (a fused epilogue
+    // on CUDA); with it the projection's partial sums are reduced first.
+    const bool fused_residual = !tp_.active();
+    if (sp && sp->heads) {
         be.matmul_rows_project(tmp, a.atty, A, sp->attn_proj_t,
                                add_out_bias ? w.attn_proj_b : nullptr, sp->heads, N, C,
                                sp->heads_k, s.D);
-    else
+        be.add(a.res2, x, tmp, NrC);
+    } else if (fused_residual) {
+        be.matmul_residual_forward(a.res2, x, a.atty, w.attn_proj_w,
+                                   add_out_bias ? w.attn_proj_b : nullptr, N, A, C);
+    } else {
         be.matmul_forward(tmp, a.atty, w.attn_proj_w, add_out_bias ? w.attn_proj_b : nullptr, N,
                           A, C);
-    tp_.sum_rows(tmp, NrC);      // all-reduce, or reduce-scatter into tmp[0, NrC)
-    be.add(a.res2, x, tmp, NrC);  // sequential: x + attn; parallel: also x + attn
+        tp_.sum_rows(tmp, NrC);       // all-reduce, or reduce-scatter into tmp[0, NrC)
+        be.add(a.res2, x, tmp, NrC);  // sequential: x + attn; parallel: also x + attn
+    }
 
     // MLP branch: ln2 of (x + attn) sequentially, of x in parallel; fc (column-parallel) ->
     // activation (or SwiGLU of [gate | up]) -> fc_proj (row-parallel; summed over tp)
@@ -108,15 +116,20 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
         swiglu_forward(be, a.fch_act, a.fch, N, F);
     else if (sp && sp->units)
         activation_forward(be, a.fch_act, a.fch, static_cast<size_t>(N) * F, c.activation);
-    if (sp && sp->units)
+    if (sp && sp->units) {
         be.matmul_rows_project(tmp, a.fch_act.fp32("contextual sparsity"), F, sp->fc_proj_t,
                                add_out_bias ? w.fc_proj_b : nullptr, sp->units, N, C,
                                sp->units_k, 1);
-    else
+        be.add(x_out, a.res2, tmp, NrC);
+    } else if (fused_residual) {
+        matmul_residual_forward(be, x_out, a.res2, a.fch_act, w.fc_proj_w,
+                                add_out_bias ? w.fc_proj_b : nullptr, N, F, C);
+    } else {
         matmul_forward(be, tmp, a.fch_act, w.fc_proj_w, add_out_bias ? w.fc_proj_b : nullptr, N,
                        F, C);
-    tp_.sum_rows(tmp, NrC);
-    be.add(x_out, a.res2, tmp, NrC);
+        tp_.sum_rows(tmp, NrC);
+        be.add(x_out, a.res2, tmp, NrC);
+    }
 }
 
 void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, const float* x,

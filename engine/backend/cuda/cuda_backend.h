@@ -143,6 +143,9 @@ public:
     void matmul_activation_forward(float* pre, float* out, const float* inp, const float* W,
                                    const float* bias, int N, int IC, int OC,
                                    Activation act) override;
+    void matmul_residual_forward(float* out, const float* residual, const float* inp,
+                                 const float* W, const float* bias, int N, int IC,
+                                 int OC) override;
     void activation_forward(float* out, const float* inp, size_t n, Activation act) override;
     void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                              Activation act,
@@ -231,6 +234,9 @@ public:
                               int C, float eps) override;
     void activation_forward_bf16(Bf16* out, const float* inp, size_t n, Activation act) override;
     void swiglu_forward_bf16(Bf16* out, const float* inp, int N, int F) override;
+    void matmul_residual_forward_bf16(float* out, const float* residual, const Bf16* inp,
+                                      const float* W, const float* bias, int N, int IC,
+                                      int OC) override;
     void matmul_forward_bf16(float* out, const Bf16* inp, const float* W, const float* bias,
                              int N, int IC, int OC) override;
     void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
@@ -287,11 +293,17 @@ private:
     // The operands of a product as cuBLAS takes them (bf16: rounded into bf16_act_ and
     // bf16_weight_), and the product through cuBLASLt with its bias (and GELU) epilogue: false
     // when that path is off or has no algorithm, having run nothing (cuda_dense_ops.cpp).
+    // residual: (N, OC) added to the product (beta 1), or null.
     bool lt_forward(float* out, float* pre, const float* inp, const float* W, const float* bias,
-                    int N, int IC, int OC, const char* op);
-    // out (N, OC) = a (N, IC) @ bf16(W)^T (+ bias), a already bf16 (either storage's forward).
+                    int N, int IC, int OC, const char* op, const float* residual = nullptr);
+    // out (N, OC) = a (N, IC) @ bf16(W)^T (+ bias) (+ residual), a already bf16 (either
+    // storage's forward).
     void forward_bf16(float* out, const uint16_t* a, const float* W, const float* bias, int N,
-                      int IC, int OC, const char* op);
+                      int IC, int OC, const char* op, const float* residual = nullptr);
+    // Before a product added to out with beta 1: out = residual (+ bias in every row), or the
+    // bias alone; returns the beta (0 when there is neither).
+    float start_output(float* out, const float* residual, const float* bias, int N, int OC,
+                       const char* op);
     // matmul_backward's bf16 products with inp already bf16 (either storage).
     void backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                        const uint16_t* inp, const float* W, int N, int IC, int OC,

@@ -66,6 +66,17 @@ void CudaBackend::matmul_forward_bf16(float* out, const Bf16* inp, const float* 
     if (sync_each_op_) sync(op);
 }
 
+void CudaBackend::matmul_residual_forward_bf16(float* out, const float* residual,
+                                               const Bf16* inp, const float* W, const float* bias,
+                                               int N, int IC, int OC) {
+    static constexpr const char* op = "matmul_residual_forward_bf16";
+    CTX_CHECK(out != residual, "{}: out must not be residual", op);
+    require_bf16_activations(op);
+    activate();
+    forward_bf16(out, bits(inp), W, bias, N, IC, OC, op, residual);
+    if (sync_each_op_) sync(op);
+}
+
 void CudaBackend::matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                                        const Bf16* inp, const float* W, int N, int IC, int OC,
                                        GradStore dinp_store) {

@@ -131,15 +131,17 @@ bool BlasLt::forward(const Product& p, cudaStream_t stream, const char* op) {
     }
     const Key key{p.N,          p.IC,         p.OC,           p.bf16,          epilogue,
                   alignment(p.inp), alignment(p.W), alignment(p.out), alignment(p.bias),
-                  alignment(p.pre)};
+                  alignment(p.pre), alignment(p.residual)};
     Plan& pl = plan(key, p, epilogue, op);
     if (!pl.ok) return false;
     if (p.bias != nullptr) set_attr(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, op);
     if (p.pre != nullptr)
         set_attr(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(p.pre), op);
     const float one = 1.0f, zero = 0.0f;
-    check_lt(cublasLtMatmul(handle_, pl.desc, &one, p.W, pl.a, p.inp, pl.b, &zero, p.out, pl.d,
-                            p.out, pl.d, &pl.algo, workspace_, workspace_bytes_, stream),
+    const bool res = p.residual != nullptr;  // C: the residual with beta 1 (same layout as D)
+    check_lt(cublasLtMatmul(handle_, pl.desc, &one, p.W, pl.a, p.inp, pl.b, res ? &one : &zero,
+                            res ? static_cast<const void*>(p.residual) : p.out, pl.d, p.out, pl.d,
+                            &pl.algo, workspace_, workspace_bytes_, stream),
              op, "cublasLtMatmul");
     return true;
 }

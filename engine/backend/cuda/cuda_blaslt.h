@@ -2,7 +2,8 @@
 // (docs/CUDA.md "cuBLASLt epilogues"). Row-major out (N, OC) = inp (N, IC) @ W^T + bias, and for
 // the MLP's first product out = gelu_tanh(pre), pre = inp @ W^T + bias kept for the backward
 // pass: one pass over the output instead of a bias broadcast, a product reading it back (beta 1)
-// and an activation kernel.
+// and an activation kernel. A residual (the output projections of a block) comes in as the
+// product's C with beta 1: out = residual + inp @ W^T + bias, no add kernel.
 //
 // Plans (the descriptors and the heuristic's algorithm) are cached per shape, operand type,
 // epilogue and pointer alignment; a configuration cuBLASLt has no algorithm for is remembered
@@ -35,6 +36,7 @@ public:
         const float* bias = nullptr;   // (OC) or null
         float* out = nullptr;          // (N, OC)
         float* pre = nullptr;          // GELU: (N, OC) the activation's input; null: no GELU
+        const float* residual = nullptr;  // (N, OC) added to the product (beta 1), or null
     };
     // Runs the product on `stream` and returns true, or returns false having run nothing (the
     // path is off, or cuBLASLt has no algorithm for it). Throws ctx::Error naming `op` when a
@@ -48,8 +50,8 @@ public:
     void release();  // the handle, the plans and the workspace (the backend's destructor)
 
 private:
-    // (N, IC, OC, bf16, epilogue, alignment of inp, W, out, bias, pre)
-    using Key = std::tuple<int, int, int, bool, int, int, int, int, int, int>;
+    // (N, IC, OC, bf16, epilogue, alignment of inp, W, out, bias, pre, residual (0: none))
+    using Key = std::tuple<int, int, int, bool, int, int, int, int, int, int, int>;
     struct Plan {
         bool ok = false;
         cublasLtMatmulDesc_t desc = nullptr;

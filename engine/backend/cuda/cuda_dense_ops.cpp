@@ -188,9 +188,11 @@ void CudaBackend::rmsnorm_backward(float* dinp, float* dw, const float* dout, co
 // The bias (and GELU) in the product's epilogue (cuda_blaslt.h), the operands rounded first in
 // bf16 as the unfused path rounds them.
 bool CudaBackend::lt_forward(float* out, float* pre, const float* inp, const float* W,
-                             const float* bias, int N, int IC, int OC, const char* op) {
+                             const float* bias, int N, int IC, int OC, const char* op,
+                             const float* residual) {
     if (!lt_.takes(OC, pre != nullptr)) return false;
-    BlasLt::Product p{N, IC, OC, precision_ == Precision::Bf16, inp, W, bias, out, pre};
+    BlasLt::Product p{N,    IC,   OC, precision_ == Precision::Bf16, inp, W, bias, out,
+                      pre, residual};
     if (p.bf16) {
         p.inp = round_to_bf16(inp, size_t(N) * IC, bf16_act_, op);
         p.W = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
@@ -206,12 +208,40 @@ void CudaBackend::matmul_forward(float* out, const float* inp, const float* W, c
         forward_bf16(out, round_to_bf16(inp, size_t(N) * IC, bf16_act_, op), W, bias, N, IC, OC,
                      op);
     } else if (bias == nullptr || !lt_forward(out, nullptr, inp, W, bias, N, IC, OC, op)) {
-        float beta = 0.0f;
-        if (bias != nullptr) {  // out starts as the bias in every row, then sgemm adds inp @ W^T
-            check(launch_broadcast_rows(out, bias, N, OC, stream_), op);
-            beta = 1.0f;
-        }
-        // out (N, OC) = inp (N, IC) @ W^T, W (OC, IC)
+        // out starts as the bias in every row, then sgemm adds inp @ W^T, W (OC, IC)
+        const float beta = start_output(out, nullptr, bias, N, OC, op);
+        gemm(op, false, true, N, OC, IC, 1.0f, inp, IC, W, IC, beta, out, OC);
+    }
+    if (sync_each_op_) sync(op);
+}
+
+float CudaBackend::start_output(float* out, const float* residual, const float* bias, int N,
+                                int OC, const char* op) {
+    const size_t n = size_t(N) * size_t(OC);
+    if (bias != nullptr) check(launch_broadcast_rows(out, bias, N, OC, stream_), op);
+    if (residual != nullptr) {
+        if (bias != nullptr)
+            check(launch_accumulate(out, residual, n, stream_), op);
+        else
+            check(cudaMemcpyAsync(out, residual, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                  stream_),
+                  op);
+    }
+    return bias != nullptr || residual != nullptr ? 1.0f : 0.0f;
+}
+
+void CudaBackend::matmul_residual_forward(float* out, const float* residual, const float* inp,
+                                          const float* W, const float* bias, int N, int IC,
+                                          int OC) {
+    static constexpr const char* op = "matmul_residual_forward";
+    CTX_CHECK(out != inp && out != residual,
+              "{}: out must be a buffer of its own (not inp or residual)", op);
+    activate();
+    if (precision_ == Precision::Bf16) {
+        forward_bf16(out, round_to_bf16(inp, size_t(N) * IC, bf16_act_, op), W, bias, N, IC, OC,
+                     op, residual);
+    } else if (!lt_forward(out, nullptr, inp, W, bias, N, IC, OC, op, residual)) {
+        const float beta = start_output(out, residual, bias, N, OC, op);
         gemm(op, false, true, N, OC, IC, 1.0f, inp, IC, W, IC, beta, out, OC);
     }
     if (sync_each_op_) sync(op);
@@ -220,17 +250,13 @@ void CudaBackend::matmul_forward(float* out, const float* inp, const float* W, c
 // out (N, OC) = a (N, IC) @ bf16(W)^T (+ bias), fp32 accumulation and output: the bias in
 // cuBLASLt's epilogue when it has an algorithm, else broadcast first and added to (beta = 1).
 void CudaBackend::forward_bf16(float* out, const uint16_t* a, const float* W, const float* bias,
-                               int N, int IC, int OC, const char* op) {
+                               int N, int IC, int OC, const char* op, const float* residual) {
     const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
-    if (bias != nullptr && lt_.takes(OC, false)) {
-        const BlasLt::Product p{N, IC, OC, true, a, w, bias, out, nullptr};
+    if ((bias != nullptr || residual != nullptr) && lt_.takes(OC, false)) {
+        const BlasLt::Product p{N, IC, OC, true, a, w, bias, out, nullptr, residual};
         if (lt_.forward(p, stream_, op)) return;
     }
-    float beta = 0.0f;
-    if (bias != nullptr) {
-        check(launch_broadcast_rows(out, bias, N, OC, stream_), op);
-        beta = 1.0f;
-    }
+    const float beta = start_output(out, residual, bias, N, OC, op);
     gemm_bf16(op, false, true, N, OC, IC, 1.0f, a, IC, w, IC, beta, out, OC);
 }
 
