@@ -459,6 +459,9 @@ TEST_P(OpsGpuModelBf16Acts, SameBitsAsFp32Storage) {
         EXPECT_EQ(calls["lm_head_loss"], 0);
         EXPECT_EQ(calls["matmul_backward_bf16"], 3 * c.n_layer) << "qkv, fc, fc_proj";
         EXPECT_EQ(calls["matmul_backward"], c.n_layer) << "the attention projection (fp32 input)";
+        EXPECT_EQ(calls["matmul_residual_forward"], c.n_layer) << "attention projection + residual";
+        EXPECT_EQ(calls["matmul_residual_forward_bf16"], c.n_layer) << "MLP projection + residual";
+        EXPECT_EQ(calls["add"], 0) << "the residual adds are the projections'";
         if (exact) {
             EXPECT_EQ(l_on, l_off);
             EXPECT_EQ(std::memcmp(g_on.data(), g_off.data(), P * sizeof(float)), 0)

@@ -6,8 +6,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
+#include "backend/profiling_backend.h"
 #include "core/rng.h"
 #include "model_fixtures.h"
 #include "model/optimizer.h"
@@ -88,6 +91,26 @@ TEST(Model, MaskedTokensDoNotContributeToTheLoss) {
     EXPECT_EQ(before.mask_sum, 10.0);
     buf.targets[5] = (buf.targets[5] + 1) % c.vocab_size;
     EXPECT_NE(before.loss_sum, m.forward(buf.batch()).loss_sum);
+}
+
+// The ops a training step runs: each block's two output projections add the residual in the
+// product (matmul_residual_forward; no separate add), and the optimizer updates every tensor
+// in one adamw_update_segments call.
+TEST(Model, StepFusesTheResidualAddsAndUpdatesInOneCall) {
+    const ModelConfig c = tiny_config();
+    ProfilingBackend prof(cpu());
+    Model m(c, prof, make_pe("rope", c), 3);
+    Optimizer opt(m, OptimizerConfig{});
+    const BatchBuffers buf = tiny_batch(c.vocab_size);
+    prof.zero(m.grads().data(), m.grads().size());
+    m.forward_backward(buf.batch(), 0.1f);
+    opt.update();
+    std::map<std::string, long> calls;
+    for (const OpProfileRow& r : prof.rows()) calls[r.op] += r.calls;
+    EXPECT_EQ(calls["matmul_residual_forward"], 2 * c.n_layer);
+    EXPECT_EQ(calls["add"], 0);
+    EXPECT_EQ(calls["adamw_update_segments"], 1);
+    EXPECT_EQ(calls["adamw_update"], 0);
 }
 
 TEST(Model, InitialLossIsNearUniform) {
