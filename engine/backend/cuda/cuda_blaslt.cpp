@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
@@ -100,6 +101,19 @@ BlasLt::Plan& BlasLt::plan(const Key& key, const Product& p, int epilogue, const
     check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                   &ws, sizeof ws),
              op, "cublasLtMatmulPreferenceSetAttribute");
+    // The pointers' actual alignment (part of the plan's key): by default the heuristic may
+    // pick an algorithm that assumes 256 bytes, and a view into an arena or a slot of the
+    // activations is often aligned less.
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> aligned[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.W},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p.inp},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.residual != nullptr ? p.residual : p.out},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p.out}};
+    for (const auto& [attr, ptr] : aligned) {
+        const uint32_t bytes = uint32_t(alignment(ptr));
+        check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof bytes), op,
+                 "cublasLtMatmulPreferenceSetAttribute");
+    }
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, pl.desc, pl.a, pl.b, pl.d,

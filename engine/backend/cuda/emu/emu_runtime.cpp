@@ -381,7 +381,9 @@ struct emu_lt_desc {
     int64_t aux_ld = 0;
 };
 struct emu_lt_layout { cudaDataType type; uint64_t rows, cols; int64_t ld; };
-struct emu_lt_pref { size_t workspace = 0; };
+// min_align: the pointer alignments (A, B, C, D) the algorithm may assume; 256, the library's
+// default, when not set.
+struct emu_lt_pref { size_t workspace = 0; uint32_t min_align[4] = {256, 256, 256, 256}; };
 
 namespace {
 long g_lt_calls = 0;
@@ -471,6 +473,13 @@ cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) { *
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
                                                     const void* buf, size_t bytes) {
+    if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES &&
+        attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
+        uint32_t a;
+        if (!set_value(a, buf, bytes)) return CUBLAS_STATUS_INVALID_VALUE;
+        p->min_align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES] = a;
+        return CUBLAS_STATUS_SUCCESS;
+    }
     if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return CUBLAS_STATUS_INVALID_VALUE;
     uint64_t v;
     if (!set_value(v, buf, bytes)) return CUBLAS_STATUS_INVALID_VALUE;
@@ -479,7 +488,7 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
 }
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t A,
                                               cublasLtMatrixLayout_t B, cublasLtMatrixLayout_t C,
-                                              cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t,
+                                              cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t pref,
                                               int requested, cublasLtMatmulHeuristicResult_t results[],
                                               int* returned) {
     *returned = 0;
@@ -488,6 +497,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
     results[0] = cublasLtMatmulHeuristicResult_t{};
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].algo.data[0] = 0xe11;  // marks an algorithm this emulation handed out
+    // the alignments it was chosen for: cublasLtMatmul refuses pointers aligned less (as an
+    // algorithm that relies on them would fail on a GPU)
+    for (int i = 0; i < 4; i++) results[0].algo.data[1 + i] = pref->min_align[i];
     *returned = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -500,6 +512,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     if (algo == nullptr || algo->data[0] != 0xe11) {
         fprintf(stderr, "emu cublasLt: an algorithm not from cublasLtMatmulAlgoGetHeuristic\n");
         return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    const void* ptrs[4] = {A, B, C, D};
+    for (int i = 0; i < 4; i++) {
+        if (i == 2 && *static_cast<const float*>(beta) == 0.0f) continue;  // C unread
+        const uint64_t need = algo->data[1 + i];
+        if (need > 1 && reinterpret_cast<uintptr_t>(ptrs[i]) % need != 0) {
+            fprintf(stderr, "emu cublasLt: matrix %c at %p is not aligned to the %llu bytes its "
+                    "algorithm was chosen for\n", "ABCD"[i], ptrs[i], (unsigned long long)need);
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        }
     }
     ++g_lt_calls;
     const int m = int(Dl->rows), n = int(Dl->cols), k = int(d->ta == CUBLAS_OP_N ? Al->cols : Al->rows);
