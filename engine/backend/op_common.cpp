@@ -195,7 +195,7 @@ size_t Backend::lm_head_scratch_floats(int N, int V) const {
            static_cast<size_t>(V);
 }
 
-// Attention across blocks is implemented by the CPU and CUDA backends; any other says so.
+// One adamw_update per segment, with its decay.
 void Backend::adamw_update_segments(float* params, const float* grads, float* m, float* v,
                                     const std::vector<AdamWSegment>& segments,
                                     const AdamWParams& hp) {
@@ -206,6 +206,7 @@ void Backend::adamw_update_segments(float* params, const float* grads, float* m,
     }
 }
 
+// Attention across blocks is implemented by the CPU and CUDA backends; any other says so.
 void Backend::attention_block_forward(float*, float*, const float*, const float*,
                                       const AttnBlockRows&, const AttnBlockRows&, int, int, int,
                                       const AttentionOptions&) {
