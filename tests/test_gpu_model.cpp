@@ -457,7 +457,10 @@ TEST_P(OpsGpuModelBf16Acts, SameBitsAsFp32Storage) {
         EXPECT_EQ(calls[norm], 2 * c.n_layer + 1) << "ln1, ln2 of each layer and the final norm";
         EXPECT_EQ(calls["lm_head_loss_bf16"], 1);
         EXPECT_EQ(calls["lm_head_loss"], 0);
-        EXPECT_EQ(calls["matmul_backward_bf16"], 3 * c.n_layer) << "qkv, fc, fc_proj";
+        EXPECT_EQ(calls["matmul_backward_bf16"], 2 * c.n_layer) << "qkv, fc_proj";
+        EXPECT_EQ(calls["activation_matmul_backward_bf16"], c.n_layer)
+            << "the MLP activation's backward and fc's in one op";
+        EXPECT_EQ(calls["activation_backward"] + calls["swiglu_backward"], 0);
         EXPECT_EQ(calls["matmul_backward"], c.n_layer) << "the attention projection (fp32 input)";
         EXPECT_EQ(calls["matmul_residual_forward"], c.n_layer) << "attention projection + residual";
         EXPECT_EQ(calls["matmul_residual_forward_bf16"], c.n_layer) << "MLP projection + residual";

@@ -94,9 +94,10 @@ TEST(Model, MaskedTokensDoNotContributeToTheLoss) {
 }
 
 // The ops a training step runs: each block's two output projections add the residual in the
-// product (matmul_residual_forward; no separate add), and the optimizer updates every tensor
-// in one adamw_update_segments call.
-TEST(Model, StepFusesTheResidualAddsAndUpdatesInOneCall) {
+// product (matmul_residual_forward; no separate add), the MLP's activation backward and its
+// first product's backward are one op, and the optimizer updates every tensor in one
+// adamw_update_segments call.
+TEST(Model, StepFusesTheResidualAddsTheMlpBackwardAndTheUpdate) {
     const ModelConfig c = tiny_config();
     ProfilingBackend prof(cpu());
     Model m(c, prof, make_pe("rope", c), 3);
@@ -109,6 +110,9 @@ TEST(Model, StepFusesTheResidualAddsAndUpdatesInOneCall) {
     for (const OpProfileRow& r : prof.rows()) calls[r.op] += r.calls;
     EXPECT_EQ(calls["matmul_residual_forward"], 2 * c.n_layer);
     EXPECT_EQ(calls["add"], 0);
+    EXPECT_EQ(calls["activation_matmul_backward"], c.n_layer);  // activation + fc backward
+    EXPECT_EQ(calls["activation_backward"], 0);
+    EXPECT_EQ(calls["matmul_backward"], 3 * c.n_layer);  // qkv, attention and MLP projections
     EXPECT_EQ(calls["adamw_update_segments"], 1);
     EXPECT_EQ(calls["adamw_update"], 0);
 }

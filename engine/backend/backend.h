@@ -304,6 +304,19 @@ public:
     virtual void matmul_activation_forward(float* pre, float* out, const float* inp,
                                            const float* W, const float* bias, int N, int IC,
                                            int OC, Activation act);
+    // Its backward from the activation's gradient dact: dpre (N, OC) = the activation's
+    // backward at pre (act'(pre) * dact; SwiGLU: swiglu_backward's rule, pre (N, OC) =
+    // [gate | up], dact (N, OC / 2)), then matmul_backward(dinp, dW, dbias, dpre, inp, W, N,
+    // IC, OC, dinp_store). dpre is the caller's (N, OC) scratch, overlapping no other argument.
+    // The default writes it (activation_backward or swiglu_backward with Overwrite, then
+    // matmul_backward); a backend may leave it unwritten and hand dpre to the products in
+    // another form (CUDA in bf16: the activation kernel writes bf16(dpre) for the products and
+    // the bias gradient's column sums, no fp32 dpre pass).
+    virtual void activation_matmul_backward(float* dinp, float* dW, float* dbias, float* dpre,
+                                            const float* dact, const float* pre,
+                                            const float* inp, const float* W, int N, int IC,
+                                            int OC, Activation act,
+                                            GradStore dinp_store = GradStore::Accumulate);
 
     // ---- activation
     // out (n) = act(inp)   (writes)
@@ -502,6 +515,13 @@ public:
     virtual void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                                       const Bf16* inp, const float* W, int N, int IC, int OC,
                                       GradStore dinp_store = GradStore::Accumulate);
+    // The default runs activation_backward / swiglu_backward then matmul_backward_bf16.
+    virtual void activation_matmul_backward_bf16(float* dinp, float* dW, float* dbias,
+                                                 float* dpre, const float* dact,
+                                                 const float* pre, const Bf16* inp,
+                                                 const float* W, int N, int IC, int OC,
+                                                 Activation act,
+                                                 GradStore dinp_store = GradStore::Accumulate);
     virtual void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                                    const Bf16* inp, const float* W, const int32_t* targets,
                                    const float* mask, int N, int C, int V, float grad_scale);

@@ -128,6 +128,25 @@ void check_lm_head(int N, int C, int V, const float* dinp, const float* dW) {
               "lm_head_loss: training (dinp given) needs the head's gradient dW too");
 }
 
+void check_activation_matmul_backward(const char* op, float* dpre, const float* dact,
+                                      const float* pre, int N, int IC, int OC, Activation act) {
+    CTX_CHECK(N >= 0 && IC >= 1 && OC >= 1, "{}: bad shape N {} IC {} OC {}", op, N, IC, OC);
+    CTX_CHECK(act != Activation::SwiGLU || OC % 2 == 0,
+              "{}: SwiGLU's pre is [gate | up], so OC = 2F must be even (got {})", op, OC);
+    CTX_CHECK(dpre != nullptr && dact != nullptr && pre != nullptr,
+              "{}: dpre, dact and pre are all needed", op);
+    CTX_CHECK(dpre != dact && dpre != pre, "{}: dpre must be a buffer of its own", op);
+}
+
+void activation_backward_rows(Backend& be, float* dpre, const float* dact, const float* pre,
+                              int N, int OC, Activation act) {
+    if (act == Activation::SwiGLU)
+        be.swiglu_backward(dpre, pre, dact, N, OC / 2, GradStore::Overwrite);
+    else
+        be.activation_backward(dpre, pre, dact, static_cast<size_t>(N) * static_cast<size_t>(OC),
+                               act, GradStore::Overwrite);
+}
+
 const char* attention_mode_name(AttentionMode m) {
     return m == AttentionMode::Flash ? "flash" : "materialised";
 }
@@ -154,6 +173,16 @@ void Backend::matmul_activation_forward(float* pre, float* out, const float* inp
               "swiglu_forward");
     matmul_forward(pre, inp, W, bias, N, IC, OC);
     activation_forward(out, pre, static_cast<size_t>(N) * static_cast<size_t>(OC), act);
+}
+
+void Backend::activation_matmul_backward(float* dinp, float* dW, float* dbias, float* dpre,
+                                         const float* dact, const float* pre, const float* inp,
+                                         const float* W, int N, int IC, int OC, Activation act,
+                                         GradStore dinp_store) {
+    check_activation_matmul_backward("activation_matmul_backward", dpre, dact, pre, N, IC, OC,
+                                     act);
+    activation_backward_rows(*this, dpre, dact, pre, N, OC, act);
+    matmul_backward(dinp, dW, dbias, dpre, inp, W, N, IC, OC, dinp_store);
 }
 
 // The language-model head and its loss in chunks of rows through the backend's own ops. A host

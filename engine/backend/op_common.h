@@ -44,5 +44,13 @@ int lm_head_most_rows(size_t row_floats, size_t budget_floats);
 int lm_head_rows_for(int N, int most);
 // Backend::lm_head_loss's arguments: shapes, training needs both dinp and dW.
 void check_lm_head(int N, int C, int V, const float* dinp, const float* dW);
+// Backend::activation_matmul_backward's arguments (shapes, an even OC for SwiGLU, a dpre of
+// its own), named as `op`.
+void check_activation_matmul_backward(const char* op, float* dpre, const float* dact,
+                                      const float* pre, int N, int IC, int OC, Activation act);
+// Its first half on any backend: dpre (N, OC) = the activation's backward of dact at pre
+// (activation_backward, or swiglu_backward for SwiGLU), written.
+void activation_backward_rows(Backend& be, float* dpre, const float* dact, const float* pre,
+                              int N, int OC, Activation act);
 
 }  // namespace ctx

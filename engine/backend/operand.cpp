@@ -1,5 +1,6 @@
 #include "backend/operand.h"
 
+#include "backend/op_common.h"
 #include "core/error.h"
 
 namespace ctx {
@@ -58,6 +59,17 @@ void Backend::matmul_residual_forward_bf16(float* out, const float* residual, co
 void Backend::matmul_backward_bf16(float*, float*, float*, const float*, const Bf16*,
                                    const float*, int, int, int, GradStore) {
     no_bf16_storage(*this, "matmul_backward_bf16");
+}
+
+void Backend::activation_matmul_backward_bf16(float* dinp, float* dW, float* dbias, float* dpre,
+                                              const float* dact, const float* pre,
+                                              const Bf16* inp, const float* W, int N, int IC,
+                                              int OC, Activation act, GradStore dinp_store) {
+    if (!bf16_activations()) no_bf16_storage(*this, "activation_matmul_backward_bf16");
+    check_activation_matmul_backward("activation_matmul_backward_bf16", dpre, dact, pre, N, IC,
+                                     OC, act);
+    activation_backward_rows(*this, dpre, dact, pre, N, OC, act);
+    matmul_backward_bf16(dinp, dW, dbias, dpre, inp, W, N, IC, OC, dinp_store);
 }
 
 void Backend::lm_head_loss_bf16(float*, float*, float*, float*, const Bf16*, const float*,
@@ -147,6 +159,17 @@ void lm_head_loss(Backend& be, float* losses, float* dinp, float* dW, float* scr
     else
         be.lm_head_loss(losses, dinp, dW, scratch, inp.f32, W, targets, mask, N, C, V,
                         grad_scale);
+}
+
+void activation_matmul_backward(Backend& be, float* dinp, float* dW, float* dbias, float* dpre,
+                                const float* dact, const float* pre, Operand inp, const float* W,
+                                int N, int IC, int OC, Activation act, GradStore dinp_store) {
+    if (inp.is_bf16())
+        be.activation_matmul_backward_bf16(dinp, dW, dbias, dpre, dact, pre, inp.bf16, W, N, IC,
+                                           OC, act, dinp_store);
+    else
+        be.activation_matmul_backward(dinp, dW, dbias, dpre, dact, pre, inp.f32, W, N, IC, OC,
+                                      act, dinp_store);
 }
 
 }  // namespace ctx

@@ -53,6 +53,10 @@ void matmul_activation_forward(Backend& be, float* pre, Operand out, Operand inp
 void matmul_backward(Backend& be, float* dinp, float* dW, float* dbias, const float* dout,
                      Operand inp, const float* W, int N, int IC, int OC,
                      GradStore dinp_store = GradStore::Accumulate);
+void activation_matmul_backward(Backend& be, float* dinp, float* dW, float* dbias, float* dpre,
+                                const float* dact, const float* pre, Operand inp, const float* W,
+                                int N, int IC, int OC, Activation act,
+                                GradStore dinp_store = GradStore::Accumulate);
 void lm_head_loss(Backend& be, float* losses, float* dinp, float* dW, float* scratch,
                   Operand inp, const float* W, const int32_t* targets, const float* mask, int N,
                   int C, int V, float grad_scale);

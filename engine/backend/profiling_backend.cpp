@@ -196,6 +196,16 @@ void ProfilingBackend::matmul_backward(float* dinp, float* dW, float* dbias, con
               (dinp != nullptr ? 4.0 : 2.0) * N * double(IC) * OC,
               inner_.matmul_backward(dinp, dW, dbias, dout, inp, W, N, IC, OC, dinp_store));
 }
+void ProfilingBackend::activation_matmul_backward(float* dinp, float* dW, float* dbias,
+                                                  float* dpre, const float* dact,
+                                                  const float* pre, const float* inp,
+                                                  const float* W, int N, int IC, int OC,
+                                                  Activation act, GradStore dinp_store) {
+    CTX_TIMED("activation_matmul_backward", fmt::format("N={} IC={} OC={}", N, IC, OC),
+              (dinp != nullptr ? 4.0 : 2.0) * N * double(IC) * OC,
+              inner_.activation_matmul_backward(dinp, dW, dbias, dpre, dact, pre, inp, W, N, IC,
+                                                OC, act, dinp_store));
+}
 void ProfilingBackend::activation_forward(float* out, const float* inp, size_t n, Activation act) {
     CTX_TIMED("activation_forward", fmt::format("n={}", n), 0,
               inner_.activation_forward(out, inp, n, act));
@@ -311,6 +321,16 @@ void ProfilingBackend::matmul_backward_bf16(float* dinp, float* dW, float* dbias
     CTX_TIMED("matmul_backward_bf16", fmt::format("N={} IC={} OC={}", N, IC, OC),
               (dinp != nullptr ? 4.0 : 2.0) * N * double(IC) * OC,
               inner_.matmul_backward_bf16(dinp, dW, dbias, dout, inp, W, N, IC, OC, dinp_store));
+}
+void ProfilingBackend::activation_matmul_backward_bf16(float* dinp, float* dW, float* dbias,
+                                                       float* dpre, const float* dact,
+                                                       const float* pre, const Bf16* inp,
+                                                       const float* W, int N, int IC, int OC,
+                                                       Activation act, GradStore dinp_store) {
+    CTX_TIMED("activation_matmul_backward_bf16", fmt::format("N={} IC={} OC={}", N, IC, OC),
+              (dinp != nullptr ? 4.0 : 2.0) * N * double(IC) * OC,
+              inner_.activation_matmul_backward_bf16(dinp, dW, dbias, dpre, dact, pre, inp, W, N,
+                                                     IC, OC, act, dinp_store));
 }
 void ProfilingBackend::lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                                          const Bf16* inp, const float* W,

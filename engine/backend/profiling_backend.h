@@ -80,6 +80,10 @@ public:
     void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
                          const float* inp, const float* W, int N, int IC, int OC,
                          GradStore dinp_store = GradStore::Accumulate) override;
+    void activation_matmul_backward(float* dinp, float* dW, float* dbias, float* dpre,
+                                    const float* dact, const float* pre, const float* inp,
+                                    const float* W, int N, int IC, int OC, Activation act,
+                                    GradStore dinp_store = GradStore::Accumulate) override;
     void activation_forward(float* out, const float* inp, size_t n, Activation act) override;
     void activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                              Activation act,
@@ -178,6 +182,10 @@ public:
     void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                               const Bf16* inp, const float* W, int N, int IC, int OC,
                               GradStore dinp_store = GradStore::Accumulate) override;
+    void activation_matmul_backward_bf16(float* dinp, float* dW, float* dbias, float* dpre,
+                                         const float* dact, const float* pre, const Bf16* inp,
+                                         const float* W, int N, int IC, int OC, Activation act,
+                                         GradStore dinp_store = GradStore::Accumulate) override;
     void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                            const Bf16* inp, const float* W, const int32_t* targets,
                            const float* mask, int N, int C, int V, float grad_scale) override;

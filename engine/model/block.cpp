@@ -140,7 +140,7 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     const TensorShard& s = shard_;
     const int C = c.d_model, A = s.A, F = s.F, F2 = s.F2, Q = s.Q;
     const int Nr = tp_.rows_here(N);
-    const size_t NF = static_cast<size_t>(N) * F, NrC = static_cast<size_t>(Nr) * C;
+    const size_t NrC = static_cast<size_t>(Nr) * C;
     const float* mlp_in = c.parallel_residual ? x : a.res2;
 
     // dx holds d(loss)/d(x_out) (this rank's rows under sequence parallelism, else all, the
@@ -153,12 +153,11 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     const float* dx_all = tp_.gather_rows_from(dx, d.dx_full, NrC);
     matmul_backward(be, d.dfch_act, g.fc_proj_w, g.fc_proj_b, dx_all, a.fch_act, w.fc_proj_w,
                     N, F, C, write);
-    if (c.gated_mlp())
-        be.swiglu_backward(d.dfch, a.fch, d.dfch_act, N, F, write);
-    else
-        be.activation_backward(d.dfch, a.fch, d.dfch_act, NF, c.activation, write);
+    // the activation's backward (SwiGLU's too) and fc's in one op: on CUDA in bf16 the
+    // activation kernel hands fc's products bf16(dfch) and its bias gradient directly
     float* dln2 = c.parallel_residual ? d.dln2 : d.dln;
-    matmul_backward(be, dln2, g.fc_w, g.fc_b, d.dfch, a.ln2, w.fc_w, N, C, F2, write);
+    activation_matmul_backward(be, dln2, g.fc_w, g.fc_b, d.dfch, d.dfch_act, a.fch, a.ln2, w.fc_w,
+                               N, C, F2, c.activation, write);
     tp_.sum_rows(dln2, NrC);  // column-parallel fc: each rank's hidden units' share
     if (!c.parallel_residual) {
         // dx becomes d/d(res2): the residual path plus the MLP norm's input gradient.

@@ -140,6 +140,10 @@ public:
     void matmul_backward(float* dinp, float* dW, float* dbias, const float* dout,
                          const float* inp, const float* W, int N, int IC, int OC,
                          GradStore dinp_store = GradStore::Accumulate) override;
+    void activation_matmul_backward(float* dinp, float* dW, float* dbias, float* dpre,
+                                    const float* dact, const float* pre, const float* inp,
+                                    const float* W, int N, int IC, int OC, Activation act,
+                                    GradStore dinp_store = GradStore::Accumulate) override;
     void matmul_activation_forward(float* pre, float* out, const float* inp, const float* W,
                                    const float* bias, int N, int IC, int OC,
                                    Activation act) override;
@@ -242,6 +246,10 @@ public:
     void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                               const Bf16* inp, const float* W, int N, int IC, int OC,
                               GradStore dinp_store = GradStore::Accumulate) override;
+    void activation_matmul_backward_bf16(float* dinp, float* dW, float* dbias, float* dpre,
+                                         const float* dact, const float* pre, const Bf16* inp,
+                                         const float* W, int N, int IC, int OC, Activation act,
+                                         GradStore dinp_store = GradStore::Accumulate) override;
     void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                            const Bf16* inp, const float* W, const int32_t* targets,
                            const float* mask, int N, int C, int V, float grad_scale) override;
@@ -308,6 +316,15 @@ private:
     void backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                        const uint16_t* inp, const float* W, int N, int IC, int OC,
                        GradStore dinp_store, const char* op);
+    // Its two products from g = bf16(dout) (N, ldg), zeros past OC in each row.
+    void backward_bf16_products(float* dinp, float* dW, const uint16_t* g, int ldg,
+                                const uint16_t* a, const float* W, int N, int IC, int OC,
+                                GradStore dinp_store, const char* op);
+    // activation_matmul_backward with inp already bf16 (either storage).
+    void activation_backward_bf16(float* dinp, float* dW, float* dbias, const float* dact,
+                                  const float* pre, const uint16_t* a, const float* W, int N,
+                                  int IC, int OC, Activation act, GradStore dinp_store,
+                                  const char* op);
     // lm_head_loss with x as fp32 (inp) or, bf16 activation storage, as bf16 (inp16).
     void lm_head(float* losses, float* dinp, float* dW, float* scratch, const float* inp,
                  const uint16_t* inp16, const float* W, const int32_t* targets,

@@ -1,6 +1,7 @@
 // CUDA backend kernels of the bf16 mixed-precision path (Precision::Bf16): the fp32 -> bf16
 // rounding of the matrix-product operands (with a bias gradient's column sums on the way, for
-// the output gradient of a product with a bias). The products themselves are cublasGemmEx calls with
+// the output gradient of a product with a bias), and the MLP activation's backward written
+// straight into that rounded form. The products themselves are cublasGemmEx calls with
 // bf16 A/B, fp32 C and fp32 compute (CudaBackend::gemm_bf16, cuda_backend.cpp); everything else
 // stays fp32 (backend.h, enum Precision).
 //
@@ -9,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_bf16.h"
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"  // column_chunks, kColTile, launch_column_finish_add
@@ -36,11 +38,39 @@ __global__ void round_rows_to_bf16_kernel(__nv_bfloat16* dst, size_t ld, const f
     }
 }
 
+// Where the rounding kernels' values come from: element (r, c) of a matrix of C columns.
+struct PlainRows {  // the matrix itself
+    const float* x;
+    int C;
+    __device__ float operator()(int r, int c) const { return x[size_t(r) * C + c]; }
+};
+struct ActivationGradRows {  // act'(pre) * dact, both (N, C)
+    const float* pre;
+    const float* dact;
+    int C, act;
+    __device__ float operator()(int r, int c) const {
+        const size_t i = size_t(r) * C + c;
+        return activation_grad(pre[i], act) * dact[i];
+    }
+};
+struct SwigluGradRows {  // [d gate | d up] (N, 2F) from pre (N, 2F) = [gate | up], dact (N, F)
+    const float* pre;
+    const float* dact;
+    int F;
+    __device__ float operator()(int r, int c) const {
+        const int f = c < F ? c : c - F;
+        const float* row = pre + size_t(r) * 2 * F;
+        const float g = row[f], dy = dact[size_t(r) * F + f];
+        return c < F ? swiglu_gate_grad(g, row[F + f], dy) : swiglu_up_grad(g, dy);
+    }
+};
+
 // The first stage of launch_column_sum_add (cuda_dense.cu: tiles of 32 columns x 8 row lanes,
-// rows in G chunks, each lane's rows in order, then the lanes in order) with the rows rounded
-// into dst on the way; columns [C, ld) of dst get zeros.
-__global__ void round_rows_colsum_kernel(__nv_bfloat16* dst, size_t ld, float* part,
-                                         const float* x, int N, int C, int rows_per_chunk) {
+// rows in G chunks, each lane's rows in order, then the lanes in order) over the values of
+// `el`, which are rounded into dst on the way; columns [C, ld) of dst get zeros.
+template <class Rows>
+__global__ void round_rows_colsum_kernel(__nv_bfloat16* dst, size_t ld, float* part, Rows el,
+                                         int N, int C, int rows_per_chunk) {
     __shared__ float s0[kColLanes][kColTile + 1];
     const int tx = threadIdx.x, ty = threadIdx.y;
     const int c = blockIdx.x * kColTile + tx, g = blockIdx.y;
@@ -49,8 +79,10 @@ __global__ void round_rows_colsum_kernel(__nv_bfloat16* dst, size_t ld, float* p
     if (size_t(c) < ld) {
         for (int r = r0 + ty; r < r1; r += kColLanes) {
             if (c < C) {
-                const float v = x[size_t(r) * C + c];
-                a0 += v;
+                const float v = el(r, c);
+                // never fused with el's last product into an fma: the sums must be of the
+                // values the fp32 kernels write, as the rounding pass over them adds them
+                a0 = __fadd_rn(a0, v);
                 dst[size_t(r) * ld + c] = __float2bfloat16_rn(v);
             } else {
                 dst[size_t(r) * ld + c] = __float2bfloat16_rn(0.0f);
@@ -59,26 +91,45 @@ __global__ void round_rows_colsum_kernel(__nv_bfloat16* dst, size_t ld, float* p
     }
     s0[ty][tx] = a0;
     __syncthreads();
-    if (ty == 0 && c < C) {
+    if (part != nullptr && ty == 0 && c < C) {
         float t0 = 0.0f;
         for (int k = 0; k < kColLanes; k++) t0 += s0[k][tx];
         part[size_t(g) * C + c] = t0;
     }
 }
 
-}  // namespace
-
-cudaError_t launch_round_rows_colsum_bf16(uint16_t* dst, size_t ld, float* out, float* partials,
-                                          const float* src, int N, int C, cudaStream_t s) {
+template <class Rows>
+cudaError_t launch_rows_colsum(uint16_t* dst, size_t ld, float* out, float* partials, Rows el,
+                               int N, int C, cudaStream_t s) {
     if (N <= 0 || C <= 0) return cudaSuccess;
     if (ld < size_t(C)) return cudaErrorInvalidValue;
     const int G = column_chunks(N), rows = (N + G - 1) / G;
     const dim3 grid(unsigned((ld + kColTile - 1) / kColTile), unsigned(G)),
         block(kColTile, kColLanes);
-    round_rows_colsum_kernel<<<grid, block, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(dst), ld,
-                                                    partials, src, N, C, rows);
+    round_rows_colsum_kernel<Rows><<<grid, block, 0, s>>>(reinterpret_cast<__nv_bfloat16*>(dst),
+                                                          ld, partials, el, N, C, rows);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (out == nullptr) return cudaSuccess;
     return launch_column_finish_add(out, partials, G, C, s);
+}
+
+}  // namespace
+
+cudaError_t launch_round_rows_colsum_bf16(uint16_t* dst, size_t ld, float* out, float* partials,
+                                          const float* src, int N, int C, cudaStream_t s) {
+    return launch_rows_colsum(dst, ld, out, partials, PlainRows{src, C}, N, C, s);
+}
+
+cudaError_t launch_activation_backward_bf16(uint16_t* dst, size_t ld, float* dbias,
+                                            float* partials, const float* pre, const float* dact,
+                                            int N, int C, int act, cudaStream_t s) {
+    if (act == 2) {  // Activation::SwiGLU: C = 2F
+        if (C % 2 != 0) return cudaErrorInvalidValue;
+        return launch_rows_colsum(dst, ld, dbias, partials, SwigluGradRows{pre, dact, C / 2}, N,
+                                  C, s);
+    }
+    return launch_rows_colsum(dst, ld, dbias, partials, ActivationGradRows{pre, dact, C, act}, N,
+                              C, s);
 }
 
 cudaError_t launch_round_rows_to_bf16(uint16_t* dst, size_t ld, const float* src, size_t rows,

@@ -27,5 +27,13 @@ cudaError_t launch_round_rows_to_bf16(uint16_t* dst, size_t ld, const float* src
 // and order of launch_column_sum_add, so out gets the same bits as from that kernel.
 cudaError_t launch_round_rows_colsum_bf16(uint16_t* dst, size_t ld, float* out, float* partials,
                                           const float* src, int N, int C, cudaStream_t s);
+// The same with src = the activation's backward (Backend::activation_matmul_backward's dpre):
+// act'(pre) * dact for act 0, 1, 3 (GeluTanh, GeluErf, Relu; pre, dact (N, C)), or SwiGLU's
+// [d gate | d up] for act 2 (pre (N, C) = [gate | up], dact (N, C / 2), C even), each value the
+// fp32 one cuda_dense.cu's activation backward writes; dbias may be null (no column sums, and
+// partials unused).
+cudaError_t launch_activation_backward_bf16(uint16_t* dst, size_t ld, float* dbias,
+                                            float* partials, const float* pre, const float* dact,
+                                            int N, int C, int act, cudaStream_t s);
 
 }  // namespace ctx::cuda

@@ -5,6 +5,7 @@
 // Precision::Bf16, whose products round those operands anyway: the same bits either way.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/op_common.h"
 #include "core/error.h"
 
 namespace ctx::cuda {
@@ -84,6 +85,20 @@ void CudaBackend::matmul_backward_bf16(float* dinp, float* dW, float* dbias, con
     require_bf16_activations(op);
     activate();
     backward_bf16(dinp, dW, dbias, dout, bits(inp), W, N, IC, OC, dinp_store, op);
+    if (sync_each_op_) sync(op);
+}
+
+void CudaBackend::activation_matmul_backward_bf16(float* dinp, float* dW, float* dbias,
+                                                  float* dpre, const float* dact,
+                                                  const float* pre, const Bf16* inp,
+                                                  const float* W, int N, int IC, int OC,
+                                                  Activation act, GradStore dinp_store) {
+    static constexpr const char* op = "activation_matmul_backward_bf16";
+    check_activation_matmul_backward(op, dpre, dact, pre, N, IC, OC, act);
+    require_bf16_activations(op);
+    activate();
+    activation_backward_bf16(dinp, dW, dbias, dact, pre, bits(inp), W, N, IC, OC, act,
+                             dinp_store, op);
     if (sync_each_op_) sync(op);
 }
 

@@ -11,6 +11,7 @@
 
 #include <cmath>
 
+#include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"
 
@@ -235,11 +236,6 @@ __global__ void broadcast_rows_kernel(float* out, const float* bias, int N, int 
 
 // ================================================================ GELU
 
-constexpr float kGeluTanhScale = 0.7978845608028654f;  // sqrt(2 / pi)
-constexpr float kGeluCubic = 0.044715f;
-constexpr float kInvSqrt2 = 0.7071067811865476f;
-constexpr float kInvSqrt2Pi = 0.3989422804014327f;
-
 // act: 0 = GeluTanh, 1 = GeluErf, 3 = Relu (Activation's values)
 template <class Out>
 __global__ void activation_forward_kernel(Out* out, const float* inp, size_t n, int act) {
@@ -277,9 +273,8 @@ __global__ void swiglu_backward_kernel(float* dinp, const float* inp, const floa
          i += size_t(gridDim.x) * blockDim.x) {
         const size_t n = i / F, f = i % F;
         const float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f], dy = dout[i];
-        const float sig = 1.0f / (1.0f + expf(-g));
         float* dg = dinp + n * 2 * F + f;
-        const float d_gate = dy * u * sig * (1.0f + g * (1.0f - sig)), d_up = dy * g * sig;
+        const float d_gate = swiglu_gate_grad(g, u, dy), d_up = swiglu_up_grad(g, dy);
         dg[0] = acc ? dg[0] + d_gate : d_gate;
         dg[F] = acc ? dg[F] + d_up : d_up;
     }
@@ -329,21 +324,8 @@ __global__ void activation_backward_kernel(float* dinp, const float* inp, const 
                                            size_t n, int act, bool acc) {
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += size_t(gridDim.x) * blockDim.x) {
-        const float x = inp[i];
-        float grad;
-        if (act == 0) {
-            const float u = kGeluTanhScale * (x + kGeluCubic * x * x * x);
-            const float t = tanhf(u);
-            const float du = kGeluTanhScale * (1.0f + 3.0f * kGeluCubic * x * x);
-            grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
-        } else if (act == 3) {
-            grad = x > 0.0f ? 1.0f : 0.0f;
-        } else {
-            const float cdf = 0.5f * (1.0f + erff(x * kInvSqrt2));
-            const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
-            grad = cdf + x * pdf;
-        }
-        dinp[i] = acc ? dinp[i] + grad * dout[i] : grad * dout[i];
+        const float v = activation_grad(inp[i], act) * dout[i];
+        dinp[i] = acc ? dinp[i] + v : v;
     }
 }
 

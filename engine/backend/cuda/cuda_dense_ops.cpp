@@ -303,6 +303,12 @@ void CudaBackend::backward_bf16(float* dinp, float* dW, float* dbias, const floa
     } else {
         g = round_rows_to_bf16(dout, N, OC, ldg, bf16_grad_, op);
     }
+    backward_bf16_products(dinp, dW, g, ldg, a, W, N, IC, OC, dinp_store, op);
+}
+
+void CudaBackend::backward_bf16_products(float* dinp, float* dW, const uint16_t* g, int ldg,
+                                         const uint16_t* a, const float* W, int N, int IC,
+                                         int OC, GradStore dinp_store, const char* op) {
     if (dinp != nullptr) {  // dinp (N, IC) (+)= bf16(dout) (N, OC) @ bf16(W) (OC, IC)
         const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
         const float beta = dinp_store == GradStore::Accumulate ? 1.0f : 0.0f;
@@ -310,6 +316,44 @@ void CudaBackend::backward_bf16(float* dinp, float* dW, float* dbias, const floa
     }
     // dW (OC, IC) += bf16(dout)^T (OC, N) @ a (N, IC)
     gemm_bf16(op, true, false, OC, IC, N, 1.0f, g, ldg, a, IC, 1.0f, dW, IC);
+}
+
+// The activation's backward writes bf16(dpre) in the products' padded rows and adds the bias
+// gradient's column sums on the way (launch_activation_backward_bf16): the same bits as
+// activation_backward into fp32 then matmul_backward's rounding pass, without the fp32 dpre.
+void CudaBackend::activation_backward_bf16(float* dinp, float* dW, float* dbias,
+                                           const float* dact, const float* pre,
+                                           const uint16_t* a, const float* W, int N, int IC,
+                                           int OC, Activation act, GradStore dinp_store,
+                                           const char* op) {
+    if (N == 0) return;
+    const int ldg = (OC + 7) / 8 * 8;
+    uint16_t* g = bf16_grad_.ensure(size_t(N) * size_t(ldg), op);
+    float* part = dbias != nullptr
+                      ? d_partials_.ensure(size_t(column_chunks(N)) * size_t(OC), op)
+                      : nullptr;
+    check(launch_activation_backward_bf16(g, size_t(ldg), dbias, part, pre, dact, N, OC,
+                                          int(act), stream_),
+          op);
+    backward_bf16_products(dinp, dW, g, ldg, a, W, N, IC, OC, dinp_store, op);
+}
+
+void CudaBackend::activation_matmul_backward(float* dinp, float* dW, float* dbias, float* dpre,
+                                             const float* dact, const float* pre,
+                                             const float* inp, const float* W, int N, int IC,
+                                             int OC, Activation act, GradStore dinp_store) {
+    static constexpr const char* op = "activation_matmul_backward";
+    if (precision_ != Precision::Bf16) {
+        Backend::activation_matmul_backward(dinp, dW, dbias, dpre, dact, pre, inp, W, N, IC, OC,
+                                            act, dinp_store);
+        return;
+    }
+    check_activation_matmul_backward(op, dpre, dact, pre, N, IC, OC, act);
+    activate();
+    activation_backward_bf16(dinp, dW, dbias, dact, pre,
+                             round_to_bf16(inp, size_t(N) * IC, bf16_act_, op), W, N, IC, OC, act,
+                             dinp_store, op);
+    if (sync_each_op_) sync(op);
 }
 
 // pre = inp W^T + bias and out = gelu_tanh(pre) from one cuBLASLt product (GELU_AUX_BIAS); other
