@@ -280,6 +280,10 @@ quick_bench() {
             --gtest_filter='*AtomicDq*d64*:*AtomicDq*d128*:*AtomicDq*full_tiles*'
         step memcheck-adamw-segments 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_adamw"
+        # the one-kernel backward's shared dS^T tile (written by every warp, read by all)
+        step racecheck-atomic-dq 60 "$RUN" "$cs" --tool racecheck --error-exitcode 99 \
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
+            --gtest_filter='*AtomicDq*d64*:*AtomicDq*full_tiles*'
         # the MLP activation's backward written in bf16 for fc's products (odd widths: padding)
         step memcheck-mlp-backward 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_mlp_backward"

@@ -1,30 +1,23 @@
-// activation_matmul_backward on the CUDA backend (backend.h): the MLP's
-// activation backward and its first product's backward in one op. In bf16
-// precision the activation kernel writes bf16(dpre) in the products' padded
-// rows and the bias gradient's column sums (launch_activation_backward_bf16),
-// so no fp32 dpre is written or read back.
+// activation_matmul_backward on the CUDA backend (backend.h): the MLP's activation backward
+// and its first product's backward in one op. In bf16 precision the activation kernel writes
+// bf16(dpre) in the products' padded rows and the bias gradient's column sums
+// (launch_activation_backward_bf16), so no fp32 dpre is written or read back (the dpre scratch
+// is left as it was: checked, so a fallback to the two ops would fail).
 //
 // References:
-//   - the same backend's two ops (activation_backward / swiglu_backward with
-//   Overwrite into an
-//     fp32 dpre, then matmul_backward or matmul_backward_bf16): the element
-//     formulas are one device function (cuda_activation.cuh) and the column
-//     sums keep the chunks and order of the rounding pass, so dinp, dW and
-//     dbias must be equal bit for bit;
-//   - the CPU backend: dpre from its activation backward, then its
-//   matmul_backward on the
-//     bf16-rounded dpre, inp and W (the products of bf16 values are exact in
-//     fp32, so only the summation order differs, plus the rare dpre entry whose
-//     rounding a last-bit difference of the two backends' fp32 activation
-//     gradients moves); dbias from the CPU's fp32 dpre;
-//   - fp32 precision: the default composition, within fp32 summation error of
-//   the CPU.
-// Gradients are pre-filled: dW and dbias accumulate, dinp as GradStore says
-// (Overwrite into NaN).
+//   - the same backend's two ops (activation_backward / swiglu_backward with Overwrite into an
+//     fp32 dpre, then matmul_backward or matmul_backward_bf16): the element formulas are one
+//     device function (cuda_activation.cuh) and the column sums keep the chunks and order of
+//     the rounding pass, so dinp, dW and dbias must be equal bit for bit;
+//   - the CPU backend: dpre from its activation backward, then its matmul_backward on the
+//     bf16-rounded dpre, inp and W (the products of bf16 values are exact in fp32, so only the
+//     summation order differs, plus the rare dpre entry whose rounding a last-bit difference of
+//     the two backends' fp32 activation gradients moves); dbias from the CPU's fp32 dpre;
+//   - fp32 precision: the default composition, within fp32 summation error of the CPU.
+// Gradients are pre-filled: dW and dbias accumulate, dinp as GradStore says (Overwrite into NaN).
 //
-// Skipped without a CUDA device; under
-// engine/backend/cuda/emu/run_emulated_tests.py the kernels and cuBLAS run on
-// the CPU emulation of CUDA.
+// Skipped without a CUDA device; under engine/backend/cuda/emu/run_emulated_tests.py the kernels
+// and cuBLAS run on the CPU emulation of CUDA.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -87,8 +80,10 @@ FVec cpu_dpre(const MlpCase& c, const FVec& pre, const FVec& dact) {
 }
 
 struct Grads {
-    FVec dinp, dW, dbias;
+    FVec dinp, dW, dbias, dpre;
 };
+
+constexpr float kUntouched = 12345.0f;  // the dpre scratch's contents before the op
 
 class OpsGpuMlpBackward : public ::testing::TestWithParam<MlpCase> {
 protected:
@@ -106,16 +101,16 @@ protected:
         dbias0 = randn(rng, size_t(c.OC));
     }
 
-    // Runs `op` on `be` with device copies of the case's data; inp16: inp in bf16
-    // storage.
+    // Runs `op` on `be` with device copies of the case's data, the dpre scratch filled with
+    // kUntouched.
     template <class Op>
     Grads run(ctx::Backend& be, Op&& op) {
         const MlpCase& c = GetParam();
         Dev gpre(pre, be), gdact(dact, be), gW(W, be), gdinp(dinp0, be), gdW(dW0, be),
-            gdb(dbias0, be), gdpre(pre.size(), be);
+            gdb(dbias0, be), gdpre(FVec(pre.size(), kUntouched), be);
         op(c.dinp ? gdinp.get() : nullptr, gdW.get(), c.bias ? gdb.get() : nullptr, gdpre.get(),
            gdact.get(), gpre.get(), gW.get());
-        return {gdinp.host(), gdW.host(), gdb.host()};
+        return {gdinp.host(), gdW.host(), gdb.host(), gdpre.host()};
     }
 
     FVec pre, dact, inp, W, dinp0, dW0, dbias0;
@@ -144,6 +139,8 @@ TEST_P(OpsGpuMlpBackward, Bf16MatchesTheTwoOpsAndTheCpu) {
             ctx::activation_backward_rows(be, dpre, dact_, pre_, c.N, c.OC, c.act);
             ctx::matmul_backward(be, dinp, dW, db, dpre, x, W_, c.N, c.IC, c.OC, c.store);
         });
+        EXPECT_EQ(fused.dpre, FVec(pre.size(), kUntouched))
+            << "the fused bf16 path writes no fp32 dpre (did it fall back to the two ops?)";
         if (c.dinp) expect_same_bits(fused.dinp, two.dinp, "dinp");
         expect_same_bits(fused.dW, two.dW, "dW");
         if (c.bias) expect_same_bits(fused.dbias, two.dbias, "dbias");
@@ -176,20 +173,17 @@ TEST_P(OpsGpuMlpBackward, Fp32MatchesTheCpu) {
     REQUIRE_GPU();
     const MlpCase& c = GetParam();
     Dev gx(inp);
-    FVec dpre_gpu;
     const Grads got = run(gpu(), [&](float* dinp, float* dW, float* db, float* dpre,
                                      const float* dact_, const float* pre_, const float* W_) {
         gpu().activation_matmul_backward(dinp, dW, db, dpre, dact_, pre_, gx.get(), W_, c.N, c.IC,
                                          c.OC, c.act, c.store);
-        dpre_gpu.resize(pre.size());
-        gpu().copy_to_host(dpre_gpu.data(), dpre, dpre_gpu.size());
     });
     FVec dinp = c.store == GradStore::Overwrite ? FVec(inp.size(), 0.0f) : dinp0, dW = dW0,
          dbias = dbias0, dpre(pre.size());
     cpu().activation_matmul_backward(
         c.dinp ? dinp.data() : nullptr, dW.data(), c.bias ? dbias.data() : nullptr, dpre.data(),
         dact.data(), pre.data(), inp.data(), W.data(), c.N, c.IC, c.OC, c.act, c.store);
-    EXPECT_LT(rel_err(dpre_gpu, dpre), 1e-5) << "dpre";
+    EXPECT_LT(rel_err(got.dpre, dpre), 1e-5) << "dpre";
     if (c.dinp) {
         EXPECT_LT(rel_err(got.dinp, dinp), 1e-5) << "dinp";
     }
@@ -200,21 +194,22 @@ TEST_P(OpsGpuMlpBackward, Fp32MatchesTheCpu) {
 constexpr auto kOver = GradStore::Overwrite;
 constexpr auto kAcc = GradStore::Accumulate;
 
-INSTANTIATE_TEST_SUITE_P(Shapes, OpsGpuMlpBackward,
-                         ::testing::Values(
-                             // GPT-2's MLP in miniature: gelu_tanh, bias, dinp written
-                             MlpCase{70, 48, 96, Activation::GeluTanh, true, true, kOver},
-                             MlpCase{70, 48, 96, Activation::GeluTanh, true, true, kAcc},
-                             // odd widths (bf16 rows padded to a multiple of 8), many row chunks (N
-                             // > 64 * 32)
-                             MlpCase{2100, 24, 37, Activation::GeluErf, true, true, kOver},
-                             MlpCase{33, 40, 21, Activation::Relu, true, false, kAcc},
-                             MlpCase{1, 16, 24, Activation::GeluTanh, false, true, kOver},
-                             // SwiGLU: pre = [gate | up], F odd (74 = 2 x 37), no bias as in Llama,
-                             // and with one
-                             MlpCase{130, 40, 74, Activation::SwiGLU, false, true, kOver},
-                             MlpCase{130, 40, 74, Activation::SwiGLU, true, true, kAcc},
-                             MlpCase{2100, 16, 48, Activation::SwiGLU, true, false, kOver}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, OpsGpuMlpBackward,
+    ::testing::Values(
+        // GPT-2's MLP in miniature: gelu_tanh, bias, dinp written
+        MlpCase{70, 48, 96, Activation::GeluTanh, true, true, kOver},
+        MlpCase{70, 48, 96, Activation::GeluTanh, true, true, kAcc},
+        // odd widths (bf16 rows padded to a multiple of 8), many row chunks (N > 64 * 32)
+        MlpCase{2100, 24, 37, Activation::GeluErf, true, true, kOver},
+        MlpCase{33, 40, 21, Activation::Relu, true, false, kAcc},
+        MlpCase{1, 16, 24, Activation::GeluTanh, false, true, kOver},
+        MlpCase{9, 16, 24, Activation::GeluErf, false, false, kOver},  // dW alone
+        MlpCase{0, 16, 24, Activation::GeluTanh, true, true, kOver},   // no rows: nothing
+        // SwiGLU: pre = [gate | up], F odd (74 = 2 x 37), no bias as in Llama, and with one
+        MlpCase{130, 40, 74, Activation::SwiGLU, false, true, kOver},
+        MlpCase{130, 40, 74, Activation::SwiGLU, true, true, kAcc},
+        MlpCase{2100, 16, 48, Activation::SwiGLU, true, false, kOver}));
 
 TEST(OpsGpuMlpBackwardChecks, BadArgumentsAreRefused) {
     REQUIRE_GPU();

@@ -133,6 +133,7 @@ void check_activation_matmul_backward(const char* op, float* dpre, const float* 
     CTX_CHECK(N >= 0 && IC >= 1 && OC >= 1, "{}: bad shape N {} IC {} OC {}", op, N, IC, OC);
     CTX_CHECK(act != Activation::SwiGLU || OC % 2 == 0,
               "{}: SwiGLU's pre is [gate | up], so OC = 2F must be even (got {})", op, OC);
+    if (N == 0) return;  // no rows: nothing is read or written
     CTX_CHECK(dpre != nullptr && dact != nullptr && pre != nullptr,
               "{}: dpre, dact and pre are all needed", op);
     CTX_CHECK(dpre != dact && dpre != pre, "{}: dpre must be a buffer of its own", op);

@@ -148,7 +148,8 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     // Row-parallel fc_proj: this rank's columns of dW and its hidden units' gradient need no
     // communication beyond every rank's rows of dx (nor does the replicated bias's gradient).
     // The activation gradients below are each made by one op, which writes them (Overwrite:
-    // no zeroing pass); the parameter gradients and dx accumulate.
+    // no zeroing pass; CUDA in bf16 hands dfch to fc's products in bf16 and writes no fp32
+    // copy); the parameter gradients and dx accumulate.
     const GradStore write = GradStore::Overwrite;
     const float* dx_all = tp_.gather_rows_from(dx, d.dx_full, NrC);
     matmul_backward(be, d.dfch_act, g.fc_proj_w, g.fc_proj_b, dx_all, a.fch_act, w.fc_proj_w,

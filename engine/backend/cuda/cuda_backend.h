@@ -320,11 +320,11 @@ private:
     void backward_bf16_products(float* dinp, float* dW, const uint16_t* g, int ldg,
                                 const uint16_t* a, const float* W, int N, int IC, int OC,
                                 GradStore dinp_store, const char* op);
-    // activation_matmul_backward with inp already bf16 (either storage).
-    void activation_backward_bf16(float* dinp, float* dW, float* dbias, const float* dact,
-                                  const float* pre, const uint16_t* a, const float* W, int N,
-                                  int IC, int OC, Activation act, GradStore dinp_store,
-                                  const char* op);
+    // activation_matmul_backward in bf16 with inp already bf16 (either storage): the
+    // activation's backward straight into bf16(dpre), then the two products.
+    void mlp_backward_bf16(float* dinp, float* dW, float* dbias, const float* dact,
+                           const float* pre, const uint16_t* a, const float* W, int N, int IC,
+                           int OC, Activation act, GradStore dinp_store, const char* op);
     // lm_head_loss with x as fp32 (inp) or, bf16 activation storage, as bf16 (inp16).
     void lm_head(float* losses, float* dinp, float* dW, float* scratch, const float* inp,
                  const uint16_t* inp16, const float* W, const int32_t* targets,

@@ -102,7 +102,7 @@ template <class Rows>
 cudaError_t launch_rows_colsum(uint16_t* dst, size_t ld, float* out, float* partials, Rows el,
                                int N, int C, cudaStream_t s) {
     if (N <= 0 || C <= 0) return cudaSuccess;
-    if (ld < size_t(C)) return cudaErrorInvalidValue;
+    if (ld < size_t(C) || (out != nullptr && partials == nullptr)) return cudaErrorInvalidValue;
     const int G = column_chunks(N), rows = (N + G - 1) / G;
     const dim3 grid(unsigned((ld + kColTile - 1) / kColTile), unsigned(G)),
         block(kColTile, kColLanes);

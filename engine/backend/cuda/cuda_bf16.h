@@ -23,7 +23,7 @@ cudaError_t launch_round_to_bf16(uint16_t* dst, const float* src, size_t n, cuda
 cudaError_t launch_round_rows_to_bf16(uint16_t* dst, size_t ld, const float* src, size_t rows,
                                       size_t cols, cudaStream_t s);
 // The same for src (N, C) into dst (N, ld), and in the same pass over src out (C) += its column
-// sums (a bias gradient), partials: column_chunks(N) * C floats. The sums take the chunks, lanes
+// sums (a bias gradient; out and partials non-null), partials: column_chunks(N) * C floats. The sums take the chunks, lanes
 // and order of launch_column_sum_add, so out gets the same bits as from that kernel.
 cudaError_t launch_round_rows_colsum_bf16(uint16_t* dst, size_t ld, float* out, float* partials,
                                           const float* src, int N, int C, cudaStream_t s);
@@ -31,7 +31,7 @@ cudaError_t launch_round_rows_colsum_bf16(uint16_t* dst, size_t ld, float* out, 
 // act'(pre) * dact for act 0, 1, 3 (GeluTanh, GeluErf, Relu; pre, dact (N, C)), or SwiGLU's
 // [d gate | d up] for act 2 (pre (N, C) = [gate | up], dact (N, C / 2), C even), each value the
 // fp32 one cuda_dense.cu's activation backward writes; dbias may be null (no column sums, and
-// partials unused).
+// partials may be null too).
 cudaError_t launch_activation_backward_bf16(uint16_t* dst, size_t ld, float* dbias,
                                             float* partials, const float* pre, const float* dact,
                                             int N, int C, int act, cudaStream_t s);

@@ -94,11 +94,10 @@ void CudaBackend::activation_matmul_backward_bf16(float* dinp, float* dW, float*
                                                   const float* W, int N, int IC, int OC,
                                                   Activation act, GradStore dinp_store) {
     static constexpr const char* op = "activation_matmul_backward_bf16";
+    require_bf16_activations(op);  // first, as the default refuses (the same error everywhere)
     check_activation_matmul_backward(op, dpre, dact, pre, N, IC, OC, act);
-    require_bf16_activations(op);
     activate();
-    activation_backward_bf16(dinp, dW, dbias, dact, pre, bits(inp), W, N, IC, OC, act,
-                             dinp_store, op);
+    mlp_backward_bf16(dinp, dW, dbias, dact, pre, bits(inp), W, N, IC, OC, act, dinp_store, op);
     if (sync_each_op_) sync(op);
 }
 

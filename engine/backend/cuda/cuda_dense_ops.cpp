@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/cuda_bf16.h"  // launch_round_rows_colsum_bf16
+#include "backend/cuda/cuda_bf16.h"  // the bf16 rounding launchers
 #include "backend/op_common.h"
 #include "core/error.h"
 
@@ -321,11 +321,10 @@ void CudaBackend::backward_bf16_products(float* dinp, float* dW, const uint16_t*
 // The activation's backward writes bf16(dpre) in the products' padded rows and adds the bias
 // gradient's column sums on the way (launch_activation_backward_bf16): the same bits as
 // activation_backward into fp32 then matmul_backward's rounding pass, without the fp32 dpre.
-void CudaBackend::activation_backward_bf16(float* dinp, float* dW, float* dbias,
-                                           const float* dact, const float* pre,
-                                           const uint16_t* a, const float* W, int N, int IC,
-                                           int OC, Activation act, GradStore dinp_store,
-                                           const char* op) {
+void CudaBackend::mlp_backward_bf16(float* dinp, float* dW, float* dbias, const float* dact,
+                                    const float* pre, const uint16_t* a, const float* W, int N,
+                                    int IC, int OC, Activation act, GradStore dinp_store,
+                                    const char* op) {
     if (N == 0) return;
     const int ldg = (OC + 7) / 8 * 8;
     uint16_t* g = bf16_grad_.ensure(size_t(N) * size_t(ldg), op);
@@ -350,9 +349,8 @@ void CudaBackend::activation_matmul_backward(float* dinp, float* dW, float* dbia
     }
     check_activation_matmul_backward(op, dpre, dact, pre, N, IC, OC, act);
     activate();
-    activation_backward_bf16(dinp, dW, dbias, dact, pre,
-                             round_to_bf16(inp, size_t(N) * IC, bf16_act_, op), W, N, IC, OC, act,
-                             dinp_store, op);
+    mlp_backward_bf16(dinp, dW, dbias, dact, pre, round_to_bf16(inp, size_t(N) * IC, bf16_act_, op),
+                      W, N, IC, OC, act, dinp_store, op);
     if (sync_each_op_) sync(op);
 }
 

@@ -87,7 +87,8 @@ inline void __syncthreads() { emu::syncthreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu::warp_barrier(); }
 inline float __log2f(float x) { return std::log2(x); }  // the fast intrinsic; exact here
 inline float __fdividef(float x, float y) { return x / y; }  // the fast intrinsic; exact here
-inline float __fadd_rn(float x, float y) { return x + y; }  // never contracted into an fma
+// never contracted into an fma: out of line, so no caller's product can fuse with the add
+__attribute__((noinline)) inline float __fadd_rn(float x, float y) { return x + y; }
 // Blocks run one at a time and threads switch only at barriers, so a read-modify-write is atomic.
 inline float atomicAdd(float* p, float v) {
     const float old = *p;

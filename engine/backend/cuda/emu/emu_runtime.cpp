@@ -162,6 +162,21 @@ void check_dyn_shared(const void* kernel, size_t shmem) {
     }
 }
 
+// Between two barriers the threads of a block run one after another, lowest first, so a
+// thread that reads what a higher thread writes in the same interval (a missing barrier) reads
+// the old value and the result shows it; a read of a lower thread's write does not show.
+// CTX_EMU_THREAD_ORDER=reverse runs the highest first, which shows the other half.
+bool reverse_threads() {
+    static const bool reverse = [] {
+        const char* e = std::getenv("CTX_EMU_THREAD_ORDER");
+        if (e == nullptr || std::strcmp(e, "forward") == 0) return false;
+        if (std::strcmp(e, "reverse") == 0) return true;
+        fprintf(stderr, "emu: CTX_EMU_THREAD_ORDER=%s (expected forward or reverse)\n", e);
+        abort();
+    }();
+    return reverse;
+}
+
 void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body) {
     const int nt = int(b.x * b.y * b.z);
     if (nt > 1024 || nt <= 0) { fprintf(stderr, "emu: bad block size %d\n", nt); abort(); }
@@ -185,7 +200,8 @@ void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body) {
         int alive = nt;
         while (alive > 0) {
             g_progress = false;
-            for (auto& f : g_fibers) {
+            for (int k = 0; k < nt; k++) {
+                Fiber& f = g_fibers[size_t(reverse_threads() ? nt - 1 - k : k)];
                 if (f.done) continue;
                 g_cur = &f;
                 g_tid = f.tid;

@@ -19,6 +19,9 @@ BUILD_DIR/cuda_emu[_asan]/.
 --mpi=N: run each under mpirun with N ranks, each emulating its own GPU (the multi-rank model
 tests, e.g. --model --mpi=2 --only=test_context_parallel_cuda_mpi; NCCL is not emulated, so the
 groups stage through host memory: CTX_GROUP_COLLECTIVES=host is set).
+Environment: CTX_EMU_THREAD_ORDER=reverse runs a block's threads highest first between barriers
+(a read of a lower thread's write with no barrier between then fails; the default order shows
+the reverse dependency); CTX_EMU_CP_ASYNC=eager lands cp.async copies when issued.
 """
 import json
 import os
