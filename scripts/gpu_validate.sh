@@ -246,9 +246,12 @@ quick_bench() {
     # A/B: the activations kept in fp32 and rounded by each product (before 2026-11-28)
     step ab-gpt2-124m-bf16-fp32-activations 60 env CTX_BF16_ACTIVATIONS=0 "${B[@]}" \
         --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
-    # where a step's milliseconds go now (a sync per op)
+    # where a step's milliseconds go now: each op's device time from two event marks (no wait
+    # per op), then the 2026-11-28 profile's method (a wait after each op) to compare with it
     step profile-gpt2-124m-bf16 60 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 \
         --steps 5 --warmup 2 --profile
+    step profile-gpt2-124m-bf16-sync 60 env CTX_PROFILE_SYNC=1 "${B[@]}" --config gpt2-124m \
+        --device cuda --precision bf16 --steps 5 --warmup 2 --profile
     for d in 64 128; do
         step "bench-attention-d$d-bf16" 60 "${B[@]}" attention --device cuda --precision bf16 \
             --head-dim $d --T 1024,4096,16384 --pe none,alibi,kerple_log --steps 5 --repeats 2

@@ -236,6 +236,16 @@ public:
         size_t current = 0, peak = 0;
     };
     virtual DeviceMemory device_memory() const { return {}; }
+    // Marks on the backend's queue, for timing ops on a device without waiting for each
+    // (ProfilingBackend, `ctxengine bench --profile`). timing_mark() queues a mark and returns
+    // its index; timing_ms(a, b) waits until mark b has passed and returns the device
+    // milliseconds from mark a to b; release_timing_marks() forgets every mark (their indices
+    // start again at 0). A backend without a device clock (device_timing() false, the default)
+    // refuses the other three: its ops finish before they return, so host time is their time.
+    virtual bool device_timing() const { return false; }
+    virtual int timing_mark();
+    virtual double timing_ms(int from, int to);
+    virtual void release_timing_marks();
 
     // ---- elementwise
     // out (n) = a + b  (writes; out may alias a or b)

@@ -176,6 +176,17 @@ void Backend::matmul_activation_forward(float* pre, float* out, const float* inp
     activation_forward(out, pre, static_cast<size_t>(N) * static_cast<size_t>(OC), act);
 }
 
+int Backend::timing_mark() {
+    fail("timing_mark: the {} backend has no device clock (device_timing() is false)", name());
+}
+double Backend::timing_ms(int, int) {
+    fail("timing_ms: the {} backend has no device clock (device_timing() is false)", name());
+}
+void Backend::release_timing_marks() {
+    fail("release_timing_marks: the {} backend has no device clock (device_timing() is false)",
+         name());
+}
+
 void Backend::activation_matmul_backward(float* dinp, float* dW, float* dbias, float* dpre,
                                          const float* dact, const float* pre, const float* inp,
                                          const float* W, int N, int IC, int OC, Activation act,

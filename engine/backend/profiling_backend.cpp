@@ -4,38 +4,87 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
 
 namespace ctx {
 
+const char* profile_clock_name(ProfileClock c) {
+    return c == ProfileClock::Device ? "device" : "host";
+}
+
+namespace {
+// CTX_PROFILE_SYNC: unset or 0, the device clock where the backend has one; 1, host time with a
+// wait per op.
+bool sync_per_op_requested() {
+    const char* e = std::getenv("CTX_PROFILE_SYNC");
+    if (e == nullptr || std::strcmp(e, "0") == 0) return false;
+    CTX_CHECK(std::strcmp(e, "1") == 0, "CTX_PROFILE_SYNC={}: expected 0 or 1", e);
+    return true;
+}
+}  // namespace
+
 ProfilingBackend::ProfilingBackend(Backend& inner) : inner_(inner) {
-    if (inner_.kind() != DeviceKind::CPU) probe_ = inner_.alloc_floats(1);
+    if (inner_.kind() == DeviceKind::CPU) return;
+    if (inner_.device_timing() && !sync_per_op_requested())
+        clock_ = ProfileClock::Device;
+    else
+        probe_ = inner_.alloc_floats(1);
 }
 
 ProfilingBackend::~ProfilingBackend() {
     if (probe_ != nullptr) inner_.free_floats(probe_);
+    if (clock_ == ProfileClock::Device) {
+        pending_.clear();
+        inner_.release_timing_marks();
+    }
 }
 
 void ProfilingBackend::sync() {
     if (probe_ != nullptr) (void)inner_.sum_squares(probe_, 1);
 }
 
-void ProfilingBackend::record(const char* op, std::string shape, Clock::time_point t0,
-                              double flops) {
-    sync();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+ProfilingBackend::Start ProfilingBackend::start() {
+    if (clock_ == ProfileClock::Device) return {Clock::time_point{}, inner_.timing_mark()};
+    return {Clock::now(), -1};
+}
+
+void ProfilingBackend::record(const char* op, std::string shape, Start s, double flops) {
     OpProfileRow& r = rows_[{op, shape}];
     if (r.calls == 0) {
         r.op = op;
         r.shape = std::move(shape);
     }
     r.calls++;
-    r.seconds += s;
     r.flops += flops;
+    if (clock_ == ProfileClock::Device) {
+        pending_.push_back({&r, s.mark, inner_.timing_mark()});
+        if (pending_.size() >= kMostPending) settle();
+        return;
+    }
+    sync();
+    r.seconds += std::chrono::duration<double>(Clock::now() - s.t).count();
 }
 
-void ProfilingBackend::reset() { rows_.clear(); }
+void ProfilingBackend::settle() const {
+    if (pending_.empty()) return;
+    for (const Pending& p : pending_) p.row->seconds += 1e-3 * inner_.timing_ms(p.from, p.to);
+    pending_.clear();
+    inner_.release_timing_marks();
+}
+
+void ProfilingBackend::reset() {
+    if (clock_ == ProfileClock::Device) {
+        pending_.clear();
+        inner_.release_timing_marks();
+    }
+    rows_.clear();
+}
 
 std::vector<OpProfileRow> ProfilingBackend::rows() const {
+    settle();
     std::vector<OpProfileRow> out;
     for (const auto& [key, r] : rows_) out.push_back(r);
     std::stable_sort(out.begin(), out.end(),
@@ -44,6 +93,7 @@ std::vector<OpProfileRow> ProfilingBackend::rows() const {
 }
 
 double ProfilingBackend::total_seconds() const {
+    settle();
     double s = 0;
     for (const auto& [key, r] : rows_) s += r.seconds;
     return s;
@@ -55,12 +105,12 @@ namespace {
 double attention_flops(int B, int T, int C) { return 2.0 * B * double(T) * T * C; }
 }  // namespace
 
-// Each op: start the clock, forward, record (which waits for a device backend first).
+// Each op: start the clock, forward, record (on the host clock: after waiting for a device).
 #define CTX_TIMED(op, shape, flops, call) \
     do {                                  \
-        const auto t0_ = Clock::now();    \
+        const Start s0_ = start();        \
         call;                             \
-        record(op, shape, t0_, flops);    \
+        record(op, shape, s0_, flops);    \
     } while (0)
 
 void ProfilingBackend::copy_to_device(float* dst, const float* src, size_t n) {

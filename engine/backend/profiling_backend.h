@@ -1,10 +1,13 @@
 // A Backend that forwards every op to another one and times it: where a training step's
 // milliseconds go, op by op and shape by shape (`ctxengine bench --profile`).
 //
-// CPU ops are synchronous, so each op's wall time is its cost. A device backend queues its
-// kernels; there every timed op ends with a one-float read-back (sum_squares) to wait for them,
-// which serialises the stream: the profile then shows each op's own time, not the overlapped
-// step.
+// CPU ops are synchronous, so each op's wall time is its cost (ProfileClock::Host). A device
+// backend queues its kernels; with a device clock (Backend::device_timing) each op is timed by
+// two marks on the queue and the times are read when the rows are asked for, so the queue runs
+// as it does unprofiled (ProfileClock::Device: the device's time per op, launch gaps excluded).
+// CTX_PROFILE_SYNC=1, or a device backend without a clock, ends every op with a one-float
+// read-back (sum_squares) instead and takes host time, which serialises the stream: each op's
+// own time plus its launch and host work.
 #pragma once
 
 #include <chrono>
@@ -15,6 +18,9 @@
 #include "backend/backend.h"
 
 namespace ctx {
+
+enum class ProfileClock { Host, Device };
+const char* profile_clock_name(ProfileClock c);  // "host" | "device"
 
 struct OpProfileRow {
     std::string op;     // "matmul_forward"
@@ -30,9 +36,10 @@ public:
     ~ProfilingBackend() override;
 
     void reset();  // forgets what was timed so far (e.g. after warm-up steps)
-    // Rows by decreasing time.
+    // Rows by decreasing time (on the device clock: waits for the queued ops first).
     std::vector<OpProfileRow> rows() const;
     double total_seconds() const;  // the sum over rows
+    ProfileClock clock() const { return clock_; }
 
     DeviceKind kind() const override { return inner_.kind(); }
     std::string name() const override { return inner_.name(); }
@@ -192,13 +199,29 @@ public:
 
 private:
     using Clock = std::chrono::steady_clock;
+    struct Start {  // when an op began: host time, or the index of its first device mark
+        Clock::time_point t;
+        int mark = -1;
+    };
+    // An op timed on the device clock whose marks have not been read yet.
+    struct Pending {
+        OpProfileRow* row;
+        int from, to;
+    };
+    static constexpr size_t kMostPending = 8192;  // ops; then their marks are read and reused
+
     // Waits for the inner backend's queued work (device backends only).
     void sync();
-    void record(const char* op, std::string shape, Clock::time_point t0, double flops = 0);
+    Start start();
+    void record(const char* op, std::string shape, Start s, double flops = 0);
+    // Reads the pending ops' device times into their rows and releases the marks.
+    void settle() const;
 
     Backend& inner_;
+    ProfileClock clock_ = ProfileClock::Host;
     float* probe_ = nullptr;  // one device float to read back (sync)
-    std::map<std::pair<std::string, std::string>, OpProfileRow> rows_;
+    mutable std::map<std::pair<std::string, std::string>, OpProfileRow> rows_;
+    mutable std::vector<Pending> pending_;
 };
 
 }  // namespace ctx

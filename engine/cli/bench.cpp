@@ -156,13 +156,19 @@ double mfu_peak(const TrainArgs& o, const Backend& backend, int threads, std::st
     return peak;
 }
 
-// The --profile table: per step, every op and shape by decreasing time, then what ran outside the
-// backend (the trainer's host work: batch sampling, loss read-back, gradient-norm bookkeeping).
+// The --profile table: per step, every op and shape by decreasing time, then the rest of the step:
+// on the host clock what ran outside the backend (the trainer's host work: batch sampling, loss
+// read-back, gradient-norm bookkeeping); on a device clock the time the device waited between
+// ops (launches and host work it was not hidden behind).
 void print_profile(const ProfilingBackend& prof, const ProfilingComm& comm,
                    const ProfilingGradReducer& reducer, double seconds, int64_t steps) {
     const double step_ms = 1e3 * seconds / static_cast<double>(steps);
-    std::printf("profile: per step (%lld timed steps), %.3f ms in all\n",
-                static_cast<long long>(steps), step_ms);
+    const bool device = prof.clock() == ProfileClock::Device;
+    std::printf("profile: per step (%lld timed steps), %.3f ms in all; %s\n",
+                static_cast<long long>(steps), step_ms,
+                device ? "clock: device (two marks on the queue per op, no wait; "
+                         "CTX_PROFILE_SYNC=1 waits after each op)"
+                       : "clock: host (a device backend waits after each op)");
     std::printf("  %-30s %-34s %7s %9s %6s %8s\n", "op", "shape", "calls", "ms", "share",
                 "GFLOP/s");
     auto row = [&](const std::string& op, const std::string& shape, double calls, double ms,
@@ -188,7 +194,10 @@ void print_profile(const ProfilingBackend& prof, const ProfilingComm& comm,
             ops_ms += ms;
         }
     }
-    row("(outside the backend)", "host: sampling, bookkeeping", 0, step_ms - ops_ms, 0);
+    if (device)
+        row("(device idle between ops)", "launches, host work not hidden", 0, step_ms - ops_ms, 0);
+    else
+        row("(outside the backend)", "host: sampling, bookkeeping", 0, step_ms - ops_ms, 0);
 }
 
 // Under mpirun every rank trains its own batches (data parallel, the gradient all-reduce of

@@ -74,6 +74,34 @@ Backend::DeviceMemory CudaBackend::device_memory() const {
     return {true, t.current, t.peak};
 }
 
+// ---------------------------------------------------------------- timing marks
+
+int CudaBackend::timing_mark() {
+    static constexpr const char* op = "timing_mark";
+    activate();
+    if (timing_used_ == timing_events_.size()) {
+        cudaEvent_t e = nullptr;
+        check(cudaEventCreate(&e), op);
+        timing_events_.push_back(e);
+    }
+    check(cudaEventRecord(timing_events_[timing_used_], stream_), op);
+    return int(timing_used_++);
+}
+
+double CudaBackend::timing_ms(int from, int to) {
+    static constexpr const char* op = "timing_ms";
+    CTX_CHECK(from >= 0 && to >= 0 && size_t(from) < timing_used_ && size_t(to) < timing_used_,
+              "{}: marks {} and {} (there are {})", op, from, to, timing_used_);
+    activate();
+    check(cudaEventSynchronize(timing_events_[size_t(to)]), op);
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, timing_events_[size_t(from)], timing_events_[size_t(to)]),
+          op);
+    return double(ms);
+}
+
+void CudaBackend::release_timing_marks() { timing_used_ = 0; }
+
 // ---------------------------------------------------------------- scratch
 
 template <class T>
@@ -169,6 +197,7 @@ CudaBackend::~CudaBackend() {
     bf16_weight_.release();
     bf16_grad_.release();
     lt_.release();
+    for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
     if (blas_ != nullptr) cublasDestroy(blas_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }

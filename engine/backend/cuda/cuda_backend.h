@@ -112,6 +112,10 @@ public:
     BatchInputs stage_batch(const BatchInputs& host) override;
     uint64_t input_readbacks() const override { return input_readbacks_; }
     DeviceMemory device_memory() const override;
+    bool device_timing() const override { return true; }
+    int timing_mark() override;
+    double timing_ms(int from, int to) override;
+    void release_timing_marks() override;
 
     // ---- elementwise (cuda_backend.cpp)
     void add(float* out, const float* a, const float* b, size_t n) override;
@@ -375,6 +379,10 @@ private:
     std::vector<float> h_floats_, h_mask_, h_weights_pe_, h_rotary_;
     std::vector<double> h_sumsq_;
     std::vector<int> h_order_;
+    // timing marks (timing_mark): events created on first use and reused after
+    // release_timing_marks, so a profiled step allocates none once the pool is large enough
+    std::vector<cudaEvent_t> timing_events_;
+    size_t timing_used_ = 0;
     BiasStaging bias_staging_;
     // attention in AttentionMode::Flash (cuda_flash.h): runs on stream_, stages its bias
     // parameters through bias_staging_ (declared before it); the bf16 tensor-core kernels, with

@@ -10,6 +10,7 @@
 // library and check that every operand lies inside one device allocation. Streams are
 // synchronous.
 #include <ucontext.h>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
@@ -257,6 +258,25 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = reinterpret_cast<cudaStream_t>(0x1); return cudaSuccess; }
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+struct emu_event {
+    std::chrono::steady_clock::time_point at;
+    bool recorded = false;
+};
+cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new emu_event; return cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    e->at = std::chrono::steady_clock::now();
+    e->recorded = true;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    return e->recorded ? cudaSuccess : cudaErrorInvalidValue;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t from, cudaEvent_t to) {
+    if (!from->recorded || !to->recorded) return cudaErrorInvalidValue;
+    *ms = std::chrono::duration<float, std::milli>(to->at - from->at).count();
+    return cudaSuccess;
+}
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 cudaError_t cudaMalloc(void** p, size_t bytes) {
     void* q = nullptr;
