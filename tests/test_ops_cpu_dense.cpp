@@ -451,7 +451,8 @@ TEST(OpsCpuActivation, ReluForwardAndGradientsExactly) {
 }
 
 // matmul_activation_forward (the default: the product, then the activation) against the double
-// references: pre = inp W^T + b, out = act(pre), for each elementwise activation; SwiGLU refused.
+// references: pre = inp W^T + b, out = act(pre), for each elementwise activation; SwiGLU's out
+// (N, OC / 2) = silu(gate) up of pre = [gate | up], an odd OC refused.
 TEST(OpsCpuActivation, MatmulActivationForwardIsTheProductThenTheActivation) {
     ref::Rng rng(43);
     const int N = 7, IC = 9, OC = 13;
@@ -474,9 +475,25 @@ TEST(OpsCpuActivation, MatmulActivationForwardIsTheProductThenTheActivation) {
         EXPECT_LT(ref::max_rel_error(pre, want_pre), kFwdTol) << int(act);
         EXPECT_LT(ref::max_rel_error(out, want_out), kFwdTol) << int(act);
     }
+    {  // SwiGLU over OC = 2 x 13 columns [gate | up]
+        const Vec W2 = rng.normals(size_t(2 * OC) * IC, 0.4), b2 = rng.normals(2 * OC, 0.3);
+        const Vec p = ref::matmul_forward(inp, W2, b2, N, IC, 2 * OC);
+        const auto fi = ref::to_float(inp), fw = ref::to_float(W2), fb = ref::to_float(b2);
+        std::vector<float> pre(size_t(N) * 2 * OC), out(size_t(N) * OC);
+        cpu().matmul_activation_forward(pre.data(), out.data(), fi.data(), fw.data(), fb.data(), N,
+                                        IC, 2 * OC, ctx::Activation::SwiGLU);
+        Vec want_out(out.size());
+        for (int n = 0; n < N; n++)
+            for (int f = 0; f < OC; f++) {
+                const double g = p[size_t(n) * 2 * OC + f], u = p[size_t(n) * 2 * OC + OC + f];
+                want_out[size_t(n) * OC + f] = g / (1.0 + std::exp(-g)) * u;
+            }
+        EXPECT_LT(ref::max_rel_error(pre, p), kFwdTol) << "swiglu pre";
+        EXPECT_LT(ref::max_rel_error(out, want_out), kFwdTol) << "swiglu out";
+    }
     std::vector<float> x(size_t(N) * 2 * OC), y(x.size()), w(size_t(2 * OC) * IC);
     EXPECT_THROW(cpu().matmul_activation_forward(x.data(), y.data(), x.data(), w.data(), nullptr,
-                                                 N, IC, 2 * OC, ctx::Activation::SwiGLU),
+                                                 N, IC, 2 * OC - 1, ctx::Activation::SwiGLU),
                  ctx::Error);
 }
 

@@ -171,7 +171,8 @@ TEST(OpsCpuMlpBackward, BadArgumentsNameTheOp) {
     expect_error(
         [&] {
             cpu().activation_matmul_backward_bf16(
-                nullptr, dw.data(), nullptr, a.data(), b.data(), w.data(),
+                nullptr, dw.data(), nullptr, a.data(), b.data(),
+                reinterpret_cast<const ctx::Bf16*>(w.data()),
                 reinterpret_cast<const ctx::Bf16*>(x.data()), w.data(), 2, 4, 8, Activation::Relu);
         },
         {"activation_matmul_backward_bf16", "bf16"});

@@ -240,8 +240,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OpsGpuBf16ActsReaders,
                              return std::string(name);
                          });
 
-// The MLP's first product and its activation: pre (fp32) as the product gives it, out in bf16
-// within a rounding of the fp32 path's (which may take GELU from cuBLASLt's epilogue).
+// The MLP's first product and its activation, pre-activation and activation both stored in
+// bf16: pre is the fp32 product (matmul_forward_bf16's bits) rounded, out its activation rounded
+// (activation_forward_bf16 / swiglu_forward_bf16 of that fp32 product: the same bits), and out
+// within a rounding of the fp32-storage op's (which may take GELU from cuBLASLt's epilogue).
 TEST(OpsGpuBf16Acts, ProductWithActivation) {
     REQUIRE_GPU();
     const int N = 48, IC = 64, OC = 256;
@@ -249,20 +251,34 @@ TEST(OpsGpuBf16Acts, ProductWithActivation) {
     const FVec x = rounded(randn(rng, size_t(N) * IC)), W = randn(rng, size_t(OC) * IC, 0.2);
     const FVec bias = randn(rng, OC);
     Dev gx(x, be()), gW(W, be()), gb(bias, be());
-    Dev16 x16(x), out16(size_t(N) * OC);
-    for (Activation act : {Activation::GeluTanh, Activation::Relu}) {
-        Dev pre(size_t(N) * OC, be()), out(size_t(N) * OC, be()), pre16(size_t(N) * OC, be());
+    Dev16 x16(x);
+    for (Activation act :
+         {Activation::GeluTanh, Activation::GeluErf, Activation::Relu, Activation::SwiGLU}) {
+        SCOPED_TRACE(int(act));
+        const int width = act == Activation::SwiGLU ? OC / 2 : OC;  // out's columns
+        Dev pre(size_t(N) * OC, be()), out(size_t(N) * width, be()), p(size_t(N) * OC, be());
+        Dev16 pre16(size_t(N) * OC), out16(size_t(N) * width), again(size_t(N) * width);
         be().matmul_activation_forward(pre.get(), out.get(), gx.get(), gW.get(), gb.get(), N, IC,
                                        OC, act);
         be().matmul_activation_forward_bf16(pre16.get(), out16.get(), x16.get(), gW.get(),
                                             gb.get(), N, IC, OC, act);
-        EXPECT_LT(rel_err(pre16.host(), pre.host()), 1e-6);
-        expect_within_bf16_step(out16.host(), out.host(), "matmul_activation out");
-        // and exactly the activation of pre, rounded
-        Dev16 again(size_t(N) * OC);
-        be().activation_forward_bf16(again.get(), pre16.get(), size_t(N) * OC, act);
-        expect_same_bits(out16.host(), again.host(), "matmul_activation = activation(pre)");
+        be().matmul_forward_bf16(p.get(), x16.get(), gW.get(), gb.get(), N, IC, OC);
+        if (act == Activation::SwiGLU)
+            be().swiglu_forward_bf16(again.get(), p.get(), N, OC / 2);
+        else
+            be().activation_forward_bf16(again.get(), p.get(), size_t(N) * OC, act);
+        expect_same_bits(pre16.host(), rounded(p.host()), "pre = the fp32 product, rounded");
+        expect_same_bits(out16.host(), again.host(), "out = activation of the fp32 product");
+        expect_within_bf16_step(pre16.host(), pre.host(), "pre against the fp32-storage op");
+        expect_within_bf16_step(out16.host(), out.host(), "out against the fp32-storage op");
     }
+    Dev16 a(64), b(64);
+    expect_error(
+        [&] {
+            be().matmul_activation_forward_bf16(a.get(), b.get(), x16.get(), gW.get(), nullptr, 1,
+                                                IC, 7, Activation::SwiGLU);
+        },
+        {"matmul_activation_forward_bf16", "even"});
 }
 
 // The head fused with its loss, reading the final norm in bf16: the same bits as from fp32.

@@ -14,7 +14,9 @@
 //     summation order differs, plus the rare dpre entry whose rounding a last-bit difference of
 //     the two backends' fp32 activation gradients moves); dbias from the CPU's fp32 dpre;
 //   - fp32 precision: the default composition, within fp32 summation error of the CPU.
-// Gradients are pre-filled: dW and dbias accumulate, dinp as GradStore says (Overwrite into NaN).
+// With bf16 storage pre is bf16 too (as matmul_activation_forward_bf16 stores it): the two ops
+// and the CPU are then given its rounded values. Gradients are pre-filled: dW and dbias
+// accumulate, dinp as GradStore says (Overwrite into NaN).
 //
 // Skipped without a CUDA device; under engine/backend/cuda/emu/run_emulated_tests.py the kernels
 // and cuBLAS run on the CPU emulation of CUDA.
@@ -101,12 +103,12 @@ protected:
         dbias0 = randn(rng, size_t(c.OC));
     }
 
-    // Runs `op` on `be` with device copies of the case's data, the dpre scratch filled with
-    // kUntouched.
+    // Runs `op` on `be` with device copies of the case's data (pre's values: pre_values), the
+    // dpre scratch filled with kUntouched.
     template <class Op>
-    Grads run(ctx::Backend& be, Op&& op) {
+    Grads run(ctx::Backend& be, const FVec& pre_values, Op&& op) {
         const MlpCase& c = GetParam();
-        Dev gpre(pre, be), gdact(dact, be), gW(W, be), gdinp(dinp0, be), gdW(dW0, be),
+        Dev gpre(pre_values, be), gdact(dact, be), gW(W, be), gdinp(dinp0, be), gdW(dW0, be),
             gdb(dbias0, be), gdpre(FVec(pre.size(), kUntouched), be);
         op(c.dinp ? gdinp.get() : nullptr, gdW.get(), c.bias ? gdb.get() : nullptr, gdpre.get(),
            gdact.get(), gpre.get(), gW.get());
@@ -125,20 +127,28 @@ TEST_P(OpsGpuMlpBackward, Bf16MatchesTheTwoOpsAndTheCpu) {
 
     for (bool storage16 : {true, false}) {
         SCOPED_TRACE(storage16 ? "bf16 storage" : "fp32 storage");
-        Dev16 g16(inp_r, be);
+        // bf16 storage keeps pre and inp rounded (matmul_activation_forward_bf16 stores pre so)
+        const FVec pre_v = storage16 ? rounded(pre) : pre;
+        Dev16 g16(inp_r, be), p16(rounded(pre), be);  // p16 read only with bf16 storage
         Dev g32(inp, be);
         const ctx::Operand x =
             storage16 ? ctx::Operand::in_bf16(g16.get()) : ctx::Operand(g32.get());
-        const Grads fused = run(be, [&](float* dinp, float* dW, float* db, float* dpre,
-                                        const float* dact_, const float* pre_, const float* W_) {
-            ctx::activation_matmul_backward(be, dinp, dW, db, dpre, dact_, pre_, x, W_, c.N, c.IC,
-                                            c.OC, c.act, c.store);
-        });
-        const Grads two = run(be, [&](float* dinp, float* dW, float* db, float* dpre,
-                                      const float* dact_, const float* pre_, const float* W_) {
-            ctx::activation_backward_rows(be, dpre, dact_, pre_, c.N, c.OC, c.act);
-            ctx::matmul_backward(be, dinp, dW, db, dpre, x, W_, c.N, c.IC, c.OC, c.store);
-        });
+        const Grads fused =
+            run(be, pre_v,
+                [&](float* dinp, float* dW, float* db, float* dpre, const float* dact_,
+                    const float* pre_, const float* W_) {
+                    const ctx::Operand p = storage16 ? ctx::Operand::in_bf16(p16.get())
+                                                     : ctx::Operand(const_cast<float*>(pre_));
+                    ctx::activation_matmul_backward(be, dinp, dW, db, dpre, dact_, p, x, W_, c.N,
+                                                    c.IC, c.OC, c.act, c.store);
+                });
+        const Grads two =
+            run(be, pre_v,
+                [&](float* dinp, float* dW, float* db, float* dpre, const float* dact_,
+                    const float* pre_, const float* W_) {
+                    ctx::activation_backward_rows(be, dpre, dact_, pre_, c.N, c.OC, c.act);
+                    ctx::matmul_backward(be, dinp, dW, db, dpre, x, W_, c.N, c.IC, c.OC, c.store);
+                });
         EXPECT_EQ(fused.dpre, FVec(pre.size(), kUntouched))
             << "the fused bf16 path writes no fp32 dpre (did it fall back to the two ops?)";
         if (c.dinp) expect_same_bits(fused.dinp, two.dinp, "dinp");
@@ -148,9 +158,8 @@ TEST_P(OpsGpuMlpBackward, Bf16MatchesTheTwoOpsAndTheCpu) {
             expect_same_bits(fused.dinp, dinp0, "dinp untouched (null)");
         }
 
-        // the CPU: products of the rounded operands, the bias gradient from the
-        // fp32 dpre
-        const FVec dpre = cpu_dpre(c, pre, dact), dpre_r = rounded(dpre), W_r = rounded(W);
+        // the CPU: products of the rounded operands, the bias gradient from the fp32 dpre
+        const FVec dpre = cpu_dpre(c, pre_v, dact), dpre_r = rounded(dpre), W_r = rounded(W);
         FVec dinp = c.store == GradStore::Overwrite ? FVec(inp.size(), 0.0f) : dinp0, dW = dW0,
              dbias = dbias0, scratch = dW0;
         cpu().matmul_backward(c.dinp ? dinp.data() : nullptr, dW.data(), nullptr, dpre_r.data(),
@@ -173,11 +182,13 @@ TEST_P(OpsGpuMlpBackward, Fp32MatchesTheCpu) {
     REQUIRE_GPU();
     const MlpCase& c = GetParam();
     Dev gx(inp);
-    const Grads got = run(gpu(), [&](float* dinp, float* dW, float* db, float* dpre,
-                                     const float* dact_, const float* pre_, const float* W_) {
-        gpu().activation_matmul_backward(dinp, dW, db, dpre, dact_, pre_, gx.get(), W_, c.N, c.IC,
-                                         c.OC, c.act, c.store);
-    });
+    const Grads got =
+        run(gpu(), pre,
+            [&](float* dinp, float* dW, float* db, float* dpre, const float* dact_,
+                const float* pre_, const float* W_) {
+                gpu().activation_matmul_backward(dinp, dW, db, dpre, dact_, pre_, gx.get(), W_, c.N,
+                                                 c.IC, c.OC, c.act, c.store);
+            });
     FVec dinp = c.store == GradStore::Overwrite ? FVec(inp.size(), 0.0f) : dinp0, dW = dW0,
          dbias = dbias0, dpre(pre.size());
     cpu().activation_matmul_backward(
@@ -235,7 +246,7 @@ TEST(OpsGpuMlpBackwardChecks, BadArgumentsAreRefused) {
     expect_error(
         [&] {
             gpu_bf16().activation_matmul_backward_bf16(nullptr, dw.get(), nullptr, nullptr, b.get(),
-                                                       w.get(), x16.get(), w.get(), 2, 4, 8,
+                                                       x16.get(), x16.get(), w.get(), 2, 4, 8,
                                                        Activation::Relu);
         },
         {"activation_matmul_backward_bf16", "dpre"});
@@ -244,7 +255,7 @@ TEST(OpsGpuMlpBackwardChecks, BadArgumentsAreRefused) {
         [&] {
             Dev16 y(64, gpu_bf16());
             gpu().activation_matmul_backward_bf16(nullptr, dw.get(), nullptr, a.get(), b.get(),
-                                                  w.get(), y.get(), w.get(), 2, 4, 8,
+                                                  y.get(), y.get(), w.get(), 2, 4, 8,
                                                   Activation::Relu);
         },
         {"activation_matmul_backward_bf16", "bf16"});

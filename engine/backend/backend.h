@@ -307,10 +307,11 @@ public:
                                          const float* W, const float* bias, int N, int IC,
                                          int OC);
 
-    // ---- dense layer and its elementwise activation in one op (the MLP's first product):
-    // pre (N, OC) = inp @ W^T + bias (writes; kept for the backward pass), out (N, OC) =
-    // act(pre) (writes); act is GeluTanh, GeluErf or Relu. The default runs matmul_forward then
-    // activation_forward; CUDA fuses GeluTanh into the product (a cuBLASLt epilogue).
+    // ---- dense layer and its activation in one op (the MLP's first product): pre (N, OC) =
+    // inp @ W^T + bias (writes; kept for the backward pass), out = act(pre) (writes): (N, OC)
+    // for GeluTanh, GeluErf and Relu, (N, OC / 2) for SwiGLU (pre = [gate | up], OC even). The
+    // default runs matmul_forward then activation_forward or swiglu_forward; CUDA fuses GeluTanh
+    // into the product (a cuBLASLt epilogue).
     virtual void matmul_activation_forward(float* pre, float* out, const float* inp,
                                            const float* W, const float* bias, int N, int IC,
                                            int OC, Activation act);
@@ -503,8 +504,10 @@ public:
     // as it writes, so the products read them with no rounding pass, and they take half the
     // memory. Each *_bf16 op below is its fp32 namesake with that one operand in bf16, and
     // gives the bits that op gives on the same backend with the operand rounded first (for
-    // matmul_activation_forward_bf16: to within one bf16 rounding of its output). The defaults
-    // refuse; backend/operand.h picks the op for a buffer's storage.
+    // matmul_activation_forward_bf16: to within one bf16 rounding of its output). The MLP's
+    // `pre` is stored in bf16 too: its readers are the activation (which the forward op applies
+    // to the fp32 value before rounding it) and the backward's activation derivative. The
+    // defaults refuse; backend/operand.h picks the op for a buffer's storage.
     virtual bool bf16_activations() const { return false; }
     virtual void layernorm_forward_bf16(Bf16* out, float* mean, float* rstd, const float* inp,
                                         const float* w, const float* b, int N, int C, float eps);
@@ -518,17 +521,20 @@ public:
     virtual void matmul_residual_forward_bf16(float* out, const float* residual, const Bf16* inp,
                                               const float* W, const float* bias, int N, int IC,
                                               int OC);
-    // pre (fp32) = inp @ W^T + bias, out = act(pre) in bf16. The default runs the two ops above.
-    virtual void matmul_activation_forward_bf16(float* pre, Bf16* out, const Bf16* inp,
+    // p = inp @ W^T + bias in fp32, then pre = bf16(p) and out = bf16(act(p)) (SwiGLU as in
+    // matmul_activation_forward): out has the bits of matmul_activation_forward's out rounded
+    // (to within one bf16 rounding where that one takes GELU from cuBLASLt's epilogue).
+    virtual void matmul_activation_forward_bf16(Bf16* pre, Bf16* out, const Bf16* inp,
                                                 const float* W, const float* bias, int N, int IC,
                                                 int OC, Activation act);
     virtual void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                                       const Bf16* inp, const float* W, int N, int IC, int OC,
                                       GradStore dinp_store = GradStore::Accumulate);
-    // The default runs activation_backward / swiglu_backward then matmul_backward_bf16.
+    // pre (the bf16 values stored by matmul_activation_forward_bf16) and inp in bf16: the bits
+    // of activation_matmul_backward on the same backend given those values in fp32.
     virtual void activation_matmul_backward_bf16(float* dinp, float* dW, float* dbias,
                                                  float* dpre, const float* dact,
-                                                 const float* pre, const Bf16* inp,
+                                                 const Bf16* pre, const Bf16* inp,
                                                  const float* W, int N, int IC, int OC,
                                                  Activation act,
                                                  GradStore dinp_store = GradStore::Accumulate);

@@ -129,7 +129,7 @@ void check_lm_head(int N, int C, int V, const float* dinp, const float* dW) {
 }
 
 void check_activation_matmul_backward(const char* op, float* dpre, const float* dact,
-                                      const float* pre, int N, int IC, int OC, Activation act) {
+                                      const void* pre, int N, int IC, int OC, Activation act) {
     CTX_CHECK(N >= 0 && IC >= 1 && OC >= 1, "{}: bad shape N {} IC {} OC {}", op, N, IC, OC);
     CTX_CHECK(act != Activation::SwiGLU || OC % 2 == 0,
               "{}: SwiGLU's pre is [gate | up], so OC = 2F must be even (got {})", op, OC);
@@ -169,11 +169,15 @@ void Backend::matmul_residual_forward(float* out, const float* residual, const f
 void Backend::matmul_activation_forward(float* pre, float* out, const float* inp, const float* W,
                                         const float* bias, int N, int IC, int OC,
                                         Activation act) {
-    CTX_CHECK(act != Activation::SwiGLU,
-              "matmul_activation_forward: SwiGLU is gated; use matmul_forward and "
-              "swiglu_forward");
+    CTX_CHECK(act != Activation::SwiGLU || OC % 2 == 0,
+              "matmul_activation_forward: SwiGLU's pre is [gate | up], so OC = 2F must be even "
+              "(got {})",
+              OC);
     matmul_forward(pre, inp, W, bias, N, IC, OC);
-    activation_forward(out, pre, static_cast<size_t>(N) * static_cast<size_t>(OC), act);
+    if (act == Activation::SwiGLU)
+        swiglu_forward(out, pre, N, OC / 2);
+    else
+        activation_forward(out, pre, static_cast<size_t>(N) * static_cast<size_t>(OC), act);
 }
 
 int Backend::timing_mark() {

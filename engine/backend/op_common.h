@@ -47,7 +47,7 @@ void check_lm_head(int N, int C, int V, const float* dinp, const float* dW);
 // Backend::activation_matmul_backward's arguments (shapes, an even OC for SwiGLU, a dpre of
 // its own), named as `op`.
 void check_activation_matmul_backward(const char* op, float* dpre, const float* dact,
-                                      const float* pre, int N, int IC, int OC, Activation act);
+                                      const void* pre, int N, int IC, int OC, Activation act);
 // Its first half on any backend: dpre (N, OC) = the activation's backward of dact at pre
 // (activation_backward, or swiglu_backward for SwiGLU), written.
 void activation_backward_rows(Backend& be, float* dpre, const float* dact, const float* pre,

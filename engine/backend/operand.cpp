@@ -38,14 +38,9 @@ void Backend::matmul_forward_bf16(float*, const Bf16*, const float*, const float
     no_bf16_storage(*this, "matmul_forward_bf16");
 }
 
-void Backend::matmul_activation_forward_bf16(float* pre, Bf16* out, const Bf16* inp,
-                                             const float* W, const float* bias, int N, int IC,
-                                             int OC, Activation act) {
-    CTX_CHECK(act != Activation::SwiGLU,
-              "matmul_activation_forward_bf16: SwiGLU is gated; use matmul_forward_bf16 and "
-              "swiglu_forward_bf16");
-    matmul_forward_bf16(pre, inp, W, bias, N, IC, OC);
-    activation_forward_bf16(out, pre, static_cast<size_t>(N) * static_cast<size_t>(OC), act);
+void Backend::matmul_activation_forward_bf16(Bf16*, Bf16*, const Bf16*, const float*,
+                                             const float*, int, int, int, Activation) {
+    no_bf16_storage(*this, "matmul_activation_forward_bf16");
 }
 
 void Backend::matmul_residual_forward_bf16(float* out, const float* residual, const Bf16* inp,
@@ -61,15 +56,10 @@ void Backend::matmul_backward_bf16(float*, float*, float*, const float*, const B
     no_bf16_storage(*this, "matmul_backward_bf16");
 }
 
-void Backend::activation_matmul_backward_bf16(float* dinp, float* dW, float* dbias, float* dpre,
-                                              const float* dact, const float* pre,
-                                              const Bf16* inp, const float* W, int N, int IC,
-                                              int OC, Activation act, GradStore dinp_store) {
-    if (!bf16_activations()) no_bf16_storage(*this, "activation_matmul_backward_bf16");
-    check_activation_matmul_backward("activation_matmul_backward_bf16", dpre, dact, pre, N, IC,
-                                     OC, act);
-    activation_backward_rows(*this, dpre, dact, pre, N, OC, act);
-    matmul_backward_bf16(dinp, dW, dbias, dpre, inp, W, N, IC, OC, dinp_store);
+void Backend::activation_matmul_backward_bf16(float*, float*, float*, float*, const float*,
+                                              const Bf16*, const Bf16*, const float*, int, int,
+                                              int, Activation, GradStore) {
+    no_bf16_storage(*this, "activation_matmul_backward_bf16");
 }
 
 void Backend::lm_head_loss_bf16(float*, float*, float*, float*, const Bf16*, const float*,
@@ -131,15 +121,15 @@ void matmul_residual_forward(Backend& be, float* out, const float* residual, Ope
         be.matmul_residual_forward(out, residual, inp.f32, W, bias, N, IC, OC);
 }
 
-void matmul_activation_forward(Backend& be, float* pre, Operand out, Operand inp,
+void matmul_activation_forward(Backend& be, Operand pre, Operand out, Operand inp,
                                const float* W, const float* bias, int N, int IC, int OC,
                                Activation act) {
-    CTX_CHECK(out.is_bf16() == inp.is_bf16(),
-              "internal: matmul_activation_forward's input and output are stored differently");
+    CTX_CHECK(out.is_bf16() == inp.is_bf16() && pre.is_bf16() == inp.is_bf16(),
+              "internal: matmul_activation_forward's operands are stored differently");
     if (inp.is_bf16())
-        be.matmul_activation_forward_bf16(pre, out.bf16, inp.bf16, W, bias, N, IC, OC, act);
+        be.matmul_activation_forward_bf16(pre.bf16, out.bf16, inp.bf16, W, bias, N, IC, OC, act);
     else
-        be.matmul_activation_forward(pre, out.f32, inp.f32, W, bias, N, IC, OC, act);
+        be.matmul_activation_forward(pre.f32, out.f32, inp.f32, W, bias, N, IC, OC, act);
 }
 
 void matmul_backward(Backend& be, float* dinp, float* dW, float* dbias, const float* dout,
@@ -162,14 +152,16 @@ void lm_head_loss(Backend& be, float* losses, float* dinp, float* dW, float* scr
 }
 
 void activation_matmul_backward(Backend& be, float* dinp, float* dW, float* dbias, float* dpre,
-                                const float* dact, const float* pre, Operand inp, const float* W,
+                                const float* dact, Operand pre, Operand inp, const float* W,
                                 int N, int IC, int OC, Activation act, GradStore dinp_store) {
+    CTX_CHECK(pre.is_bf16() == inp.is_bf16(),
+              "internal: activation_matmul_backward's operands are stored differently");
     if (inp.is_bf16())
-        be.activation_matmul_backward_bf16(dinp, dW, dbias, dpre, dact, pre, inp.bf16, W, N, IC,
-                                           OC, act, dinp_store);
+        be.activation_matmul_backward_bf16(dinp, dW, dbias, dpre, dact, pre.bf16, inp.bf16, W, N,
+                                           IC, OC, act, dinp_store);
     else
-        be.activation_matmul_backward(dinp, dW, dbias, dpre, dact, pre, inp.f32, W, N, IC, OC,
-                                      act, dinp_store);
+        be.activation_matmul_backward(dinp, dW, dbias, dpre, dact, pre.f32, inp.f32, W, N, IC,
+                                      OC, act, dinp_store);
 }
 
 }  // namespace ctx

@@ -1,7 +1,8 @@
-// An activation that matrix products read (a norm's output, the MLP's activation), in the
-// storage its backend keeps it in: fp32, or bf16 on a backend whose bf16_activations() is true
-// (backend.h, "bf16 activation storage"). The model's one code path passes Operands, and the
-// functions below run the op for the storage: its fp32 form, or its *_bf16 form.
+// An activation that matrix products read (a norm's output, the MLP's activation and
+// pre-activation), in the storage its backend keeps it in: fp32, or bf16 on a backend whose
+// bf16_activations() is true (backend.h, "bf16 activation storage"). The model's one code path
+// passes Operands, and the functions below run the op for the storage: its fp32 form, or its
+// *_bf16 form.
 #pragma once
 
 #include <cstddef>
@@ -35,8 +36,8 @@ struct Operand {
 // Storage elements (floats) a buffer of n activations takes: n in fp32, n / 2 rounded up in bf16.
 inline size_t operand_floats(size_t n, bool bf16) { return bf16 ? (n + 1) / 2 : n; }
 
-// The ops of backend.h on Operands. Where two operands meet (the MLP's product and
-// activation), both have the same storage.
+// The ops of backend.h on Operands. Where operands meet (the MLP's product, its pre-activation
+// and activation), all have the same storage.
 void layernorm_forward(Backend& be, Operand out, float* mean, float* rstd, const float* inp,
                        const float* w, const float* b, int N, int C, float eps);
 void rmsnorm_forward(Backend& be, Operand out, float* rstd, const float* inp, const float* w,
@@ -47,14 +48,14 @@ void matmul_forward(Backend& be, float* out, Operand inp, const float* W, const 
                     int N, int IC, int OC);
 void matmul_residual_forward(Backend& be, float* out, const float* residual, Operand inp,
                              const float* W, const float* bias, int N, int IC, int OC);
-void matmul_activation_forward(Backend& be, float* pre, Operand out, Operand inp,
+void matmul_activation_forward(Backend& be, Operand pre, Operand out, Operand inp,
                                const float* W, const float* bias, int N, int IC, int OC,
                                Activation act);
 void matmul_backward(Backend& be, float* dinp, float* dW, float* dbias, const float* dout,
                      Operand inp, const float* W, int N, int IC, int OC,
                      GradStore dinp_store = GradStore::Accumulate);
 void activation_matmul_backward(Backend& be, float* dinp, float* dW, float* dbias, float* dpre,
-                                const float* dact, const float* pre, Operand inp, const float* W,
+                                const float* dact, Operand pre, Operand inp, const float* W,
                                 int N, int IC, int OC, Activation act,
                                 GradStore dinp_store = GradStore::Accumulate);
 void lm_head_loss(Backend& be, float* losses, float* dinp, float* dW, float* scratch,

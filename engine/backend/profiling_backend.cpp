@@ -358,7 +358,7 @@ void ProfilingBackend::matmul_residual_forward_bf16(float* out, const float* res
               2.0 * N * double(IC) * OC,
               inner_.matmul_residual_forward_bf16(out, residual, inp, W, bias, N, IC, OC));
 }
-void ProfilingBackend::matmul_activation_forward_bf16(float* pre, Bf16* out, const Bf16* inp,
+void ProfilingBackend::matmul_activation_forward_bf16(Bf16* pre, Bf16* out, const Bf16* inp,
                                                       const float* W, const float* bias, int N,
                                                       int IC, int OC, Activation act) {
     CTX_TIMED("matmul_activation_forward_bf16", fmt::format("N={} IC={} OC={}", N, IC, OC),
@@ -374,7 +374,7 @@ void ProfilingBackend::matmul_backward_bf16(float* dinp, float* dW, float* dbias
 }
 void ProfilingBackend::activation_matmul_backward_bf16(float* dinp, float* dW, float* dbias,
                                                        float* dpre, const float* dact,
-                                                       const float* pre, const Bf16* inp,
+                                                       const Bf16* pre, const Bf16* inp,
                                                        const float* W, int N, int IC, int OC,
                                                        Activation act, GradStore dinp_store) {
     CTX_TIMED("activation_matmul_backward_bf16", fmt::format("N={} IC={} OC={}", N, IC, OC),

@@ -183,14 +183,14 @@ public:
     void matmul_residual_forward_bf16(float* out, const float* residual, const Bf16* inp,
                                       const float* W, const float* bias, int N, int IC,
                                       int OC) override;
-    void matmul_activation_forward_bf16(float* pre, Bf16* out, const Bf16* inp, const float* W,
+    void matmul_activation_forward_bf16(Bf16* pre, Bf16* out, const Bf16* inp, const float* W,
                                         const float* bias, int N, int IC, int OC,
                                         Activation act) override;
     void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                               const Bf16* inp, const float* W, int N, int IC, int OC,
                               GradStore dinp_store = GradStore::Accumulate) override;
     void activation_matmul_backward_bf16(float* dinp, float* dW, float* dbias, float* dpre,
-                                         const float* dact, const float* pre, const Bf16* inp,
+                                         const float* dact, const Bf16* pre, const Bf16* inp,
                                          const float* W, int N, int IC, int OC, Activation act,
                                          GradStore dinp_store = GradStore::Accumulate) override;
     void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,

@@ -101,21 +101,21 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
     if (sp && sp->units) {
         // the listed units' rows of fc ([gate | up] halves alike); the others' entries of fch
         // keep stale values that the activation passes through and fc_proj never reads
+        float* pre = a.fch.fp32("contextual sparsity");
         for (int half = 0; half < s.F2 / F; ++half)
-            be.matmul_rows_forward(a.fch + half * F, s.F2, a.ln2.fp32("contextual sparsity"),
+            be.matmul_rows_forward(pre + half * F, s.F2, a.ln2.fp32("contextual sparsity"),
                                    w.fc_w + static_cast<size_t>(half) * F * C,
                                    w.fc_b ? w.fc_b + half * F : nullptr, sp->units, N, C,
                                    sp->units_k, 1);
-    } else if (!c.gated_mlp()) {  // fc and its activation in one op (a fused epilogue on CUDA)
-        matmul_activation_forward(be, a.fch, a.fch_act, a.ln2, w.fc_w, w.fc_b, N, C, F,
+        if (c.gated_mlp())
+            swiglu_forward(be, a.fch_act, pre, N, F);
+        else
+            activation_forward(be, a.fch_act, pre, static_cast<size_t>(N) * F, c.activation);
+    } else {  // fc and its activation in one op (CUDA: a fused epilogue; in bf16 one kernel
+              // that applies the activation and stores pre rounded)
+        matmul_activation_forward(be, a.fch, a.fch_act, a.ln2, w.fc_w, w.fc_b, N, C, s.F2,
                                   c.activation);
-    } else {
-        matmul_forward(be, a.fch, a.ln2, w.fc_w, w.fc_b, N, C, s.F2);
     }
-    if (c.gated_mlp())
-        swiglu_forward(be, a.fch_act, a.fch, N, F);
-    else if (sp && sp->units)
-        activation_forward(be, a.fch_act, a.fch, static_cast<size_t>(N) * F, c.activation);
     if (sp && sp->units) {
         be.matmul_rows_project(tmp, a.fch_act.fp32("contextual sparsity"), F, sp->fc_proj_t,
                                add_out_bias ? w.fc_proj_b : nullptr, sp->units, N, C,

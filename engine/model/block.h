@@ -45,8 +45,9 @@ struct BlockWeights {
 
 // One block's activations for N tokens. Training keeps a set per layer for the backward pass;
 // generation points every layer at the same buffers (ln1 and ln2 may then be one buffer).
-// ln1, ln2 and fch_act are read by products only: stored in bf16 when the model's pass keeps
-// activations in bf16 (Backend::bf16_activations; not with tensor parallelism nor in generation).
+// ln1, ln2 and fch_act are read by products only, fch by the activation's derivative: stored
+// in bf16 when the model's pass keeps activations in bf16 (Backend::bf16_activations; not with
+// tensor parallelism nor in generation).
 struct BlockActs {
     Operand ln1;                 // (N, C) (sequence parallel: gathered from every rank's rows)
     float *ln1_mean, *ln1_rstd;  // (Nr)  (mean unused by RMSNorm)
@@ -56,7 +57,7 @@ struct BlockActs {
     float* res2;                 // (Nr, C)  x + attn
     Operand ln2;                 // (N, C)
     float *ln2_mean, *ln2_rstd;  // (Nr)
-    float* fch;                  // (N, F2)
+    Operand fch;                 // (N, F2)  the MLP's pre-activation
     Operand fch_act;             // (N, F)
     float* qkv_grouped;          // (N, Q) grouped-query only (else null): the projection before
                                  // kv_repeat, scratch that every layer reuses

@@ -162,13 +162,14 @@ void Model::reserve(int B, int T_whole) {
     const size_t Nr = sp ? (N + W - 1) / W : N;
     auto acts = std::make_unique<Acts>();
     acts->bf16 = backend_->bf16_activations() && !tp_.active();
-    auto op = [&](size_t n) { return operand_floats(n, acts->bf16); };  // ln1, ln2, fch_act, lnf
+    // ln1, ln2, fch, fch_act, lnf
+    auto op = [&](size_t n) { return operand_floats(n, acts->bf16); };
     // Sizes in the order of the struct; each rounded to 16 floats.
     const std::vector<size_t> sizes = {
         N * C, N * C, N, N,                                   // encoded, emb_ln, mean, rstd
         op(L * N * C), L * Nr, L * Nr, L * N * 3 * A, N * Q,  // ln1, mean, rstd, qkv, grouped
         L * N * A, L * saved, L * Nr * C,                     // atty, att (or lse), res2
-        op(L * N * C), L * Nr, L * Nr, L * N * F2, op(L * N * F),  // ln2, m, r, fch, fch_act
+        op(L * N * C), L * Nr, L * Nr, op(L * N * F2), op(L * N * F),  // ln2, m, r, fch, act
         (L + 1) * Nr * C, op(N * C), N, N, logits, N, N * C,  // resid, lnf, m, r, logits,
                                                               // losses, tmp
         N * C, N * C, N * C, N * A, N * 3 * A, N * F2, N * F, N * C, scratch,  // grads, scratch
@@ -393,7 +394,7 @@ BlockActs Model::layer_acts(int l, int B, int T) const {
                      a.operand(a.ln2, L * NC),
                      a.ln2_mean + L * Nr,
                      a.ln2_rstd + L * Nr,
-                     a.fch + L * NF2,
+                     a.operand(a.fch, L * NF2),
                      a.operand(a.fch_act, L * NF),
                      a.qkv_grouped};
 }

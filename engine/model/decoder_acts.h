@@ -12,9 +12,10 @@ namespace ctx {
 // reserved (B, T). Per-layer buffers are stacked by layer.
 struct Model::Acts {
     Arena buffer;
-    // ln1, ln2, fch_act and lnf feed products only: stored in bf16 (half the floats each) when
-    // the backend keeps activations in bf16 (Backend::bf16_activations) and the model is not
-    // tensor-parallel (whose gathers and head move fp32 rows). Read them through operand().
+    // ln1, ln2, fch_act and lnf feed products only, fch (the MLP's pre-activation) only the
+    // activation's derivative: stored in bf16 (half the floats each) when the backend keeps
+    // activations in bf16 (Backend::bf16_activations) and the model is not tensor-parallel
+    // (whose gathers and head move fp32 rows). Read them through operand().
     bool bf16 = false;
     Operand operand(float* slot, size_t elems = 0) const {
         return bf16 ? Operand::in_bf16(reinterpret_cast<Bf16*>(slot) + elems)

@@ -196,6 +196,7 @@ CudaBackend::~CudaBackend() {
     bf16_act_.release();
     bf16_weight_.release();
     bf16_grad_.release();
+    mlp_pre_.release();
     lt_.release();
     for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);
     if (blas_ != nullptr) cublasDestroy(blas_);

@@ -250,8 +250,11 @@ public:
     void matmul_backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                               const Bf16* inp, const float* W, int N, int IC, int OC,
                               GradStore dinp_store = GradStore::Accumulate) override;
+    void matmul_activation_forward_bf16(Bf16* pre, Bf16* out, const Bf16* inp, const float* W,
+                                        const float* bias, int N, int IC, int OC,
+                                        Activation act) override;
     void activation_matmul_backward_bf16(float* dinp, float* dW, float* dbias, float* dpre,
-                                         const float* dact, const float* pre, const Bf16* inp,
+                                         const float* dact, const Bf16* pre, const Bf16* inp,
                                          const float* W, int N, int IC, int OC, Activation act,
                                          GradStore dinp_store = GradStore::Accumulate) override;
     void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
@@ -326,9 +329,11 @@ private:
                                 GradStore dinp_store, const char* op);
     // activation_matmul_backward in bf16 with inp already bf16 (either storage): the
     // activation's backward straight into bf16(dpre), then the two products.
+    // pre in fp32 (pre16 null) or bf16 (pre null).
     void mlp_backward_bf16(float* dinp, float* dW, float* dbias, const float* dact,
-                           const float* pre, const uint16_t* a, const float* W, int N, int IC,
-                           int OC, Activation act, GradStore dinp_store, const char* op);
+                           const float* pre, const uint16_t* pre16, const uint16_t* a,
+                           const float* W, int N, int IC, int OC, Activation act,
+                           GradStore dinp_store, const char* op);
     // lm_head_loss with x as fp32 (inp) or, bf16 activation storage, as bf16 (inp16).
     void lm_head(float* losses, float* dinp, float* dW, float* scratch, const float* inp,
                  const uint16_t* inp16, const float* W, const int32_t* targets,
@@ -341,6 +346,9 @@ private:
     // grow-only bf16 copies of the operands of one matmul call: activation (N, IC), weight
     // (OC, IC), output gradient (N, OC)
     DeviceScratch<uint16_t> bf16_act_, bf16_weight_, bf16_grad_;
+    // matmul_activation_forward_bf16's fp32 product (N, OC), before the activation kernel
+    // rounds it into the stored bf16 pre-activation and applies the activation
+    DeviceScratch<float> mlp_pre_;
     // ---- end of the bf16 block
 
     // ---- rotary (sign +1 forward, -1 the transpose) and attention helpers

@@ -44,24 +44,31 @@ struct PlainRows {  // the matrix itself
     int C;
     __device__ float operator()(int r, int c) const { return x[size_t(r) * C + c]; }
 };
+__device__ __forceinline__ float value(const float* p, size_t i) { return p[i]; }
+__device__ __forceinline__ float value(const __nv_bfloat16* p, size_t i) {
+    return __bfloat162float(p[i]);
+}
+
+template <class Pre>  // float, or __nv_bfloat16 (pre stored in bf16)
 struct ActivationGradRows {  // act'(pre) * dact, both (N, C)
-    const float* pre;
+    const Pre* pre;
     const float* dact;
     int C, act;
     __device__ float operator()(int r, int c) const {
         const size_t i = size_t(r) * C + c;
-        return activation_grad(pre[i], act) * dact[i];
+        return activation_grad(value(pre, i), act) * dact[i];
     }
 };
+template <class Pre>
 struct SwigluGradRows {  // [d gate | d up] (N, 2F) from pre (N, 2F) = [gate | up], dact (N, F)
-    const float* pre;
+    const Pre* pre;
     const float* dact;
     int F;
     __device__ float operator()(int r, int c) const {
         const int f = c < F ? c : c - F;
-        const float* row = pre + size_t(r) * 2 * F;
-        const float g = row[f], dy = dact[size_t(r) * F + f];
-        return c < F ? swiglu_gate_grad(g, row[F + f], dy) : swiglu_up_grad(g, dy);
+        const size_t row = size_t(r) * 2 * F;
+        const float g = value(pre, row + f), dy = dact[size_t(r) * F + f];
+        return c < F ? swiglu_gate_grad(g, value(pre, row + F + f), dy) : swiglu_up_grad(g, dy);
     }
 };
 
@@ -120,16 +127,32 @@ cudaError_t launch_round_rows_colsum_bf16(uint16_t* dst, size_t ld, float* out, 
     return launch_rows_colsum(dst, ld, out, partials, PlainRows{src, C}, N, C, s);
 }
 
+template <class Pre>
+cudaError_t activation_backward_bf16(uint16_t* dst, size_t ld, float* dbias, float* partials,
+                                     const Pre* pre, const float* dact, int N, int C, int act,
+                                     cudaStream_t s) {
+    if (act == 2) {  // Activation::SwiGLU: C = 2F
+        if (C % 2 != 0) return cudaErrorInvalidValue;
+        return launch_rows_colsum(dst, ld, dbias, partials, SwigluGradRows<Pre>{pre, dact, C / 2},
+                                  N, C, s);
+    }
+    return launch_rows_colsum(dst, ld, dbias, partials,
+                              ActivationGradRows<Pre>{pre, dact, C, act}, N, C, s);
+}
+
 cudaError_t launch_activation_backward_bf16(uint16_t* dst, size_t ld, float* dbias,
                                             float* partials, const float* pre, const float* dact,
                                             int N, int C, int act, cudaStream_t s) {
-    if (act == 2) {  // Activation::SwiGLU: C = 2F
-        if (C % 2 != 0) return cudaErrorInvalidValue;
-        return launch_rows_colsum(dst, ld, dbias, partials, SwigluGradRows{pre, dact, C / 2}, N,
-                                  C, s);
-    }
-    return launch_rows_colsum(dst, ld, dbias, partials, ActivationGradRows{pre, dact, C, act}, N,
-                              C, s);
+    return activation_backward_bf16(dst, ld, dbias, partials, pre, dact, N, C, act, s);
+}
+
+cudaError_t launch_activation_backward_bf16(uint16_t* dst, size_t ld, float* dbias,
+                                            float* partials, const uint16_t* pre,
+                                            const float* dact, int N, int C, int act,
+                                            cudaStream_t s) {
+    return activation_backward_bf16(dst, ld, dbias, partials,
+                                    reinterpret_cast<const __nv_bfloat16*>(pre), dact, N, C, act,
+                                    s);
 }
 
 cudaError_t launch_round_rows_to_bf16(uint16_t* dst, size_t ld, const float* src, size_t rows,

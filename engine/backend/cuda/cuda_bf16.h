@@ -35,5 +35,10 @@ cudaError_t launch_round_rows_colsum_bf16(uint16_t* dst, size_t ld, float* out, 
 cudaError_t launch_activation_backward_bf16(uint16_t* dst, size_t ld, float* dbias,
                                             float* partials, const float* pre, const float* dact,
                                             int N, int C, int act, cudaStream_t s);
+// The same with pre stored in bf16 (its values widened to fp32 exactly).
+cudaError_t launch_activation_backward_bf16(uint16_t* dst, size_t ld, float* dbias,
+                                            float* partials, const uint16_t* pre,
+                                            const float* dact, int N, int C, int act,
+                                            cudaStream_t s);
 
 }  // namespace ctx::cuda

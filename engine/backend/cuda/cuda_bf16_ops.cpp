@@ -88,16 +88,40 @@ void CudaBackend::matmul_backward_bf16(float* dinp, float* dW, float* dbias, con
     if (sync_each_op_) sync(op);
 }
 
+// The product in fp32 into mlp_pre_ (bias in cuBLASLt's epilogue), then one activation kernel
+// writes pre rounded and the activation of the fp32 value rounded: out has the bits of the
+// fp32-storage op's unfused path, rounded.
+void CudaBackend::matmul_activation_forward_bf16(Bf16* pre, Bf16* out, const Bf16* inp,
+                                                 const float* W, const float* bias, int N, int IC,
+                                                 int OC, Activation act) {
+    static constexpr const char* op = "matmul_activation_forward_bf16";
+    require_bf16_activations(op);
+    CTX_CHECK(N >= 0 && IC >= 1 && OC >= 1, "{}: bad shape N {} IC {} OC {}", op, N, IC, OC);
+    CTX_CHECK(act != Activation::SwiGLU || OC % 2 == 0,
+              "{}: SwiGLU's pre is [gate | up], so OC = 2F must be even (got {})", op, OC);
+    if (N == 0) return;
+    activate();
+    float* p = mlp_pre_.ensure(size_t(N) * size_t(OC), op);
+    forward_bf16(p, bits(inp), W, bias, N, IC, OC, op);
+    if (act == Activation::SwiGLU)
+        done(launch_swiglu_forward(bits(out), p, N, OC / 2, stream_, bits(pre)), op);
+    else
+        done(launch_activation_forward(bits(out), p, size_t(N) * size_t(OC), int(act), stream_,
+                                       bits(pre)),
+             op);
+}
+
 void CudaBackend::activation_matmul_backward_bf16(float* dinp, float* dW, float* dbias,
                                                   float* dpre, const float* dact,
-                                                  const float* pre, const Bf16* inp,
+                                                  const Bf16* pre, const Bf16* inp,
                                                   const float* W, int N, int IC, int OC,
                                                   Activation act, GradStore dinp_store) {
     static constexpr const char* op = "activation_matmul_backward_bf16";
     require_bf16_activations(op);  // first, as the default refuses (the same error everywhere)
     check_activation_matmul_backward(op, dpre, dact, pre, N, IC, OC, act);
     activate();
-    mlp_backward_bf16(dinp, dW, dbias, dact, pre, bits(inp), W, N, IC, OC, act, dinp_store, op);
+    mlp_backward_bf16(dinp, dW, dbias, dact, nullptr, bits(pre), bits(inp), W, N, IC, OC, act,
+                      dinp_store, op);
     if (sync_each_op_) sync(op);
 }
 

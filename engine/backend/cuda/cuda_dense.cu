@@ -236,12 +236,15 @@ __global__ void broadcast_rows_kernel(float* out, const float* bias, int N, int 
 
 // ================================================================ GELU
 
-// act: 0 = GeluTanh, 1 = GeluErf, 3 = Relu (Activation's values)
+// act: 0 = GeluTanh, 1 = GeluErf, 3 = Relu (Activation's values). inp16, when not null, gets
+// the input rounded to bf16 (the MLP's pre-activation kept for the backward pass).
 template <class Out>
-__global__ void activation_forward_kernel(Out* out, const float* inp, size_t n, int act) {
+__global__ void activation_forward_kernel(Out* out, __nv_bfloat16* inp16, const float* inp,
+                                          size_t n, int act) {
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += size_t(gridDim.x) * blockDim.x) {
         const float x = inp[i];
+        if (inp16 != nullptr) inp16[i] = __float2bfloat16_rn(x);
         if (act == 0) {
             const float u = kGeluTanhScale * (x + kGeluCubic * x * x * x);
             store(out + i, 0.5f * x * (1.0f + tanhf(u)));
@@ -253,14 +256,20 @@ __global__ void activation_forward_kernel(Out* out, const float* inp, size_t n, 
     }
 }
 
-// SwiGLU over rows of inp (N, 2F) = [gate | up]: one thread per output element (n, f).
+// SwiGLU over rows of inp (N, 2F) = [gate | up]: one thread per output element (n, f); inp16
+// as in activation_forward_kernel.
 template <class Out>
-__global__ void swiglu_forward_kernel(Out* out, const float* inp, int N, int F) {
+__global__ void swiglu_forward_kernel(Out* out, __nv_bfloat16* inp16, const float* inp, int N,
+                                      int F) {
     const size_t total = size_t(N) * F;
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
          i += size_t(gridDim.x) * blockDim.x) {
         const size_t n = i / F, f = i % F;
         const float g = inp[n * 2 * F + f], u = inp[n * 2 * F + F + f];
+        if (inp16 != nullptr) {
+            inp16[n * 2 * F + f] = __float2bfloat16_rn(g);
+            inp16[n * 2 * F + F + f] = __float2bfloat16_rn(u);
+        }
         store(out + i, g / (1.0f + expf(-g)) * u);
     }
 }
@@ -568,15 +577,16 @@ cudaError_t launch_broadcast_rows(float* out, const float* bias, int N, int C, c
 cudaError_t launch_activation_forward(float* out, const float* inp, size_t n, int act,
                                       cudaStream_t s) {
     if (n == 0) return cudaSuccess;
-    activation_forward_kernel<float><<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, n, act);
+    activation_forward_kernel<float>
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(out, nullptr, inp, n, act);
     return cudaGetLastError();
 }
 
 cudaError_t launch_activation_forward(uint16_t* out, const float* inp, size_t n, int act,
-                                      cudaStream_t s) {
+                                      cudaStream_t s, uint16_t* inp16) {
     if (n == 0) return cudaSuccess;
     activation_forward_kernel<__nv_bfloat16>
-        <<<grid_for(n, kThreads), kThreads, 0, s>>>(as_bf16(out), inp, n, act);
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(as_bf16(out), as_bf16(inp16), inp, n, act);
     return cudaGetLastError();
 }
 
@@ -591,16 +601,17 @@ cudaError_t launch_activation_backward(float* dinp, const float* inp, const floa
 cudaError_t launch_swiglu_forward(float* out, const float* inp, int N, int F, cudaStream_t s) {
     const size_t n = size_t(N) * F;
     if (n == 0) return cudaSuccess;
-    swiglu_forward_kernel<float><<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, N, F);
+    swiglu_forward_kernel<float>
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(out, nullptr, inp, N, F);
     return cudaGetLastError();
 }
 
-cudaError_t launch_swiglu_forward(uint16_t* out, const float* inp, int N, int F,
-                                  cudaStream_t s) {
+cudaError_t launch_swiglu_forward(uint16_t* out, const float* inp, int N, int F, cudaStream_t s,
+                                  uint16_t* inp16) {
     const size_t n = size_t(N) * F;
     if (n == 0) return cudaSuccess;
     swiglu_forward_kernel<__nv_bfloat16>
-        <<<grid_for(n, kThreads), kThreads, 0, s>>>(as_bf16(out), inp, N, F);
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(as_bf16(out), as_bf16(inp16), inp, N, F);
     return cudaGetLastError();
 }
 

@@ -322,17 +322,19 @@ void CudaBackend::backward_bf16_products(float* dinp, float* dW, const uint16_t*
 // gradient's column sums on the way (launch_activation_backward_bf16): the same bits as
 // activation_backward into fp32 then matmul_backward's rounding pass, without the fp32 dpre.
 void CudaBackend::mlp_backward_bf16(float* dinp, float* dW, float* dbias, const float* dact,
-                                    const float* pre, const uint16_t* a, const float* W, int N,
-                                    int IC, int OC, Activation act, GradStore dinp_store,
-                                    const char* op) {
+                                    const float* pre, const uint16_t* pre16, const uint16_t* a,
+                                    const float* W, int N, int IC, int OC, Activation act,
+                                    GradStore dinp_store, const char* op) {
     if (N == 0) return;
     const int ldg = (OC + 7) / 8 * 8;
     uint16_t* g = bf16_grad_.ensure(size_t(N) * size_t(ldg), op);
     float* part = dbias != nullptr
                       ? d_partials_.ensure(size_t(column_chunks(N)) * size_t(OC), op)
                       : nullptr;
-    check(launch_activation_backward_bf16(g, size_t(ldg), dbias, part, pre, dact, N, OC,
-                                          int(act), stream_),
+    check(pre16 != nullptr ? launch_activation_backward_bf16(g, size_t(ldg), dbias, part, pre16,
+                                                             dact, N, OC, int(act), stream_)
+                           : launch_activation_backward_bf16(g, size_t(ldg), dbias, part, pre,
+                                                             dact, N, OC, int(act), stream_),
           op);
     backward_bf16_products(dinp, dW, g, ldg, a, W, N, IC, OC, dinp_store, op);
 }
@@ -349,8 +351,9 @@ void CudaBackend::activation_matmul_backward(float* dinp, float* dW, float* dbia
     }
     check_activation_matmul_backward(op, dpre, dact, pre, N, IC, OC, act);
     activate();
-    mlp_backward_bf16(dinp, dW, dbias, dact, pre, round_to_bf16(inp, size_t(N) * IC, bf16_act_, op),
-                      W, N, IC, OC, act, dinp_store, op);
+    mlp_backward_bf16(dinp, dW, dbias, dact, pre, nullptr,
+                      round_to_bf16(inp, size_t(N) * IC, bf16_act_, op), W, N, IC, OC, act,
+                      dinp_store, op);
     if (sync_each_op_) sync(op);
 }
 
@@ -360,14 +363,12 @@ void CudaBackend::matmul_activation_forward(float* pre, float* out, const float*
                                             const float* W, const float* bias, int N, int IC,
                                             int OC, Activation act) {
     static constexpr const char* op = "matmul_activation_forward";
-    CTX_CHECK(act != Activation::SwiGLU, "internal: SwiGLU is gated; use swiglu_forward");
     activate();
     if (act == Activation::GeluTanh && lt_forward(out, pre, inp, W, bias, N, IC, OC, op)) {
         if (sync_each_op_) sync(op);
         return;
     }
-    matmul_forward(pre, inp, W, bias, N, IC, OC);
-    activation_forward(out, pre, size_t(N) * size_t(OC), act);
+    Backend::matmul_activation_forward(pre, out, inp, W, bias, N, IC, OC, act);
 }
 
 // ---------------------------------------------------------------- activation

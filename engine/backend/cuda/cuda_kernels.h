@@ -112,8 +112,9 @@ cudaError_t launch_broadcast_rows(float* out, const float* bias, int N, int C, c
 // ---------------------------------------------------------------- activation (act: Activation)
 cudaError_t launch_activation_forward(float* out, const float* inp, size_t n, int act,
                                       cudaStream_t s);
+// out in bf16, as layernorm's; inp16 (not null): inp rounded to bf16 as well
 cudaError_t launch_activation_forward(uint16_t* out, const float* inp, size_t n, int act,
-                                      cudaStream_t s);  // out in bf16, as layernorm's
+                                      cudaStream_t s, uint16_t* inp16 = nullptr);
 // dinp (n) += act'(inp) dout, or = when !accumulate (GradStore::Overwrite)
 cudaError_t launch_activation_backward(float* dinp, const float* inp, const float* dout, size_t n,
                                        int act, bool accumulate, cudaStream_t s);
@@ -121,7 +122,8 @@ cudaError_t launch_activation_backward(float* dinp, const float* inp, const floa
 // SwiGLU over inp (N, 2F) = [gate | up]: out (N, F) = silu(gate) up (writes; in fp32 or bf16);
 // backward: dinp (N, 2F) += the gradient (= when !accumulate).
 cudaError_t launch_swiglu_forward(float* out, const float* inp, int N, int F, cudaStream_t s);
-cudaError_t launch_swiglu_forward(uint16_t* out, const float* inp, int N, int F, cudaStream_t s);
+cudaError_t launch_swiglu_forward(uint16_t* out, const float* inp, int N, int F, cudaStream_t s,
+                                  uint16_t* inp16 = nullptr);
 cudaError_t launch_swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F,
                                    bool accumulate, cudaStream_t s);
 
