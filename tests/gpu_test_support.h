@@ -151,6 +151,16 @@ inline double rel_err(const FVec& got, const FVec& want) {
     return mag > 0.0 ? err / mag : INFINITY;
 }
 
+// Bits equal, entry by entry (a NaN equals a NaN of the same bits).
+inline void expect_same_bits(const FVec& got, const FVec& want, const char* what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    size_t differ = 0, first = 0;
+    for (size_t i = 0; i < got.size(); i++)
+        if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+    EXPECT_EQ(differ, 0u) << what << ": first at " << first << ": " << got[first] << " vs "
+                          << want[first];
+}
+
 // f() throws ctx::Error and its message contains every one of `parts` (what the caller is told).
 template <class F>
 void expect_error(F&& f, std::initializer_list<const char*> parts) {

@@ -43,16 +43,6 @@ using ctx::Precision;
 
 ctx::Backend& be() { return gpu_bf16(); }
 
-// Bits equal, entry by entry (NaN-free data).
-void expect_same_bits(const FVec& got, const FVec& want, const char* what) {
-    ASSERT_EQ(got.size(), want.size()) << what;
-    size_t differ = 0, first = 0;
-    for (size_t i = 0; i < got.size(); i++)
-        if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
-    EXPECT_EQ(differ, 0u) << what << ": first at " << first << ": " << got[first] << " vs "
-                          << want[first];
-}
-
 // |got - round(want)| within one bf16 step of the value (8 significant bits) at every entry, or
 // within 1e-5 of the largest |want| (two backends' fp32 results differ by that much where they
 // nearly cancel, e.g. GELU's tail: -1.5e-7 against -0).

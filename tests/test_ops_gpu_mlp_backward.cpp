@@ -55,16 +55,6 @@ void PrintTo(const MlpCase& c, std::ostream* os) {
         << (c.dinp ? " dinp" : "") << (c.store == GradStore::Overwrite ? " overwrite" : "");
 }
 
-// Bits equal, entry by entry.
-void expect_same_bits(const FVec& got, const FVec& want, const char* what) {
-    ASSERT_EQ(got.size(), want.size()) << what;
-    size_t differ = 0, first = 0;
-    for (size_t i = 0; i < got.size(); i++)
-        if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
-    EXPECT_EQ(differ, 0u) << what << ": first at " << first << ": " << got[first] << " vs "
-                          << want[first];
-}
-
 size_t dact_size(const MlpCase& c) {
     return size_t(c.N) * (c.act == Activation::SwiGLU ? c.OC / 2 : c.OC);
 }
