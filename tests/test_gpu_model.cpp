@@ -462,6 +462,11 @@ TEST_P(OpsGpuModelBf16Acts, SameForwardAsFp32Storage) {
         EXPECT_EQ(calls["activation_matmul_backward_bf16"], c.n_layer)
             << "the MLP activation's backward and fc's in one op";
         EXPECT_EQ(calls["activation_backward"] + calls["swiglu_backward"], 0);
+        EXPECT_EQ(calls["matmul_activation_forward_bf16"], c.n_layer)
+            << "fc, its activation and pre stored in bf16 in one op";
+        EXPECT_EQ(calls["activation_forward_bf16"] + calls["swiglu_forward_bf16"], 0);
+        EXPECT_EQ(calls["matmul_forward_bf16"], c.n_layer + 1)
+            << "qkv, and the head's product of logits() (fc is in the fused op)";
         EXPECT_EQ(calls["matmul_backward"], c.n_layer) << "the attention projection (fp32 input)";
         EXPECT_EQ(calls["matmul_residual_forward"], c.n_layer) << "attention projection + residual";
         EXPECT_EQ(calls["matmul_residual_forward_bf16"], c.n_layer) << "MLP projection + residual";

@@ -50,6 +50,7 @@ TEST(OpsGpuTiming, MarksAreOrderedAndReleased) {
 
 TEST(OpsGpuTiming, ProfileOnTheDeviceClock) {
     REQUIRE_GPU();
+    unsetenv("CTX_PROFILE_SYNC");  // the device clock is the default
     ctx::ProfilingBackend prof(gpu());
     ASSERT_EQ(prof.clock(), ctx::ProfileClock::Device);
     const int N = 512, C = 384;

@@ -82,6 +82,7 @@ private:
 };
 
 TEST(ProfilingBackend, DeviceClockTimesEachOpByItsMarks) {
+    unsetenv("CTX_PROFILE_SYNC");  // the device clock is the default
     FakeClockBackend dev;
     ctx::ProfilingBackend prof(dev);
     ASSERT_EQ(prof.clock(), ctx::ProfileClock::Device);

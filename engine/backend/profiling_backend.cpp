@@ -70,8 +70,14 @@ void ProfilingBackend::record(const char* op, std::string shape, Start s, double
 
 void ProfilingBackend::settle() const {
     if (pending_.empty()) return;
-    for (const Pending& p : pending_) p.row->seconds += 1e-3 * inner_.timing_ms(p.from, p.to);
-    pending_.clear();
+    std::vector<Pending> todo;
+    todo.swap(pending_);  // a failed read loses the rest rather than counting any op twice
+    try {
+        for (const Pending& p : todo) p.row->seconds += 1e-3 * inner_.timing_ms(p.from, p.to);
+    } catch (...) {
+        inner_.release_timing_marks();
+        throw;
+    }
     inner_.release_timing_marks();
 }
 

@@ -4,7 +4,9 @@
 // CPU ops are synchronous, so each op's wall time is its cost (ProfileClock::Host). A device
 // backend queues its kernels; with a device clock (Backend::device_timing) each op is timed by
 // two marks on the queue and the times are read when the rows are asked for, so the queue runs
-// as it does unprofiled (ProfileClock::Device: the device's time per op, launch gaps excluded).
+// as it does unprofiled (ProfileClock::Device: the device's time from an op's first mark to its
+// last, so gaps between ops are left out; when the queue runs dry, an op's own launches and host
+// work fall inside its span). One profiler per backend: the marks are the backend's.
 // CTX_PROFILE_SYNC=1, or a device backend without a clock, ends every op with a one-float
 // read-back (sum_squares) instead and takes host time, which serialises the stream: each op's
 // own time plus its launch and host work.
@@ -34,6 +36,8 @@ class ProfilingBackend : public Backend {
 public:
     explicit ProfilingBackend(Backend& inner);
     ~ProfilingBackend() override;
+    ProfilingBackend(const ProfilingBackend&) = delete;  // rows_ is pointed into by pending_
+    ProfilingBackend& operator=(const ProfilingBackend&) = delete;
 
     void reset();  // forgets what was timed so far (e.g. after warm-up steps)
     // Rows by decreasing time (on the device clock: waits for the queued ops first).
