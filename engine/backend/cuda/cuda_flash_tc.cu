@@ -8,7 +8,7 @@
 // except that q, k, v, dout and the probabilities / dlogits entering a product are rounded to
 // bf16, and the softmax runs in base 2 (exp2 of logits scaled by log2 e: the same function).
 //
-// Operands first go through a packing pass (one small kernel per operand): q, k, v (and dout) as
+// Operands first go through a packing pass (one small kernel for q, k and v, one for dout): as
 // bf16 rows per head, (B, H, Tp, kD), T rounded up to Tp = 64 k and the head dim to the kernel's
 // kD, zero-padded. Tiles are then plain 16-byte asynchronous copies (cp.async) into shared
 // memory, two stages deep: the next tile is in flight while this one is computed.
@@ -181,23 +181,28 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
 // ================================================================ packing
 
 // dst (B, H, Tp, kD) bf16 = the H heads of D columns at [col0, col0 + H D) of src (B, T, ld),
-// zero past T and past D. One thread per bf16 pair (coalesced reads along d).
+// zero past T and past D; part p > 0 of `parts` packs the columns H D p further on into the
+// operand B H Tp kD elements p times further on. One thread per bf16 pair (coalesced reads
+// along d).
 __global__ void pack_rows_kernel(uint16_t* dst, const float* src, int ld, int col0, int B, int T,
-                                 int Tp, int H, int D, int kD) {
+                                 int Tp, int H, int D, int kD, int parts) {
     const int P = kD / 2;
-    const size_t pairs = size_t(B) * H * Tp * P;
-    for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < pairs;
+    const size_t pairs = size_t(B) * H * Tp * P;  // per part: the pairs of one operand
+    for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < pairs * parts;
          idx += size_t(gridDim.x) * blockDim.x) {
-        const int d = 2 * int(idx % P);
-        const size_t r = idx / P, bh = r / Tp;
+        const int part = int(idx / pairs);
+        const size_t within = idx % pairs;
+        const int d = 2 * int(within % P);
+        const size_t r = within / P, bh = r / Tp;
         const int t = int(r % Tp), h = int(bh % H), b = int(bh / H);
         float x0 = 0.0f, x1 = 0.0f;
         if (t < T) {
-            const float* p = src + (size_t(b) * T + t) * ld + col0 + size_t(h) * D;
+            const float* p =
+                src + (size_t(b) * T + t) * ld + col0 + size_t(part) * H * D + size_t(h) * D;
             if (d < D) x0 = p[d];
             if (d + 1 < D) x1 = p[d + 1];
         }
-        reinterpret_cast<uint32_t*>(dst)[idx] = pack_bf16(x0, x1);
+        reinterpret_cast<uint32_t*>(dst)[idx] = pack_bf16(x0, x1);  // part p at p * pairs
     }
 }
 
@@ -208,10 +213,11 @@ int padded_T(int T) { return (T + kBc - 1) / kBc * kBc; }
 
 // rows (B, H, Tp, kD) of src's heads at col0.
 cudaError_t pack(uint16_t* rows, const float* src, int ld, int col0, int B, int T, int H, int D,
-                 cudaStream_t s) {
+                 cudaStream_t s, int parts) {
     const int kD = tc_head_dim(D), Tp = padded_T(T);
-    const size_t pairs = size_t(B) * H * Tp * kD / 2;
-    pack_rows_kernel<<<grid_for(pairs, 256), 256, 0, s>>>(rows, src, ld, col0, B, T, Tp, H, D, kD);
+    const size_t pairs = size_t(B) * H * Tp * kD / 2 * size_t(parts);
+    pack_rows_kernel<<<grid_for(pairs, 256), 256, 0, s>>>(rows, src, ld, col0, B, T, Tp, H, D, kD,
+                                                          parts);
     return cudaGetLastError();
 }
 
@@ -266,10 +272,8 @@ cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, co
     if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
     const size_t n = size_t(B) * H * a.Tp * tc_head_dim(a.D);  // one packed operand
     uint16_t *q = packed, *k = q + n, *v = k + n;
-    for (cudaError_t e : {pack(q, qkv, 3 * C, 0, B, T, H, a.D, s),
-                          pack(k, qkv, 3 * C, C, B, T, H, a.D, s),
-                          pack(v, qkv, 3 * C, 2 * C, B, T, H, a.D, s)})
-        if (e != cudaSuccess) return e;
+    // q, k, v in one launch (C = H D: the three blocks of columns follow one another)
+    if (cudaError_t e = pack(q, qkv, 3 * C, 0, B, T, H, a.D, s, 3); e != cudaSuccess) return e;
     a.q = q;
     a.k = k;
     a.v = v;

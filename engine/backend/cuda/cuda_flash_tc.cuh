@@ -304,9 +304,11 @@ __device__ __forceinline__ bool needs_positions(int kind) { return kind != kNone
 
 int tc_head_dim(int D);  // the kernel's head dim (32, 64, 80, 128) for D
 int padded_T(int T);     // T rounded up to whole key tiles
-// rows (B, H, Tp, kD) bf16 of src's heads at col0 (src (B, T, ld)), zero-padded.
+// rows (B, H, Tp, kD) bf16 of src's heads at col0 (src (B, T, ld)), zero-padded; with parts > 1
+// also the next parts - 1 blocks of H D columns into the next operands of rows (each B H Tp kD
+// elements on from the last): q, k, v of qkv rows in one launch.
 cudaError_t pack(uint16_t* rows, const float* src, int ld, int col0, int B, int T, int H, int D,
-                 cudaStream_t s);
+                 cudaStream_t s, int parts = 1);
 TcArgs make_args(const float* positions, int T, int C, int H, KeyMask mask, const BiasArgs& bias);
 
 }  // namespace ctx::cuda::tc

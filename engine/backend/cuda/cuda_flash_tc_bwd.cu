@@ -562,9 +562,7 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
         return e;
     const size_t n = size_t(B) * H * a.Tp * tc_head_dim(a.D);  // one packed operand
     uint16_t *q = packed, *k = q + n, *v = k + n, *g = v + n;
-    for (cudaError_t e : {pack(q, qkv, 3 * C, 0, B, T, H, a.D, s),
-                          pack(k, qkv, 3 * C, C, B, T, H, a.D, s),
-                          pack(v, qkv, 3 * C, 2 * C, B, T, H, a.D, s),
+    for (cudaError_t e : {pack(q, qkv, 3 * C, 0, B, T, H, a.D, s, 3),  // q, k, v: one launch
                           pack(g, dout, C, 0, B, T, H, a.D, s)})
         if (e != cudaSuccess) return e;
     a.q = q;
