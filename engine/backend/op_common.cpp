@@ -128,11 +128,15 @@ void check_lm_head(int N, int C, int V, const float* dinp, const float* dW) {
               "lm_head_loss: training (dinp given) needs the head's gradient dW too");
 }
 
+void check_swiglu_width(const char* op, int OC, Activation act) {
+    CTX_CHECK(act != Activation::SwiGLU || OC % 2 == 0,
+              "{}: SwiGLU's pre is [gate | up], so OC = 2F must be even (got {})", op, OC);
+}
+
 void check_activation_matmul_backward(const char* op, float* dpre, const float* dact,
                                       const void* pre, int N, int IC, int OC, Activation act) {
     CTX_CHECK(N >= 0 && IC >= 1 && OC >= 1, "{}: bad shape N {} IC {} OC {}", op, N, IC, OC);
-    CTX_CHECK(act != Activation::SwiGLU || OC % 2 == 0,
-              "{}: SwiGLU's pre is [gate | up], so OC = 2F must be even (got {})", op, OC);
+    check_swiglu_width(op, OC, act);
     if (N == 0) return;  // no rows: nothing is read or written
     CTX_CHECK(dpre != nullptr && dact != nullptr && pre != nullptr,
               "{}: dpre, dact and pre are all needed", op);
@@ -169,10 +173,7 @@ void Backend::matmul_residual_forward(float* out, const float* residual, const f
 void Backend::matmul_activation_forward(float* pre, float* out, const float* inp, const float* W,
                                         const float* bias, int N, int IC, int OC,
                                         Activation act) {
-    CTX_CHECK(act != Activation::SwiGLU || OC % 2 == 0,
-              "matmul_activation_forward: SwiGLU's pre is [gate | up], so OC = 2F must be even "
-              "(got {})",
-              OC);
+    check_swiglu_width("matmul_activation_forward", OC, act);
     matmul_forward(pre, inp, W, bias, N, IC, OC);
     if (act == Activation::SwiGLU)
         swiglu_forward(out, pre, N, OC / 2);

@@ -44,6 +44,8 @@ int lm_head_most_rows(size_t row_floats, size_t budget_floats);
 int lm_head_rows_for(int N, int most);
 // Backend::lm_head_loss's arguments: shapes, training needs both dinp and dW.
 void check_lm_head(int N, int C, int V, const float* dinp, const float* dW);
+// The MLP ops' width: SwiGLU's pre is [gate | up], so its OC = 2F must be even.
+void check_swiglu_width(const char* op, int OC, Activation act);
 // Backend::activation_matmul_backward's arguments (shapes, an even OC for SwiGLU, a dpre of
 // its own), named as `op`.
 void check_activation_matmul_backward(const char* op, float* dpre, const float* dact,

@@ -97,8 +97,7 @@ void CudaBackend::matmul_activation_forward_bf16(Bf16* pre, Bf16* out, const Bf1
     static constexpr const char* op = "matmul_activation_forward_bf16";
     require_bf16_activations(op);
     CTX_CHECK(N >= 0 && IC >= 1 && OC >= 1, "{}: bad shape N {} IC {} OC {}", op, N, IC, OC);
-    CTX_CHECK(act != Activation::SwiGLU || OC % 2 == 0,
-              "{}: SwiGLU's pre is [gate | up], so OC = 2F must be even (got {})", op, OC);
+    check_swiglu_width(op, OC, act);
     if (N == 0) return;
     activate();
     float* p = mlp_pre_.ensure(size_t(N) * size_t(OC), op);

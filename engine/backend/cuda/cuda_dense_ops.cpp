@@ -49,6 +49,11 @@ int build_groups(const std::vector<int>& dst, const std::vector<int>& src,
     return G;
 }
 
+// The row length of bf16(dout) for the backward products: OC rounded up to a multiple of 8 (16
+// bytes, zeros past OC), the alignment cuBLAS's tensor-core kernels want of a leading dimension,
+// which an odd OC (GPT-2's vocabulary, 50257) would deny both products.
+int bf16_grad_ld(int OC) { return (OC + 7) / 8 * 8; }
+
 }  // namespace
 
 // ---------------------------------------------------------------- embedding
@@ -286,13 +291,11 @@ void CudaBackend::matmul_backward(float* dinp, float* dW, float* dbias, const fl
 
 // Both products take bf16 operands (dout too: cublasGemmEx needs A and B of one type) and
 // accumulate in fp32: dW gets added to (beta 1), dinp too unless dinp_store says Overwrite
-// (beta 0). bf16(dout)'s rows are padded to a multiple of 8 (16 bytes, zeros past OC), the
-// alignment cuBLAS's tensor-core kernels want of a leading dimension, which an odd OC (GPT-2's
-// vocabulary, 50257) would deny both products.
+// (beta 0). bf16(dout)'s rows are padded (bf16_grad_ld).
 void CudaBackend::backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                                 const uint16_t* a, const float* W, int N, int IC, int OC,
                                 GradStore dinp_store, const char* op) {
-    const int ldg = (OC + 7) / 8 * 8;
+    const int ldg = bf16_grad_ld(OC);
     const uint16_t* g = nullptr;
     if (dbias != nullptr && N > 0 && OC > 0) {  // dbias (OC) += colsum(dout) in the same pass
         uint16_t* gd = bf16_grad_.ensure(size_t(N) * size_t(ldg), op);
@@ -326,7 +329,7 @@ void CudaBackend::mlp_backward_bf16(float* dinp, float* dW, float* dbias, const 
                                     const float* W, int N, int IC, int OC, Activation act,
                                     GradStore dinp_store, const char* op) {
     if (N == 0) return;
-    const int ldg = (OC + 7) / 8 * 8;
+    const int ldg = bf16_grad_ld(OC);
     uint16_t* g = bf16_grad_.ensure(size_t(N) * size_t(ldg), op);
     float* part = dbias != nullptr
                       ? d_partials_.ensure(size_t(column_chunks(N)) * size_t(OC), op)
