@@ -10,8 +10,9 @@
 #             `bench --profile`; attention at D 64 / 128 for none, alibi and kerple_log at T 1k /
 #             4k / 16k; the same and GPT-2 with CTX_FLASH_BACKWARD=atomic; the SDPA peer),
 #             racecheck of the flash full-tile cases (both backwards), memcheck of the bf16
-#             activation kernels, the atomic-dq backward and the one-launch AdamW, and ncu of
-#             the backward kernels at D 64 / T 1k (time, instructions, stalls)
+#             activation kernels, the atomic-dq backward, the one-launch AdamW and the forward's
+#             edge cases, ncu of the forward at D 64 / 128, T 4k (tensor pipe, shared-memory
+#             wavefronts) and of the backward kernels at D 64 / T 1k (time, instructions, stalls)
 #   tests     GPU report, tests and recipes only
 #   bench     GPU report, benchmarks only
 #   profile   GPU report, Nsight Compute metrics of the tensor-core flash kernels (forward, dq,
@@ -287,6 +288,10 @@ quick_bench() {
         step racecheck-atomic-dq 60 "$RUN" "$cs" --tool racecheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
             --gtest_filter='*AtomicDq*d64*:*AtomicDq*full_tiles*'
+        # the forward's 128-query blocks (two m-tiles a warp): T = 1, odd T, windows, D 128
+        step memcheck-flash-forward 45 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
+            --gtest_filter='*Bf16TensorCores*none_*:*Bf16TensorCores*t5_packed_d128*'
         # the MLP activation's backward written in bf16 for fc's products (odd widths: padding)
         step memcheck-mlp-backward 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_mlp_backward"
@@ -299,6 +304,14 @@ quick_bench() {
     m+=",sm__warps_active.avg.pct_of_peak_sustained_active"
     for stall in no_instruction long_scoreboard short_scoreboard wait barrier; do
         m+=",smsp__average_warps_issue_stalled_${stall}_per_issue_active.ratio"
+    done
+    # the forward against the shared-memory model (docs/CUDA.md "Shared-memory bandwidth"):
+    # tensor-pipe activity and shared-memory wavefronts per kernel, D 64 and 128
+    for d in 64 128; do
+        step "profile-flash-tc-fwd-ncu-d$d" 60 "$RUN" "$ncu" -k regex:flash_tc_fwd \
+            --launch-count 1 --metrics "$m,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum" \
+            "$BUNDLE/bin/ctxengine" bench attention --device cuda --precision bf16 \
+            --head-dim $d --T 4096 --pe none --steps 1 --repeats 1 --warmup 0
     done
     step profile-flash-tc-bwd-ncu-d64 60 "$RUN" "$ncu" -k regex:flash_tc_d --launch-count 2 \
         --metrics "$m" "$BUNDLE/bin/ctxengine" bench attention --device cuda --precision bf16 \

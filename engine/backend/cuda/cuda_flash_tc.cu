@@ -9,12 +9,13 @@
 // bf16, and the softmax runs in base 2 (exp2 of logits scaled by log2 e: the same function).
 //
 // Operands first go through a packing pass (one small kernel for q, k and v, one for dout): as
-// bf16 rows per head, (B, H, Tp, kD), T rounded up to Tp = 64 k and the head dim to the kernel's
+// bf16 rows per head, (B, H, Tp, kD), T rounded up to Tp = 128 k and the head dim to the kernel's
 // kD, zero-padded. Tiles are then plain 16-byte asynchronous copies (cp.async) into shared
 // memory, two stages deep: the next tile is in flight while this one is computed.
 //
-// Warps are the unit: a block is 4 warps, a warp owns 16 rows of every product and computes
-// them with mma.sync m16n8k16, its operands read from shared memory by ldmatrix (cuda_mma.cuh
+// Warps are the unit: a block is 4 warps, a warp owns 16 rows of every backward product (32 in
+// the forward: two m-tiles sharing each K and V fragment) and computes them with mma.sync
+// m16n8k16, its operands read from shared memory by ldmatrix (cuda_mma.cuh
 // documents both layouts); an operand stored k-major (V in O = P V, K in dq = dS K, dO and Q in
 // dv, dk) is read with ldmatrix.trans, so no transposed copy exists. Shared tiles are bf16, rows
 // padded by kPad elements so the 8 rows of an 8 x 8 matrix fall in distinct banks.
@@ -24,9 +25,9 @@
 // family is a template argument of the logit loop (none, ALiBi, KERPLE-log inline, the rest
 // through bias_value), chosen once per tile.
 //
-//   flash_tc_fwd_kernel  grid (T/64, H, B), heaviest query tiles first: Q fragments in
-//                        registers; per key tile of 64: S = Q K^T, mask + bias, online
-//                        softmax, P stays in registers as the A operand of O += P V.
+//   flash_tc_fwd_kernel  grid (T/128, H, B), heaviest query tiles first, a warp per 32
+//                        queries: per key tile of 64: S = Q K^T, mask + bias, online softmax,
+//                        P packed to bf16 in registers as the A operand of O += P V.
 //   flash_tc_dq_kernel   grid (T/64, H, B): per key tile, S and dP = dO V^T, P = exp(S - lse),
 //                        dS = P (dP - D_i); dq += dS K; dtable += dS; bias-parameter partials
 //                        per thread in double (each tile's in float), T5 through a
@@ -50,131 +51,238 @@ namespace ctx::cuda::tc {
 
 // ================================================================ forward
 
+// The forward's warps own two 16-row m-tiles (32 queries) each, so every K and V fragment read
+// from shared memory feeds two products: 128 bytes of ldmatrix per mma instead of 256. With one
+// m-tile per warp the kernel needed more shared-memory bandwidth (~171 bytes a clock an SM at
+// the H100's mma.sync rate) than an SM has (128), and measured 23-34% tensor-pipe activity.
+inline constexpr int kFwdM = 2;              // m-tiles per warp
+inline constexpr int kBrF = kFwdM * 16 * 4;  // queries per forward block (4 warps)
+static_assert(kBrF % kBc == 0, "whole key tiles per query block (padded_T)");
+
+// Q's fragments stay in registers up to head dim 64 (KS x kFwdM x 4 registers); past it they
+// are read per k step: at 80 they made ptxas spill, at 128 the two m-tiles' O (128 registers)
+// and S (64) leave no room.
 template <int kD>
+inline constexpr bool kQInRegisters = kD <= 64;
+
+// x[m] (16 x 8 NT) = A_m (16 x 16 KS) times the first 8 NT rows of Bn transposed, for the warp's
+// kFwdM m-tiles, each B fragment read once for all of them: S = Q K^T. A from registers (qf) or,
+// with kStaged, as rows [r + 16 m, r + 16 m + 16) of the staged tile A.
+template <int KS, int NT, bool kStaged>
+__device__ __forceinline__ void product_nt_m(float (&x)[kFwdM][NT][4],
+                                             const uint32_t (&qf)[kStaged ? 1 : kFwdM][KS][4],
+                                             const uint16_t* A, int r, const uint16_t* Bn, int LS,
+                                             int lane) {
+#pragma unroll
+    for (int m = 0; m < kFwdM; m++)
+#pragma unroll
+        for (int n = 0; n < NT; n++) x[m][n][0] = x[m][n][1] = x[m][n][2] = x[m][n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        uint32_t af[kFwdM][4];
+#pragma unroll
+        for (int m = 0; m < kFwdM; m++) {
+            if constexpr (kStaged)
+                ldsm_block<false>(af[m], A, LS, r + 16 * m, kk * 16, lane);
+            else
+#pragma unroll
+                for (int u = 0; u < 4; u++) af[m][u] = qf[m][kk][u];
+        }
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; n2++) {
+            uint32_t bf[4];
+            ldsm_block<false>(bf, Bn, LS, n2 * 16, kk * 16, lane);
+            const uint32_t b0[2] = {bf[0], bf[2]}, b1[2] = {bf[1], bf[3]};
+#pragma unroll
+            for (int m = 0; m < kFwdM; m++) {
+                mma_bf16_16816(x[m][2 * n2], af[m], b0);
+                mma_bf16_16816(x[m][2 * n2 + 1], af[m], b1);
+            }
+        }
+    }
+}
+
+// o[m] (16 x 8 DN) += P_m V for the warp's m-tiles: P_m's 16 x 16 KC blocks as A fragments
+// (pf[m][kc], bf16: half the registers of P's fp32 C fragments), V rows [0, 16 KC) of the
+// k-major tile Vk, each V fragment read once.
+template <int KC, int DN>
+__device__ __forceinline__ void product_pv_m(float (&o)[kFwdM][DN][4],
+                                             const uint32_t (&pf)[kFwdM][KC][4], const uint16_t* Vk,
+                                             int LS, int lane) {
+#pragma unroll
+    for (int kc = 0; kc < KC; kc++)
+#pragma unroll
+        for (int dn2 = 0; dn2 < DN / 2; dn2++) {
+            uint32_t bf[4];
+            ldsm_block<true>(bf, Vk, LS, kc * 16, dn2 * 16, lane);
+            const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
+#pragma unroll
+            for (int m = 0; m < kFwdM; m++) {
+                mma_bf16_16816(o[m][2 * dn2], pf[m][kc], b0);
+                mma_bf16_16816(o[m][2 * dn2 + 1], pf[m][kc], b1);
+            }
+        }
+}
+
+// kGeneral: the instantiation for the families evaluated through bias_value (KERPLE-power, T5,
+// Table); the other serves none, ALiBi and KERPLE-log without a call in it.
+template <int kD, bool kGeneral>
 __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, float* lse, TcArgs a) {
-    // Qs (kBr, LS) | two stages of [Ks (kBc, LS) | Vs (kBc, LS) | posK (kBc floats)]
+    // Qs (kBrF, LS) | two stages of [Ks (kBc, LS) | Vs (kBc, LS) | posK (kBc floats)]
     extern __shared__ float sm[];
-    constexpr int LS = kD + kPad, KS = kD / 16, DN = kD / 8, NT = kBc / 8;
+    constexpr int LS = kD + kPad, KS = kD / 16, DN = kD / 8, NT = kBc / 8, M = kFwdM;
     constexpr int kStage = 2 * kBc * LS + 2 * kBc;  // bf16 elements
+    constexpr bool kQRegs = kQInRegisters<kD>;
     uint16_t* Qs = reinterpret_cast<uint16_t*>(sm);
     const int T = a.T, C = a.C, D = a.D, kind = a.bs.kind, family = bias_family(kind);
-    const int q0 = tile_index() * kBr, h = blockIdx.y, b = blockIdx.z;
+    const int q0 = tile_index() * kBrF, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
     const size_t bh = size_t(b) * a.H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
     const bool positions = needs_positions(kind);
-    auto Ks = [&](int st) { return Qs + kBr * LS + st * kStage; };
+    auto Ks = [&](int st) { return Qs + kBrF * LS + st * kStage; };
     auto Vs = [&](int st) { return Ks(st) + kBc * LS; };
     auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kBc * LS); };
-    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kBr - 1);
+    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kBrF - 1);
     const int n_tiles = (j_last - k_first) / kBc + 1;
-    stage_async<kBr, kD>(Qs, a.q + rows + size_t(q0) * kD, kD);
+    stage_async<kBrF, kD>(Qs, a.q + rows + size_t(q0) * kD, kD);
     auto load = [&](int it) {
         const int st = it & 1;
         stage_key_tile<kD>(Ks(st), Vs(st), posK(st), a, rows, pos, k_first + it * kBc, positions);
     };
     load(0);  // Q travels in the first group
 
-    // rows i[0] = q0 + wr + g and i[1] = i[0] + 8 of this thread; keys [lo, hi] (empty past T)
-    const int wr = warp * 16, w0 = q0 + wr, w1 = w0 + 15;
-    int i[2], lo[2], hi[2];
-    float pi[2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const float* trow[2];
+    // row rr = 2 m + r of this thread is query row_i(rr); it attends keys [lo[rr], row_i(rr)]
+    // (none past T: lo = INT_MAX). Only what cannot be recomputed for free lives in registers:
+    // the two m-tiles' O and S take most of them.
+    const int wr = warp * 16 * M, w0 = q0 + wr, w1 = w0 + 16 * M - 1, ig = w0 + (lane >> 2);
+    constexpr int R = 2 * M;
+    auto row_i = [&](int rr) { return ig + 16 * (rr >> 1) + 8 * (rr & 1); };
+    int lo[R];
+    float pi[R], m_run[R], l[R];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        i[r] = w0 + (lane >> 2) + 8 * r;
-        const bool real = i[r] < T;
-        lo[r] = real ? row_lo(a, b, i[r]) : 1;
-        hi[r] = real ? i[r] : 0;
-        pi[r] = real && positions ? pos[i[r]] : 0.0f;
-        trow[r] = table_row(a, b, h, i[r]);
+    for (int rr = 0; rr < R; rr++) {
+        const bool real = row_i(rr) < T;
+        lo[rr] = real ? row_lo(a, b, row_i(rr)) : INT_MAX;
+        pi[rr] = real && positions ? pos[row_i(rr)] : 0.0f;
+        m_run[rr] = -INFINITY;
+        l[rr] = 0.0f;
     }
     const float pa = param_a(a.bs, h), pb = param_b(a.bs, h), scale2 = a.scale * kLog2e;
-    float o[DN][4];
+    float o[M][DN][4];
 #pragma unroll
-    for (int dn = 0; dn < DN; dn++) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-    uint32_t qf[KS][4];
+    for (int m = 0; m < M; m++)
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++)
+            o[m][dn][0] = o[m][dn][1] = o[m][dn][2] = o[m][dn][3] = 0.0f;
+    uint32_t qf[kQRegs ? M : 1][KS][4];
 
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = k_first + it * kBc, st = it & 1;
         await_tile(it, n_tiles, load);  // tile it (and Q) visible to every warp
-        if (it == 0) {
+        if constexpr (kQRegs) {
+            if (it == 0) {
 #pragma unroll
-            for (int kk = 0; kk < KS; kk++) ldsm_block<false>(qf[kk], Qs, LS, wr, kk * 16, lane);
+                for (int m = 0; m < M; m++)
+#pragma unroll
+                    for (int kk = 0; kk < KS; kk++)
+                        ldsm_block<false>(qf[m][kk], Qs, LS, wr + 16 * m, kk * 16, lane);
+            }
         }
         const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
         if (cv != kSkip) {
-            float s[NT][4];
-            product_nt<KS, NT>(s, qf, Ks(st), LS, lane);
+            float s[M][NT][4];
+            product_nt_m<KS, NT, !kQRegs>(s, qf, Qs, wr, Ks(st), LS, lane);
             const float* pk = posK(st);
             // s becomes the logits in base 2, -inf outside the mask
-            float mx[2] = {-INFINITY, -INFINITY};
-            with_family(family, cv == kPartial, [&](auto fam, auto masked) {
+            float mx[R];
+#pragma unroll
+            for (int rr = 0; rr < R; rr++) mx[rr] = -INFINITY;
+            const int fam_run = kGeneral ? kOtherBias : family;
+            with_family<kGeneral>(fam_run, cv == kPartial, [&](auto fam, auto masked) {
                 constexpr int F = decltype(fam)::value;
                 constexpr bool kMasked = decltype(masked)::value;
 #pragma unroll
-                for (int n = 0; n < NT; n++)
+                for (int m = 0; m < M; m++)
+#pragma unroll
+                    for (int n = 0; n < NT; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int rr = 2 * m + (e >> 1), c = n * 8 + 2 * t + (e & 1);
+                            const int j = k0 + c;
+                            const bool out = kMasked && (j < lo[rr] || j > row_i(rr));
+                            const float* trow =
+                                F == kOtherBias ? table_row(a, b, h, row_i(rr)) : nullptr;
+                            // a masked logit's bias is finite (positions past T are staged as
+                            // 0) and dropped: a select, not a branch per logit
+                            const float x =
+                                out ? -INFINITY
+                                    : fmaf(s[m][n][e], scale2,
+                                           bias2_of<F>(a.bs, h, pa, pb, pi[rr],
+                                                       positions ? pk[c] : 0.0f, trow, j));
+                            s[m][n][e] = x;
+                            mx[rr] = fmaxf(mx[rr], x);
+                        }
+            });
+            float corr[R], ms[R], sum[R];
+#pragma unroll
+            for (int rr = 0; rr < R; rr++) {
+                mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(kFullMask, mx[rr], 1));
+                mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(kFullMask, mx[rr], 2));
+                const float mn = fmaxf(m_run[rr], mx[rr]);
+                ms[rr] = mn == -INFINITY ? 0.0f : mn;  // a row with nothing visible yet
+                corr[rr] = exp2_ftz(m_run[rr] - ms[rr]);
+                m_run[rr] = mn;
+                sum[rr] = 0.0f;
+            }
+            // P in bf16 A fragments (the C fragments of 8-column tiles 2 kc and 2 kc + 1 are
+            // the A fragment of k step kc), summed in fp32 before rounding
+            uint32_t pf[M][NT / 2][4];
+#pragma unroll
+            for (int m = 0; m < M; m++)
+#pragma unroll
+                for (int n = 0; n < NT; n++) {
+                    float p[4];
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), j = k0 + c;
-                        if (kMasked && (j < lo[r] || j > hi[r])) {
-                            s[n][e] = -INFINITY;
-                            continue;
-                        }
-                        const float x = fmaf(s[n][e], scale2,
-                                             bias2_of<F>(a.bs, h, pa, pb, pi[r],
-                                                         positions ? pk[c] : 0.0f, trow[r], j));
-                        s[n][e] = x;
-                        mx[r] = fmaxf(mx[r], x);
+                        p[e] = exp2_ftz(s[m][n][e] - ms[2 * m + (e >> 1)]);
+                        sum[2 * m + (e >> 1)] += p[e];
                     }
-            });
-            float corr[2], ms[2], sum[2] = {0.0f, 0.0f};
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 2));
-                const float mn = fmaxf(m[r], mx[r]);
-                ms[r] = mn == -INFINITY ? 0.0f : mn;  // a row with nothing visible yet
-                corr[r] = exp2f(m[r] - ms[r]);
-                m[r] = mn;
-            }
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float p = exp2f(s[n][e] - ms[e >> 1]);
-                    s[n][e] = p;
-                    sum[e >> 1] += p;
+                    pf[m][n / 2][2 * (n & 1)] = pack_bf16(p[0], p[1]);
+                    pf[m][n / 2][2 * (n & 1) + 1] = pack_bf16(p[2], p[3]);
                 }
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                sum[r] += __shfl_xor_sync(kFullMask, sum[r], 1);
-                sum[r] += __shfl_xor_sync(kFullMask, sum[r], 2);
-                l[r] = l[r] * corr[r] + sum[r];
+            for (int rr = 0; rr < R; rr++) {
+                sum[rr] += __shfl_xor_sync(kFullMask, sum[rr], 1);
+                sum[rr] += __shfl_xor_sync(kFullMask, sum[rr], 2);
+                l[rr] = l[rr] * corr[rr] + sum[rr];
             }
 #pragma unroll
-            for (int dn = 0; dn < DN; dn++) {
-                o[dn][0] *= corr[0];
-                o[dn][1] *= corr[0];
-                o[dn][2] *= corr[1];
-                o[dn][3] *= corr[1];
-            }
-            product_from_c<kBc / 16, DN>(o, s, Vs(st), LS, lane);
+            for (int m = 0; m < M; m++)
+#pragma unroll
+                for (int dn = 0; dn < DN; dn++) {
+                    o[m][dn][0] *= corr[2 * m];
+                    o[m][dn][1] *= corr[2 * m];
+                    o[m][dn][2] *= corr[2 * m + 1];
+                    o[m][dn][3] *= corr[2 * m + 1];
+                }
+            product_pv_m<kBc / 16, DN>(o, pf, Vs(st), LS, lane);
         }
         __syncthreads();  // stage st is refilled by the next iteration's load
     }
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (i[r] >= T) continue;  // every real row has its diagonal: l > 0
-        const float inv = 1.0f / l[r];
-        float* dst = out + (size_t(b) * T + i[r]) * C + size_t(h) * D;
+    for (int rr = 0; rr < R; rr++) {
+        const int i = row_i(rr), m = rr >> 1, r = rr & 1;
+        if (i >= T) continue;  // every real row has its diagonal: l > 0
+        const float inv = 1.0f / l[rr];
+        float* dst = out + (size_t(b) * T + i) * C + size_t(h) * D;
 #pragma unroll
         for (int dn = 0; dn < DN; dn++) {
             const int d = dn * 8 + 2 * t;
-            if (d < D) dst[d] = o[dn][2 * r] * inv;
-            if (d + 1 < D) dst[d + 1] = o[dn][2 * r + 1] * inv;
+            if (d < D) dst[d] = o[m][dn][2 * r] * inv;
+            if (d + 1 < D) dst[d + 1] = o[m][dn][2 * r + 1] * inv;
         }
-        if (t == 0) lse[(size_t(b) * a.H + h) * T + i[r]] = (m[r] + log2f(l[r])) * kLn2;
+        if (t == 0) lse[(size_t(b) * a.H + h) * T + i] = (m_run[rr] + log2f(l[rr])) * kLn2;
     }
 }
 
@@ -209,7 +317,7 @@ __global__ void pack_rows_kernel(uint16_t* dst, const float* src, int ld, int co
 // ================================================================ launch helpers
 
 int tc_head_dim(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 80 ? 80 : kFlashMaxHeadDim; }
-int padded_T(int T) { return (T + kBc - 1) / kBc * kBc; }
+int padded_T(int T) { return (T + kBrF - 1) / kBrF * kBrF; }  // whole forward query blocks
 
 // rows (B, H, Tp, kD) of src's heads at col0.
 cudaError_t pack(uint16_t* rows, const float* src, int ld, int col0, int B, int T, int H, int D,
@@ -240,15 +348,21 @@ TcArgs make_args(const float* positions, int T, int C, int H, KeyMask mask,
 // Dynamic shared memory (bytes) of the forward kernel for head dim kD.
 size_t fwd_smem(int kD) {
     const size_t LS = size_t(kD) + kPad;
-    return (size_t(kBr) * LS + 2 * size_t(2 * kBc) * LS) * 2 + 2 * kBc * 4;
+    return (size_t(kBrF) * LS + 2 * size_t(2 * kBc) * LS) * 2 + 2 * kBc * 4;
+}
+template <int kD, bool kGeneral>
+cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
+    auto* kernel = &flash_tc_fwd_kernel<kD, kGeneral>;
+    static const cudaError_t ready = allow_dynamic_shared(kernel, fwd_smem(kD));
+    if (ready != cudaSuccess) return ready;
+    const dim3 grid((a.T + kBrF - 1) / kBrF, a.H, B);
+    kernel<<<grid, kThreads, fwd_smem(kD), s>>>(out, lse, a);
+    return cudaGetLastError();
 }
 template <int kD>
 cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
-    static const cudaError_t ready = allow_dynamic_shared(flash_tc_fwd_kernel<kD>, fwd_smem(kD));
-    if (ready != cudaSuccess) return ready;
-    const dim3 grid((a.T + kBr - 1) / kBr, a.H, B);
-    flash_tc_fwd_kernel<kD><<<grid, kThreads, fwd_smem(kD), s>>>(out, lse, a);
-    return cudaGetLastError();
+    return bias_family(a.bs.kind) == kOtherBias ? forward_t<kD, true>(out, lse, a, B, s)
+                                                : forward_t<kD, false>(out, lse, a, B, s);
 }
 
 }  // namespace ctx::cuda::tc

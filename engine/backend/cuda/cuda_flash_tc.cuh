@@ -215,7 +215,7 @@ __device__ __forceinline__ const float* table_row(const TcArgs& a, int b, int h,
 
 // The bias families the logit loops are instantiated for; the rest go through bias_value.
 inline constexpr int kOtherBias = -1;
-__device__ __forceinline__ int bias_family(int kind) {
+__host__ __device__ __forceinline__ int bias_family(int kind) {
     return kind == kNone || kind == kLinear || kind == kKerpleLog ? kind : kOtherBias;
 }
 
@@ -272,7 +272,11 @@ __device__ __forceinline__ float bias2_of(const BiasArgs& bs, int h, float pa, f
 // per row: the diagonal, window and document edges) test each logit against the mask; every
 // tile evaluates its family's bias the same way, so a logit is the same number in the forward
 // and both backward kernels.
-template <class Fn>
+//
+// kGeneral false: a kernel instantiated for the inline families only (the forward's: calls to
+// bias_value_call there made ptxas spill its two m-tiles' accumulators across the call ABI);
+// the launch sends kOtherBias to the kernel's other instantiation, so that case runs nothing.
+template <bool kGeneral = true, class Fn>
 __device__ __forceinline__ void with_family(int family, bool masked, Fn&& f) {
     auto run = [&](auto fam) {
         if (masked)
@@ -284,7 +288,9 @@ __device__ __forceinline__ void with_family(int family, bool masked, Fn&& f) {
         case kNone: run(std::integral_constant<int, kNone>{}); break;
         case kLinear: run(std::integral_constant<int, kLinear>{}); break;
         case kKerpleLog: run(std::integral_constant<int, kKerpleLog>{}); break;
-        default: run(std::integral_constant<int, kOtherBias>{}); break;
+        default:
+            if constexpr (kGeneral) run(std::integral_constant<int, kOtherBias>{});
+            break;
     }
 }
 
@@ -303,7 +309,7 @@ __device__ __forceinline__ bool needs_positions(int kind) { return kind != kNone
 // ================================================================ host side (cuda_flash_tc.cu)
 
 int tc_head_dim(int D);  // the kernel's head dim (32, 64, 80, 128) for D
-int padded_T(int T);     // T rounded up to whole key tiles
+int padded_T(int T);     // T rounded up to whole forward query blocks (whole key tiles)
 // rows (B, H, Tp, kD) bf16 of src's heads at col0 (src (B, T, ld)), zero-padded; with parts > 1
 // also the next parts - 1 blocks of H D columns into the next operands of rows (each B H Tp kD
 // elements on from the last): q, k, v of qkv rows in one launch.

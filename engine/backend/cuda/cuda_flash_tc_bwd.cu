@@ -101,16 +101,35 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int dn = 0; dn < DN; dn++) acc[dn][0] = acc[dn][1] = acc[dn][2] = acc[dn][3] = 0.0f;
 
+    // The warp's Q and dO rows are the A operands of every tile's S and dP: up to head dim 64
+    // their fragments stay in registers (56 ldmatrix a tile become 48; no spill, ptxas -v).
+    constexpr bool kQdORegs = kD <= 64;
+    uint32_t qf[kQdORegs ? KS : 1][4], gf[kQdORegs ? KS : 1][4];
+
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = k_first + it * kBc, st = it & 1;
         await_tile(it, n_tiles, load);
+        if constexpr (kQdORegs) {
+            if (it == 0) {  // Q and dO arrived with the first group
+#pragma unroll
+                for (int kk = 0; kk < KS; kk++) {
+                    ldsm_block<false>(qf[kk], Qs, LS, wr, kk * 16, lane);
+                    ldsm_block<false>(gf[kk], dOs, LS, wr, kk * 16, lane);
+                }
+            }
+        }
         const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
         if (cv == kSkip) {
             if (t5)  // the bucket scan below reads every row of the tile
                 for (int e = lane; e < 16 * kBc; e += 32) Bk[(wr + e / kBc) * kSP + e % kBc] = -1;
         } else {
             float s[NT][4], dp[NT][4];
-            tile_pair<KS, NT>(s, dp, Qs, dOs, wr, Ks(st), Vs(st), LS, lane);
+            if constexpr (kQdORegs) {
+                product_nt<KS, NT>(s, qf, Ks(st), LS, lane);
+                product_nt<KS, NT>(dp, gf, Vs(st), LS, lane);
+            } else {
+                tile_pair<KS, NT>(s, dp, Qs, dOs, wr, Ks(st), Vs(st), LS, lane);
+            }
             const float* pk = posK(st);
             // s becomes dS = P (dP - D_i), 0 outside the mask. kParamGrads: the a, b gradients
             // are summed; kOut: the per-logit output (the table gradient, or T5's staging for
@@ -138,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                 // the log the bias needs is the one its a-gradient needs
                                 const float dd = fabsf(pi[r] - pj), u = fmaf(pb, dd, 1.0f);
                                 const float lg = __log2f(u);
-                                v = exp2f(fmaf(s[n][e], scale2, -pa * lg) - lse2[r]) *
+                                v = exp2_ftz(fmaf(s[n][e], scale2, -pa * lg) - lse2[r]) *
                                     (dp[n][e] - d_r[r]);
                                 if constexpr (kParamGrads) {
                                     fa -= v * lg * kLn2;
@@ -148,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                 const float x = fmaf(s[n][e], scale2,
                                                      bias2_of<F>(a.bs, h, pa, pb, pi[r], pj,
                                                                  trow[r], j));
-                                v = exp2f(x - lse2[r]) * (dp[n][e] - d_r[r]);
+                                v = exp2_ftz(x - lse2[r]) * (dp[n][e] - d_r[r]);
                                 if constexpr (kParamGrads && F == kLinear) {
                                     fa -= v * (pi[r] - pj);
                                 } else if constexpr (kParamGrads) {  // KERPLE-power
@@ -338,15 +357,34 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int dn = 0; dn < DN; dn++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[dn][e] = dv[dn][e] = 0.0f;
+    // The warp's K and V rows are the A operands of every tile's two products: up to head dim
+    // 64 their fragments (2 KS x 4 registers) stay in registers, a third of the tile's ldmatrix
+    // reads fewer; past it the accumulators leave no room and they are read per k step.
+    constexpr bool kKVRegs = kD <= 64;
+    uint32_t kf[kKVRegs ? KS : 1][4], vf[kKVRegs ? KS : 1][4];
 
     for (int it = 0; it < n_tiles; it++) {
         const int q0 = k0 + it * kBq, st = it & 1;
         await_tile(it, n_tiles, load);
+        if constexpr (kKVRegs) {
+            if (it == 0) {  // K and V arrived with the first group
+#pragma unroll
+                for (int kk = 0; kk < KS; kk++) {
+                    ldsm_block<false>(kf[kk], Ks, LS, wk, kk * 16, lane);
+                    ldsm_block<false>(vf[kk], Vs, LS, wk, kk * 16, lane);
+                }
+            }
+        }
         // queries [q0, q0 + kBq) are the rows of the mask test, this warp's keys its columns
         const TileCover cv = cover(a, b, q0, q0 + kBq - 1, w0, w1);
         if (cv != kSkip) {
             float s[NT][4], dp[NT][4];
-            tile_pair<KS, NT>(s, dp, Ks, Vs, wk, Qs(st), dOs(st), LS, lane);
+            if constexpr (kKVRegs) {
+                product_nt<KS, NT>(s, kf, Qs(st), LS, lane);
+                product_nt<KS, NT>(dp, vf, dOs(st), LS, lane);
+            } else {
+                tile_pair<KS, NT>(s, dp, Ks, Vs, wk, Qs(st), dOs(st), LS, lane);
+            }
             const float *pq = posQ(st), *lq = lseQ(st), *dd = dQ(st);
             // s becomes P^T, dp becomes dS^T (row: key, column: query). kDq adds the dq
             // kernel's per-logit outputs: the a, b gradients (kParamGrads), dtable (kTable).
@@ -368,7 +406,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                 // the log the bias needs is the one its a-gradient needs
                                 const float dist = fabsf(pi - pj[r]), u = fmaf(pb, dist, 1.0f);
                                 const float lg = __log2f(u);
-                                p = exp2f(fmaf(s[n][e], scale2, -pa * lg) - lq[c] * kLog2e);
+                                p = exp2_ftz(fmaf(s[n][e], scale2, -pa * lg) - lq[c] * kLog2e);
                                 ds = p * (dp[n][e] - dd[c]);
                                 fa -= ds * lg * kLn2;
                                 fb -= ds * pa * __fdividef(dist, u);
@@ -378,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                 const float x = fmaf(s[n][e], scale2,
                                                      bias2_of<F>(a.bs, h, pa, pb, pi, pj[r],
                                                                  trow, j[r]));
-                                p = exp2f(x - lq[c] * kLog2e);
+                                p = exp2_ftz(x - lq[c] * kLog2e);
                                 ds = p * (dp[n][e] - dd[c]);
                                 if constexpr (kParamGrads && F == kLinear) {
                                     fa -= ds * (pi - pj[r]);

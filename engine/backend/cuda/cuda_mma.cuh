@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #if !defined(__CUDACC__)
+#include <cmath>
 #include <cstring>
 #endif
 
@@ -61,6 +62,22 @@ inline float bf16_half(uint32_t r, int high) {
     return f;
 }
 #endif
+
+// 2^x as the SFU computes it, flushing denormals to zero (ex2.approx.ftz.f32): one MUFU.EX2.
+// exp2f without fast math wraps the same MUFU in a range test and two conditional multiplies
+// that only matter for results below 2^-126, which a softmax probability entering a bf16
+// product (or a sum of them) loses anyway: 3 of the ~8 instructions per logit of the flash
+// kernels' loops. -inf gives +0, as the masked logits need.
+__device__ __forceinline__ float exp2_ftz(float x) {
+#if defined(__CUDACC__)
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    const float y = std::exp2(x);
+    return y < 1.17549435e-38f ? 0.0f : y;  // FLT_MIN: denormal results flush to +0
+#endif
+}
 
 // d += A (16 x 16) B (16 x 8), fp32 accumulation; the warp's 32 lanes call it together.
 __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4],
