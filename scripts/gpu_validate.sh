@@ -288,10 +288,14 @@ quick_bench() {
         step racecheck-atomic-dq 60 "$RUN" "$cs" --tool racecheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
             --gtest_filter='*AtomicDq*d64*:*AtomicDq*full_tiles*'
-        # the forward's 128-query blocks (two m-tiles a warp): T = 1, odd T, windows, D 128
+        # the forward's 128-query blocks (two m-tiles a warp): T = 1, odd T, windows, D 128;
+        # KERPLE-log's tables (device-side decision, fill, clamped lookups)
         step memcheck-flash-forward 45 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
-            --gtest_filter='*Bf16TensorCores*none_*:*Bf16TensorCores*t5_packed_d128*'
+            --gtest_filter='*Bf16TensorCores*none_*:*Bf16TensorCores*t5_packed_d128*:*Bf16ForwardAlone*'
+        step memcheck-kerple-tables 45 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
+            --gtest_filter='*Kerple*:*Bf16TensorCores*kerple_log_int*'
         # the MLP activation's backward written in bf16 for fc's products (odd widths: padding)
         step memcheck-mlp-backward 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_mlp_backward"

@@ -201,13 +201,14 @@ constexpr double kGradTol = 1e-4;
 
 #define EXPECT_CLOSE(got, want, tol) EXPECT_LT(rel_err(got, want), tol) << #got
 
-// Position styles: contiguous, with gaps, wide fractional, unsorted.
-enum PosStyle { kContiguous = 0, kGaps = 1, kWide = 2, kUnsorted = 3 };
+// Position styles: contiguous, with gaps, wide fractional, unsorted, integers with gaps (the
+// original positions of sampled chunks: what KERPLE-log's tables serve, cuda_flash_tc.cuh).
+enum PosStyle { kContiguous = 0, kGaps = 1, kWide = 2, kUnsorted = 3, kIntGaps = 4 };
 
 inline FVec make_positions(ref::Rng& rng, int B, int T, PosStyle style) {
     FVec pos(size_t(B) * T);
     for (int b = 0; b < B; b++) {
-        double p = style == kGaps ? 3.25 + 7 * b : 0.0;
+        double p = style == kGaps ? 3.25 + 7 * b : style == kIntGaps ? 2.0 + 9 * b : 0.0;
         for (int t = 0; t < T; t++) {
             float& x = pos[size_t(b) * T + t];
             switch (style) {
@@ -221,6 +222,10 @@ inline FVec make_positions(ref::Rng& rng, int B, int T, PosStyle style) {
                     x = float(p);
                     break;
                 case kUnsorted: x = float(rng.uniform(0.0, 40.0)); break;
+                case kIntGaps:  // steps of 1 and a jump of 6 every fifth token
+                    x = float(p);
+                    p += (t % 5 == 4) ? 6.0 : 1.0;
+                    break;
             }
         }
     }

@@ -3,7 +3,8 @@
 // the CPU backend's materialised attention and the CUDA backend's own materialised mode, on the
 // same random inputs: every bias kind with learned and fixed parameters (host ALiBi slopes),
 // windows shorter than, equal to and longer than a tile, T = 1 and odd T (not multiples of the
-// 32-row tile), contiguous / gapped / wide / unsorted fractional positions, head dims 6 to 128,
+// 32-row tile), contiguous / gapped / wide / unsorted fractional and gapped integer positions
+// (KERPLE-log's tables against its computed terms), head dims 6 to 128,
 // T5 with the lookup table, the direct bucket formula and 512 buckets, the Table bias with
 // dtable; the saved log-sum-exp against a double-precision reference; the accumulate semantics;
 // bit-identical repeated runs (no atomics); the bf16 backend's tensor-core kernels on every case
@@ -349,6 +350,71 @@ TEST_P(OpsGpuFlash, Bf16AtomicDqMatchesSplitKernels) {
     expect_bf16_grads_match_cpu(atomic, k, fc.learn);
 }
 
+// The tensor-core forward alone (evaluation and generation run no backward) against the CPU on
+// bf16-rounded operands: out within kBf16Tol, lse within kFwdTol of the double reference, at
+// head dims 64 and 128, T past one 128-query block, with a window. Under CTX_EMU_SMEM_OPTIN=
+// 101376 (an sm_86/89 GPU's 99 KiB) the head dim 128 forward runs one m-tile per warp (its
+// two-m-tile block needs 104,960 bytes) while the backward is refused (105,216), so this is
+// what covers that layout there (and on such a GPU).
+TEST(OpsGpuFlashChecks, Bf16ForwardAloneMatchesCpu) {
+    REQUIRE_GPU();
+    for (const FlashCase& fc :
+         {FlashCase{"d64", 2, 150, 128, 2, ctx::BiasKind::Linear, 0, kGaps},
+          FlashCase{"d128", 2, 200, 256, 2, ctx::BiasKind::KerpleLog, 50, kWide},
+          FlashCase{"d128_t5", 1, 130, 256, 2, ctx::BiasKind::T5, 0, kIntGaps}}) {
+        SCOPED_TRACE(fc.name);
+        const int B = fc.B, T = fc.T, C = fc.C, H = fc.H;
+        const Bf16Case k = bf16_case(fc, 9000 + fc.T + fc.C);
+        BiasData bd = k.bd;
+        DevCase dc(k.positions, k.qkv, bd, fc, gpu_bf16());
+        const ctx::AttentionOptions o = options(fc, bd, &dc, AttentionMode::Flash);
+        Dev out(size_t(B) * T * C, gpu_bf16()),
+            saved(ctx::attention_saved_floats(AttentionMode::Flash, B, T, H), gpu_bf16());
+        gpu_bf16().attention_forward(out.get(), saved.get(), dc.qkv.get(), dc.pos.get(), B, T, C,
+                                     H, o);
+        EXPECT_CLOSE(out.host(), k.out, kBf16Tol);
+        EXPECT_CLOSE(saved.host(), reference_lse(fc, k.qkv, k.positions, k.bd), kFwdTol);
+    }
+}
+
+// KERPLE-log's backward looks its terms up (log2(1 + b d) and d / (1 + b d) per integer
+// distance) when a call's positions are integers spanning less than the tables, and computes
+// them otherwise; the tables hold what the computation gives, so both agree bit for bit. The
+// same rows twice: as they are (tables), and with the second row's positions moved 70000 on
+// (the call's span exceeds the tables: computed; each row's distances, so its attention, are
+// unchanged). Learned and fixed parameters, head dims 64 (both backward kernels from the
+// tables) and 128 (the dk/dv kernel computes), the two-kernel and the one-kernel backward.
+TEST(OpsGpuFlashKerple, TablesGiveTheComputedTermsBitForBit) {
+    REQUIRE_GPU();
+    for (const FlashCase& fc :
+         {FlashCase{"d64", 2, 150, 128, 2, ctx::BiasKind::KerpleLog, 0, kIntGaps},
+          FlashCase{"d128_window", 2, 140, 256, 2, ctx::BiasKind::KerpleLog, 40, kContiguous},
+          FlashCase{"d64_fixed", 2, 70, 128, 2, ctx::BiasKind::KerpleLog, 0, kIntGaps, 32, 128,
+                    false}}) {
+        SCOPED_TRACE(fc.name);
+        const Bf16Case k = bf16_case(fc, 7000 + fc.T + fc.C);
+        FVec far = k.positions;
+        for (int t = 0; t < fc.T; t++) far[size_t(fc.T) + t] += 70000.0f;
+        for (ctx::Backend* be : {&gpu_bf16(), &gpu_bf16_atomic_dq()}) {
+            SCOPED_TRACE(be->name());
+            const GpuRun tab = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd,
+                                       k.dout, k.dqkv0, fc.learn, *be);
+            const GpuRun comp =
+                run_gpu(fc, AttentionMode::Flash, far, k.qkv, k.bd, k.dout, k.dqkv0, fc.learn, *be);
+            EXPECT_EQ(tab.out, comp.out);
+            EXPECT_EQ(tab.saved, comp.saved);
+            if (be == &gpu_bf16()) {  // the one-kernel dq's atomics add in any order on a GPU
+                EXPECT_EQ(tab.dqkv, comp.dqkv);
+            } else {
+                EXPECT_CLOSE(minus(tab.dqkv, k.dqkv0), minus(comp.dqkv, k.dqkv0), 1e-5);
+            }
+            EXPECT_EQ(tab.da, comp.da);  // per-block partials in a fixed order, both backwards
+            EXPECT_EQ(tab.db, comp.db);
+            expect_bf16_grads_match_cpu(tab, k, fc.learn);
+        }
+    }
+}
+
 // Bit-identical outputs and gradients on a repeated call: no atomics, fixed reduction orders.
 TEST_P(OpsGpuFlash, IsDeterministic) {
     REQUIRE_GPU();
@@ -390,6 +456,12 @@ INSTANTIATE_TEST_SUITE_P(
         FlashCase{"linear_window_unsorted", 2, 70, 128, 2, ctx::BiasKind::Linear, 5, kUnsorted},
         FlashCase{"kerple_log_d80", 2, 77, 160, 2, ctx::BiasKind::KerpleLog, 0, kWide},
         FlashCase{"kerple_log_window_long", 1, 70, 128, 2, ctx::BiasKind::KerpleLog, 40, kGaps},
+        // integer positions: the backward's KERPLE-log terms from its tables
+        FlashCase{"kerple_log_int_gaps", 2, 150, 128, 2, ctx::BiasKind::KerpleLog, 0, kIntGaps},
+        FlashCase{"kerple_log_int_d128_window", 1, 140, 256, 2, ctx::BiasKind::KerpleLog, 40,
+                  kContiguous},
+        FlashCase{"kerple_log_int_fixed_d80", 2, 70, 160, 2, ctx::BiasKind::KerpleLog, 0, kIntGaps,
+                  32, 128, false},
         FlashCase{"kerple_power_d128", 1, 65, 256, 2, ctx::BiasKind::KerplePower, 0, kGaps},
         FlashCase{"kerple_power_window", 2, 50, 128, 2, ctx::BiasKind::KerplePower, 9, kWide},
         FlashCase{"kerple_power_unsorted_d8", 2, 31, 24, 3, ctx::BiasKind::KerplePower, 0,

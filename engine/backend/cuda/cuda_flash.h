@@ -56,8 +56,9 @@ cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, 
 // launch_flash_backward, with q, k, v, dout and the probabilities / dlogits entering each product
 // rounded to bf16 (fp32 accumulation, fp32 softmax statistics). packed: flash_tc_packed_elems
 // bf16 of scratch (any contents) for the operands packed per head. launch_flash_tc_backward
-// computes dvec itself, like launch_flash_backward.
-size_t flash_tc_packed_elems(int B, int T, int C, int H);
+// computes dvec itself, like launch_flash_backward. With KERPLE-log (bias_kind, BiasArgs::kind)
+// the space also holds its per-distance tables (H x 64k distances x 2 floats).
+size_t flash_tc_packed_elems(int B, int T, int C, int H, int bias_kind = 0);
 // Shared memory per block (dynamic and static bytes) the tensor-core kernels need at head dim D:
 // the forward, and the backward's largest kernel (the dq kernel with its T5 staging when t5).
 size_t flash_tc_forward_smem_bytes(int D);

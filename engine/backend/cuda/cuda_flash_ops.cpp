@@ -65,7 +65,7 @@ void FlashAttention::forward(cudaStream_t stream, float* out, float* lse, const 
     const BiasArgs ba = bias_.stage(opt.bias, H, stream, op);
     if (packed_ != nullptr) {
         check_tc_smem(flash_tc_forward_smem_bytes(C / H), C / H, op);
-        uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H), op);
+        uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H, ba.kind), op);
         check_cuda(launch_flash_tc_forward(out, lse, packed, qkv, positions, B, T, C, H,
                                            KeyMask{opt.window, opt.doc_start}, ba, stream),
                    op);
@@ -95,7 +95,7 @@ void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, 
     if (packed_ != nullptr) {
         check_tc_smem(flash_tc_backward_smem_bytes(C / H, bias_grads && bs.kind == BiasKind::T5),
                       C / H, op);
-        uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H), op);
+        uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H, ba.kind), op);
         check_cuda(launch_flash_tc_backward(dqkv, dvec, parts, dtable, packed, dout, qkv, out, lse,
                                             positions, B, T, C, H,
                                             KeyMask{opt.window, opt.doc_start}, ba,

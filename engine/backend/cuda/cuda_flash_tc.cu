@@ -55,33 +55,35 @@ namespace ctx::cuda::tc {
 // from shared memory feeds two products: 128 bytes of ldmatrix per mma instead of 256. With one
 // m-tile per warp the kernel needed more shared-memory bandwidth (~171 bytes a clock an SM at
 // the H100's mma.sync rate) than an SM has (128), and measured 23-34% tensor-pipe activity.
-inline constexpr int kFwdM = 2;              // m-tiles per warp
-inline constexpr int kBrF = kFwdM * 16 * 4;  // queries per forward block (4 warps)
+// M, the m-tiles per warp, is 2 wherever the block's shared memory fits the GPU: at head dim 128
+// its 128-row Q tile makes 104,960 bytes, past the 99 KiB of sm_86/89, which then run M = 1 (the
+// layout before, 87,552 bytes) rather than refuse the forward.
+inline constexpr int kBrF = 2 * 16 * 4;  // queries per forward block at M = 2 (4 warps)
 static_assert(kBrF % kBc == 0, "whole key tiles per query block (padded_T)");
 
-// Q's fragments stay in registers up to head dim 64 (KS x kFwdM x 4 registers); past it they
-// are read per k step: at 80 they made ptxas spill, at 128 the two m-tiles' O (128 registers)
-// and S (64) leave no room.
-template <int kD>
-inline constexpr bool kQInRegisters = kD <= 64;
+// Q's fragments stay in registers up to head dim 64 (KS x M x 4 registers), and with one m-tile;
+// else they are read per k step: at 80 they made ptxas spill, at 128 the two m-tiles' O (128
+// registers) and S (64) leave no room.
+template <int kD, int M>
+inline constexpr bool kQInRegisters = kD <= 64 || M == 1;
 
 // x[m] (16 x 8 NT) = A_m (16 x 16 KS) times the first 8 NT rows of Bn transposed, for the warp's
-// kFwdM m-tiles, each B fragment read once for all of them: S = Q K^T. A from registers (qf) or,
+// M m-tiles, each B fragment read once for all of them: S = Q K^T. A from registers (qf) or,
 // with kStaged, as rows [r + 16 m, r + 16 m + 16) of the staged tile A.
-template <int KS, int NT, bool kStaged>
-__device__ __forceinline__ void product_nt_m(float (&x)[kFwdM][NT][4],
-                                             const uint32_t (&qf)[kStaged ? 1 : kFwdM][KS][4],
+template <int M, int KS, int NT, bool kStaged>
+__device__ __forceinline__ void product_nt_m(float (&x)[M][NT][4],
+                                             const uint32_t (&qf)[kStaged ? 1 : M][KS][4],
                                              const uint16_t* A, int r, const uint16_t* Bn, int LS,
                                              int lane) {
 #pragma unroll
-    for (int m = 0; m < kFwdM; m++)
+    for (int m = 0; m < M; m++)
 #pragma unroll
         for (int n = 0; n < NT; n++) x[m][n][0] = x[m][n][1] = x[m][n][2] = x[m][n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < KS; kk++) {
-        uint32_t af[kFwdM][4];
+        uint32_t af[M][4];
 #pragma unroll
-        for (int m = 0; m < kFwdM; m++) {
+        for (int m = 0; m < M; m++) {
             if constexpr (kStaged)
                 ldsm_block<false>(af[m], A, LS, r + 16 * m, kk * 16, lane);
             else
@@ -94,7 +96,7 @@ __device__ __forceinline__ void product_nt_m(float (&x)[kFwdM][NT][4],
             ldsm_block<false>(bf, Bn, LS, n2 * 16, kk * 16, lane);
             const uint32_t b0[2] = {bf[0], bf[2]}, b1[2] = {bf[1], bf[3]};
 #pragma unroll
-            for (int m = 0; m < kFwdM; m++) {
+            for (int m = 0; m < M; m++) {
                 mma_bf16_16816(x[m][2 * n2], af[m], b0);
                 mma_bf16_16816(x[m][2 * n2 + 1], af[m], b1);
             }
@@ -105,10 +107,9 @@ __device__ __forceinline__ void product_nt_m(float (&x)[kFwdM][NT][4],
 // o[m] (16 x 8 DN) += P_m V for the warp's m-tiles: P_m's 16 x 16 KC blocks as A fragments
 // (pf[m][kc], bf16: half the registers of P's fp32 C fragments), V rows [0, 16 KC) of the
 // k-major tile Vk, each V fragment read once.
-template <int KC, int DN>
-__device__ __forceinline__ void product_pv_m(float (&o)[kFwdM][DN][4],
-                                             const uint32_t (&pf)[kFwdM][KC][4], const uint16_t* Vk,
-                                             int LS, int lane) {
+template <int M, int KC, int DN>
+__device__ __forceinline__ void product_pv_m(float (&o)[M][DN][4], const uint32_t (&pf)[M][KC][4],
+                                             const uint16_t* Vk, int LS, int lane) {
 #pragma unroll
     for (int kc = 0; kc < KC; kc++)
 #pragma unroll
@@ -117,7 +118,7 @@ __device__ __forceinline__ void product_pv_m(float (&o)[kFwdM][DN][4],
             ldsm_block<true>(bf, Vk, LS, kc * 16, dn2 * 16, lane);
             const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
 #pragma unroll
-            for (int m = 0; m < kFwdM; m++) {
+            for (int m = 0; m < M; m++) {
                 mma_bf16_16816(o[m][2 * dn2], pf[m][kc], b0);
                 mma_bf16_16816(o[m][2 * dn2 + 1], pf[m][kc], b1);
             }
@@ -126,26 +127,26 @@ __device__ __forceinline__ void product_pv_m(float (&o)[kFwdM][DN][4],
 
 // kGeneral: the instantiation for the families evaluated through bias_value (KERPLE-power, T5,
 // Table); the other serves none, ALiBi and KERPLE-log without a call in it.
-template <int kD, bool kGeneral>
+template <int kD, bool kGeneral, int M>
 __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, float* lse, TcArgs a) {
-    // Qs (kBrF, LS) | two stages of [Ks (kBc, LS) | Vs (kBc, LS) | posK (kBc floats)]
+    // Qs (BR, LS) | two stages of [Ks (kBc, LS) | Vs (kBc, LS) | posK (kBc floats)]
     extern __shared__ float sm[];
-    constexpr int LS = kD + kPad, KS = kD / 16, DN = kD / 8, NT = kBc / 8, M = kFwdM;
+    constexpr int LS = kD + kPad, KS = kD / 16, DN = kD / 8, NT = kBc / 8, BR = M * 64;
     constexpr int kStage = 2 * kBc * LS + 2 * kBc;  // bf16 elements
-    constexpr bool kQRegs = kQInRegisters<kD>;
+    constexpr bool kQRegs = kQInRegisters<kD, M>;
     uint16_t* Qs = reinterpret_cast<uint16_t*>(sm);
     const int T = a.T, C = a.C, D = a.D, kind = a.bs.kind, family = bias_family(kind);
-    const int q0 = tile_index() * kBrF, h = blockIdx.y, b = blockIdx.z;
+    const int q0 = tile_index() * BR, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
     const size_t bh = size_t(b) * a.H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
     const bool positions = needs_positions(kind);
-    auto Ks = [&](int st) { return Qs + kBrF * LS + st * kStage; };
+    auto Ks = [&](int st) { return Qs + BR * LS + st * kStage; };
     auto Vs = [&](int st) { return Ks(st) + kBc * LS; };
     auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kBc * LS); };
-    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kBrF - 1);
+    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + BR - 1);
     const int n_tiles = (j_last - k_first) / kBc + 1;
-    stage_async<kBrF, kD>(Qs, a.q + rows + size_t(q0) * kD, kD);
+    stage_async<BR, kD>(Qs, a.q + rows + size_t(q0) * kD, kD);
     auto load = [&](int it) {
         const int st = it & 1;
         stage_key_tile<kD>(Ks(st), Vs(st), posK(st), a, rows, pos, k_first + it * kBc, positions);
@@ -192,16 +193,17 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
         const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
         if (cv != kSkip) {
             float s[M][NT][4];
-            product_nt_m<KS, NT, !kQRegs>(s, qf, Qs, wr, Ks(st), LS, lane);
+            product_nt_m<M, KS, NT, !kQRegs>(s, qf, Qs, wr, Ks(st), LS, lane);
             const float* pk = posK(st);
             // s becomes the logits in base 2, -inf outside the mask
             float mx[R];
 #pragma unroll
             for (int rr = 0; rr < R; rr++) mx[rr] = -INFINITY;
             const int fam_run = kGeneral ? kOtherBias : family;
-            with_family<kGeneral>(fam_run, cv == kPartial, [&](auto fam, auto masked) {
+            with_family<kGeneral, false>(fam_run, cv == kPartial, [&](auto fam, auto masked) {
                 constexpr int F = decltype(fam)::value;
                 constexpr bool kMasked = decltype(masked)::value;
+                const KerpleRows kr{};  // KERPLE-log by its MUFU path (with_family: kTables)
 #pragma unroll
                 for (int m = 0; m < M; m++)
 #pragma unroll
@@ -213,13 +215,13 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
                             const bool out = kMasked && (j < lo[rr] || j > row_i(rr));
                             const float* trow =
                                 F == kOtherBias ? table_row(a, b, h, row_i(rr)) : nullptr;
-                            // a masked logit's bias is finite (positions past T are staged as
-                            // 0) and dropped: a select, not a branch per logit
+                            // a masked logit's bias is computed and dropped: a select, not
+                            // a branch per logit
                             const float x =
                                 out ? -INFINITY
                                     : fmaf(s[m][n][e], scale2,
                                            bias2_of<F>(a.bs, h, pa, pb, pi[rr],
-                                                       positions ? pk[c] : 0.0f, trow, j));
+                                                       positions ? pk[c] : 0.0f, trow, j, kr));
                             s[m][n][e] = x;
                             mx[rr] = fmaxf(mx[rr], x);
                         }
@@ -266,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
                     o[m][dn][2] *= corr[2 * m + 1];
                     o[m][dn][3] *= corr[2 * m + 1];
                 }
-            product_pv_m<kBc / 16, DN>(o, pf, Vs(st), LS, lane);
+            product_pv_m<M, kBc / 16, DN>(o, pf, Vs(st), LS, lane);
         }
         __syncthreads();  // stage st is refilled by the next iteration's load
     }
@@ -314,6 +316,67 @@ __global__ void pack_rows_kernel(uint16_t* dst, const float* src, int ld, int co
     }
 }
 
+// ================================================================ KERPLE-log tables
+
+// kinfo[0] = 1 when all n positions are finite integers whose span (max - min, which bounds
+// every |pi - pj| of a call) is below cap, kinfo[1] = span + 1 then (else 0, 0). One block: a
+// pass over B x T floats.
+__global__ void kerple_info_kernel(int* kinfo, const float* pos, size_t n, int cap) {
+    __shared__ float red[32];
+    __shared__ int redi[32];
+    float hi = -INFINITY, neg_lo = -INFINITY;
+    int odd = 0;  // positions that are not finite integers
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) {
+        const float x = pos[i];
+        odd += !(fabsf(x) < 8388608.0f && x == rintf(x));
+        hi = fmaxf(hi, x);
+        neg_lo = fmaxf(neg_lo, -x);
+    }
+    hi = block_max(hi, red);
+    neg_lo = block_max(neg_lo, red);
+    odd = block_sum(odd, redi);
+    if (threadIdx.x == 0) {
+        const float span = n > 0 ? hi + neg_lo : 0.0f;  // exact: integers below 2^23
+        const bool use = odd == 0 && span < float(cap);
+        kinfo[0] = use ? 1 : 0;
+        kinfo[1] = use ? int(span) + 1 : 0;
+    }
+}
+
+// tab[h cap + d] = log2(1 + b[h] d), tab[(H + h) cap + d] = d / (1 + b[h] d) for the kinfo[1]
+// distances d the call needs, with the instructions of the kernels' MUFU path (u = fma(b, d, 1),
+// __log2f, __fdividef), so a looked-up term is bit for bit the computed one.
+__global__ void kerple_table_kernel(float* tab, const int* kinfo, const float* b, int H, int cap) {
+    if (kinfo[0] == 0) return;
+    const int filled = kinfo[1];
+    for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < size_t(H) * cap;
+         idx += size_t(gridDim.x) * blockDim.x) {
+        const int h = int(idx / cap), d = int(idx % cap);
+        if (d >= filled) continue;
+        const float dist = float(d), u = fmaf(b[h], dist, 1.0f);
+        tab[size_t(h) * cap + d] = __log2f(u);
+        tab[size_t(H + h) * cap + d] = __fdividef(dist, u);
+    }
+}
+
+size_t kerple_space_elems(int H) {
+    // kinfo (2 ints) padded to 16 bytes, then the two tables of H x kKerpleCap floats
+    return 8 + size_t(2) * 2 * H * kKerpleCap;
+}
+
+cudaError_t launch_kerple_tables(TcArgs& a, uint16_t* space, int B, cudaStream_t s) {
+    int* kinfo = reinterpret_cast<int*>(space);
+    float* tab = reinterpret_cast<float*>(space + 8);
+    kerple_info_kernel<<<1, 1024, 0, s>>>(kinfo, a.pos, size_t(B) * a.T, kKerpleCap);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    const size_t n = size_t(a.H) * kKerpleCap;
+    kerple_table_kernel<<<grid_for(n, 256, 4096), 256, 0, s>>>(tab, kinfo, a.bs.b, a.H, kKerpleCap);
+    a.ktab = tab;
+    a.kinfo = kinfo;
+    a.kcap = kKerpleCap;
+    return cudaGetLastError();
+}
+
 // ================================================================ launch helpers
 
 int tc_head_dim(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 80 ? 80 : kFlashMaxHeadDim; }
@@ -346,18 +409,37 @@ TcArgs make_args(const float* positions, int T, int C, int H, KeyMask mask,
 }
 
 // Dynamic shared memory (bytes) of the forward kernel for head dim kD.
-size_t fwd_smem(int kD) {
+size_t fwd_smem(int kD, int M) {
     const size_t LS = size_t(kD) + kPad;
-    return (size_t(kBrF) * LS + 2 * size_t(2 * kBc) * LS) * 2 + 2 * kBc * 4;
+    return (size_t(M) * 64 * LS + 2 * size_t(2 * kBc) * LS) * 2 + 2 * kBc * 4;
+}
+
+// The m-tiles per warp of the forward at head dim kD on this process's GPU (see kBrF).
+int fwd_m(int kD) {
+    static const size_t optin = [] {
+        int device = 0;
+        cudaDeviceProp prop{};
+        const bool ok = cudaGetDevice(&device) == cudaSuccess &&
+                        cudaGetDeviceProperties(&prop, device) == cudaSuccess;
+        cudaGetLastError();
+        return ok ? size_t(prop.sharedMemPerBlockOptin) : size_t(0);
+    }();
+    return kD == kFlashMaxHeadDim && optin > 0 && fwd_smem(kD, 2) > optin ? 1 : 2;
+}
+template <int kD, bool kGeneral, int M>
+cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
+    auto* kernel = &flash_tc_fwd_kernel<kD, kGeneral, M>;
+    static const cudaError_t ready = allow_dynamic_shared(kernel, fwd_smem(kD, M));
+    if (ready != cudaSuccess) return ready;
+    const dim3 grid((a.T + M * 64 - 1) / (M * 64), a.H, B);
+    kernel<<<grid, kThreads, fwd_smem(kD, M), s>>>(out, lse, a);
+    return cudaGetLastError();
 }
 template <int kD, bool kGeneral>
 cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
-    auto* kernel = &flash_tc_fwd_kernel<kD, kGeneral>;
-    static const cudaError_t ready = allow_dynamic_shared(kernel, fwd_smem(kD));
-    if (ready != cudaSuccess) return ready;
-    const dim3 grid((a.T + kBrF - 1) / kBrF, a.H, B);
-    kernel<<<grid, kThreads, fwd_smem(kD), s>>>(out, lse, a);
-    return cudaGetLastError();
+    if constexpr (kD == kFlashMaxHeadDim)  // the one head dim where M = 2 may not fit
+        if (fwd_m(kD) == 1) return forward_t<kD, kGeneral, 1>(out, lse, a, B, s);
+    return forward_t<kD, kGeneral, 2>(out, lse, a, B, s);
 }
 template <int kD>
 cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
@@ -369,13 +451,17 @@ cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream
 
 namespace ctx::cuda {
 
-size_t flash_tc_packed_elems(int B, int T, int C, int H) {
+size_t flash_tc_packed_elems(int B, int T, int C, int H, int bias_kind) {
     using namespace tc;
     if (B <= 0 || T <= 0 || H <= 0) return 0;
-    return size_t(4) * B * H * padded_T(T) * tc_head_dim(C / H);
+    return size_t(4) * B * H * padded_T(T) * tc_head_dim(C / H) +
+           (bias_kind == kKerpleLog ? kerple_space_elems(H) : 0);
 }
 
-size_t flash_tc_forward_smem_bytes(int D) { return tc::fwd_smem(tc::tc_head_dim(D)); }
+size_t flash_tc_forward_smem_bytes(int D) {
+    const int kD = tc::tc_head_dim(D);
+    return tc::fwd_smem(kD, tc::fwd_m(kD));
+}
 
 cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
                                     const float* positions, int B, int T, int C, int H, KeyMask mask,

@@ -20,7 +20,7 @@
 namespace ctx::cuda::tc {
 
 inline constexpr int kThreads = 128;  // 4 warps
-inline constexpr int kBr = 64;        // queries per block (forward, dq): 16 per warp
+inline constexpr int kBr = 64;        // queries per block (dq): 16 per warp
 inline constexpr int kBc = 64;        // keys per tile (forward, dq), keys per block (dkv): 16 per warp
 inline constexpr int kBq = 32;        // queries per tile of the dkv kernel
 inline constexpr int kPad = 8;        // bf16 padding per staged row (16 bytes)
@@ -37,7 +37,17 @@ struct TcArgs {
     float scale;               // 1 / sqrt(D)
     BiasArgs bs;
     bool accumulate = true;    // backward: dqkv += (else =, GradStore::Overwrite)
+    // KERPLE-log (backward): per head h and integer distance d, log2(1 + b[h] d) at
+    // ktab[h kcap + d] and d / (1 + b[h] d) at ktab[(H + h) kcap + d] (launch_kerple_tables),
+    // computed as the MUFU path computes them, so bit-identical; kinfo[0] = 1 when this call's
+    // positions are all integers spanning less than kcap (the backward kernels then look the
+    // terms up instead of up to two MUFU ops a logit), kinfo[1] = the distances filled.
+    const float* ktab = nullptr;
+    const int* kinfo = nullptr;
+    int kcap = 0;
 };
+
+inline constexpr int kKerpleCap = 65536;  // distances per head in the KERPLE-log tables
 
 // A gradient entry the backward kernels own: added to, or written over (GradStore).
 __device__ __forceinline__ void store_grad(float* p, float v, bool accumulate) {
@@ -214,7 +224,8 @@ __device__ __forceinline__ const float* table_row(const TcArgs& a, int b, int h,
 }
 
 // The bias families the logit loops are instantiated for; the rest go through bias_value.
-inline constexpr int kOtherBias = -1;
+// kKerpleTable is KERPLE-log with its terms looked up (TcArgs::ktab), chosen per call.
+inline constexpr int kOtherBias = -1, kKerpleTable = 100;
 __host__ __device__ __forceinline__ int bias_family(int kind) {
     return kind == kNone || kind == kLinear || kind == kKerpleLog ? kind : kOtherBias;
 }
@@ -229,6 +240,48 @@ __device__ __forceinline__ void stage_key_tile(uint16_t* Ks, uint16_t* Vs, float
     stage_async<kBc, kD>(Vs, a.v + rows + size_t(k0) * kD, kD);
     if (positions) stage_floats_async(posK, pos, k0, kBc, a.T);
     cp_async_commit();
+}
+
+// The family a backward kernel's logit loops run for this call: KERPLE-log from its tables
+// when the call's positions allow them (their entries are the values the forward computes, so
+// a logit is the same number in the forward and the backward either way).
+__device__ __forceinline__ int call_family(const TcArgs& a) {
+    const int f = bias_family(a.bs.kind);
+    return f == kKerpleLog && a.kinfo != nullptr && a.kinfo[0] != 0 ? kKerpleTable : f;
+}
+
+// One head's rows of the KERPLE-log tables and the last distance they hold.
+struct KerpleRows {
+    const float *lg = nullptr, *ratio = nullptr;
+    int last = 0;
+};
+__device__ __forceinline__ KerpleRows kerple_rows(const TcArgs& a, int h) {
+    KerpleRows r;
+    if (a.ktab != nullptr && a.kinfo[0] != 0) {
+        r.lg = a.ktab + size_t(h) * a.kcap;
+        r.ratio = a.ktab + size_t(a.H + h) * a.kcap;
+        r.last = a.kinfo[1] - 1;
+    }
+    return r;
+}
+
+// KERPLE-log's log2(1 + b d) for d = |pi - pj| and, with kRatio, d / (1 + b d) (its b-gradient
+// term) into *ratio: for kKerpleTable two loads (d is an exact integer: dist + 2^23 carries it in
+// its low mantissa bits, so no F2I, which issues at the MUFU's rate; any distance, a masked
+// logit's too, clamps into the rows), else the fast log2 and division (MUFU).
+template <int F, bool kRatio>
+__device__ __forceinline__ float kerple_log2(const KerpleRows& kr, float pb, float pi, float pj,
+                                             float* ratio) {
+    const float dist = fabsf(pi - pj);
+    if constexpr (F == kKerpleTable) {
+        const int d = min(int(__float_as_uint(dist + 8388608.0f) - 0x4B000000u), kr.last);
+        if constexpr (kRatio) *ratio = kr.ratio[d];
+        return kr.lg[d];
+    } else {
+        const float u = fmaf(pb, dist, 1.0f);
+        if constexpr (kRatio) *ratio = __fdividef(dist, u);
+        return __log2f(u);
+    }
 }
 
 // The head's bias parameters a[h], b[h] where the family has them (0 otherwise).
@@ -253,16 +306,17 @@ static __device__ __noinline__ int t5_bucket_call(BiasArgs bs, float pi, float p
 
 // Bias of logit (i, j) times log2 e (the logits are kept in base 2) for family F (pa, pb: the
 // head's parameters a[h], b[h]): ALiBi is one multiply-add, KERPLE-log a fast log2 (bf16 logits
-// need no more), the rest bias_value's exact arithmetic.
+// need no more) or a table load (kr), the rest bias_value's exact arithmetic.
 template <int F>
 __device__ __forceinline__ float bias2_of(const BiasArgs& bs, int h, float pa, float pb, float pi,
-                                          float pj, const float* trow, int j) {
+                                          float pj, const float* trow, int j,
+                                          const KerpleRows& kr) {
     if constexpr (F == kNone)
         return 0.0f;
     else if constexpr (F == kLinear)
         return (pa * kLog2e) * (pj - pi);
-    else if constexpr (F == kKerpleLog)
-        return -pa * __log2f(fmaf(pb, fabsf(pi - pj), 1.0f));
+    else if constexpr (F == kKerpleLog || F == kKerpleTable)
+        return -pa * kerple_log2<F, false>(kr, pb, pi, pj, nullptr);
     else
         return bias_value_call(bs, h, pi, pj, trow, j) * kLog2e;
 }
@@ -276,7 +330,11 @@ __device__ __forceinline__ float bias2_of(const BiasArgs& bs, int h, float pa, f
 // kGeneral false: a kernel instantiated for the inline families only (the forward's: calls to
 // bias_value_call there made ptxas spill its two m-tiles' accumulators across the call ABI);
 // the launch sends kOtherBias to the kernel's other instantiation, so that case runs nothing.
-template <bool kGeneral = true, class Fn>
+// kTables false: no KERPLE-log loop from the tables (the forward's: its 64 table loads a tile
+// in flight made ptxas spill; the tables hold the MUFU path's values, so it computes them).
+// The cases left out run nothing: the launches never send them (a __trap() there cost the
+// forward 52-132 bytes of spill at head dims 64-80, ptxas sm_90).
+template <bool kGeneral = true, bool kTables = true, class Fn>
 __device__ __forceinline__ void with_family(int family, bool masked, Fn&& f) {
     auto run = [&](auto fam) {
         if (masked)
@@ -288,8 +346,13 @@ __device__ __forceinline__ void with_family(int family, bool masked, Fn&& f) {
         case kNone: run(std::integral_constant<int, kNone>{}); break;
         case kLinear: run(std::integral_constant<int, kLinear>{}); break;
         case kKerpleLog: run(std::integral_constant<int, kKerpleLog>{}); break;
+        case kKerpleTable:
+            if constexpr (kTables)
+                run(std::integral_constant<int, kKerpleTable>{});
+            break;
         default:
-            if constexpr (kGeneral) run(std::integral_constant<int, kOtherBias>{});
+            if constexpr (kGeneral)
+                run(std::integral_constant<int, kOtherBias>{});
             break;
     }
 }
@@ -297,7 +360,7 @@ __device__ __forceinline__ void with_family(int family, bool masked, Fn&& f) {
 // The query tile a block works on: heaviest (latest) first, so the long causal rows start early.
 __device__ __forceinline__ int tile_index() { return int(gridDim.x - 1 - blockIdx.x); }
 
-// First key tile of query tile q0 (causal with window); its last key is min(T, q0 + kBr) - 1.
+// First key tile of the query block at q0 (causal with window): the block's first query's.
 __device__ __forceinline__ int first_key_tile(int q0, int window) {
     const int j_lo = window > 0 ? max(0, q0 - window + 1) : 0;
     return (j_lo / kBc) * kBc;
@@ -316,5 +379,10 @@ int padded_T(int T);     // T rounded up to whole forward query blocks (whole ke
 cudaError_t pack(uint16_t* rows, const float* src, int ld, int col0, int B, int T, int H, int D,
                  cudaStream_t s, int parts = 1);
 TcArgs make_args(const float* positions, int T, int C, int H, KeyMask mask, const BiasArgs& bias);
+// KERPLE-log's backward only: decides on the device whether this call's B x T positions allow
+// the tables and fills them from the bias's b, in `space` (kerple_space_elems bf16 elements past
+// the packed operands, 16-byte aligned); sets a.ktab, a.kinfo, a.kcap. No host synchronisation.
+size_t kerple_space_elems(int H);
+cudaError_t launch_kerple_tables(TcArgs& a, uint16_t* space, int B, cudaStream_t s);
 
 }  // namespace ctx::cuda::tc

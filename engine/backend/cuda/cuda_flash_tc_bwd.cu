@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kBc * LS); };
     float* Sd = reinterpret_cast<float*>(Ks(2));
     int* Bk = reinterpret_cast<int*>(Sd + kBr * kSP);
-    const int T = a.T, C = a.C, D = a.D, H = a.H, kind = a.bs.kind, family = bias_family(kind);
+    const int T = a.T, C = a.C, D = a.D, H = a.H, kind = a.bs.kind, family = call_family(a);
     const int tile = tile_index(), q0 = tile * kBr, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const size_t bh = size_t(b) * H + h, rows = bh * a.Tp * kD;
@@ -141,6 +141,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                 constexpr bool kMasked = decltype(masked)::value;
                 constexpr bool kParamGrads = decltype(param_grads)::value;
                 constexpr int kOut = decltype(out)::value;
+                constexpr bool kKerple = F == kKerpleLog || F == kKerpleTable;
+                const KerpleRows kr = F == kKerpleTable ? kerple_rows(a, h) : KerpleRows{};
                 float fa = 0.0f, fb = 0.0f;  // this tile's share of the a, b gradients
 #pragma unroll
                 for (int n = 0; n < NT; n++)
@@ -153,20 +155,21 @@ __global__ void __launch_bounds__(kThreads, 2)
                                                            : pk[c];
                         float v = 0.0f;
                         if (in) {
-                            if constexpr (F == kKerpleLog) {
+                            if constexpr (kKerple) {
                                 // the log the bias needs is the one its a-gradient needs
-                                const float dd = fabsf(pi[r] - pj), u = fmaf(pb, dd, 1.0f);
-                                const float lg = __log2f(u);
+                                float ratio = 0.0f;
+                                const float lg =
+                                    kerple_log2<F, kParamGrads>(kr, pb, pi[r], pj, &ratio);
                                 v = exp2_ftz(fmaf(s[n][e], scale2, -pa * lg) - lse2[r]) *
                                     (dp[n][e] - d_r[r]);
                                 if constexpr (kParamGrads) {
                                     fa -= v * lg * kLn2;
-                                    fb -= v * pa * __fdividef(dd, u);
+                                    fb -= v * pa * ratio;
                                 }
                             } else {
-                                const float x = fmaf(s[n][e], scale2,
-                                                     bias2_of<F>(a.bs, h, pa, pb, pi[r], pj,
-                                                                 trow[r], j));
+                                const float x =
+                                    fmaf(s[n][e], scale2,
+                                         bias2_of<F>(a.bs, h, pa, pb, pi[r], pj, trow[r], j, kr));
                                 v = exp2_ftz(x - lse2[r]) * (dp[n][e] - d_r[r]);
                                 if constexpr (kParamGrads && F == kLinear) {
                                     fa -= v * (pi[r] - pj);
@@ -317,7 +320,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     auto lseQ = [&](int st) { return posQ(st) + kBq; };
     auto dQ = [&](int st) { return lseQ(st) + kBq; };
     uint16_t* dSs = Qs(2);
-    const int T = a.T, C = a.C, D = a.D, H = a.H, kind = a.bs.kind, family = bias_family(kind);
+    // KERPLE-log from its tables saves the split form a MUFU lg2 a logit; at head dim 128 the
+    // products outweigh the MUFU and the table loop made ptxas spill.
+    constexpr bool kTables = kDq || kD <= 80;
+    const int T = a.T, C = a.C, D = a.D, H = a.H, kind = a.bs.kind;
+    const int family = kTables ? call_family(a) : bias_family(kind);
     // the earliest keys first: they meet the most queries (the reverse of the query kernels)
     const int k0 = blockIdx.x * kBc, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -393,6 +400,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                 constexpr bool kMasked = decltype(masked)::value;
                 constexpr bool kParamGrads = decltype(param_grads)::value;
                 constexpr bool kTable = decltype(table)::value;
+                constexpr bool kKerple = F == kKerpleLog || F == kKerpleTable;
+                const KerpleRows kr = F == kKerpleTable ? kerple_rows(a, h) : KerpleRows{};
                 float fa = 0.0f, fb = 0.0f;  // this tile's share of the a, b gradients
 #pragma unroll
                 for (int n = 0; n < NT; n++)
@@ -402,20 +411,20 @@ __global__ void __launch_bounds__(kThreads, 2)
                         float p = 0.0f, ds = 0.0f;
                         if (!kMasked || in_mask(a, b, i, j[r])) {
                             const float pi = F != kNone && positions ? pq[c] : 0.0f;
-                            if constexpr (F == kKerpleLog && kParamGrads) {
+                            if constexpr (kKerple && kParamGrads) {
                                 // the log the bias needs is the one its a-gradient needs
-                                const float dist = fabsf(pi - pj[r]), u = fmaf(pb, dist, 1.0f);
-                                const float lg = __log2f(u);
+                                float ratio = 0.0f;
+                                const float lg = kerple_log2<F, true>(kr, pb, pi, pj[r], &ratio);
                                 p = exp2_ftz(fmaf(s[n][e], scale2, -pa * lg) - lq[c] * kLog2e);
                                 ds = p * (dp[n][e] - dd[c]);
                                 fa -= ds * lg * kLn2;
-                                fb -= ds * pa * __fdividef(dist, u);
+                                fb -= ds * pa * ratio;
                             } else {
                                 const float* trow =
                                     F == kOtherBias ? table_row(a, b, h, i) : nullptr;
                                 const float x = fmaf(s[n][e], scale2,
                                                      bias2_of<F>(a.bs, h, pa, pb, pi, pj[r],
-                                                                 trow, j[r]));
+                                                                 trow, j[r], kr));
                                 p = exp2_ftz(x - lq[c] * kLog2e);
                                 ds = p * (dp[n][e] - dd[c]);
                                 if constexpr (kParamGrads && F == kLinear) {
@@ -440,7 +449,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             using Yes = std::true_type;
             using No = std::false_type;
             auto by_family = [&] {
-                with_family(family, cv == kPartial, [&](auto fam, auto masked) {
+                with_family<true, kTables>(family, cv == kPartial, [&](auto fam, auto masked) {
                     if constexpr (kDq && decltype(fam)::value != kNone) {
                         if (grads)
                             logits(fam, masked, Yes{}, No{});
@@ -607,6 +616,8 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
     a.k = k;
     a.v = v;
     a.g = g;
+    if (a.bs.kind == kKerpleLog)  // the forward's decision and tables, rebuilt alike
+        if (cudaError_t e = launch_kerple_tables(a, q + 4 * n, B, s); e != cudaSuccess) return e;
     if (a.D <= 32) return backward_t<32>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
     if (a.D <= 64) return backward_t<64>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
     if (a.D <= 80) return backward_t<80>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);

@@ -43,6 +43,9 @@ void check_dyn_shared(const void* kernel, size_t shmem);  // aborts above the ke
 // Dynamic shared memory a kernel may launch with: 48 KiB unless raised (up to 227 KiB, sm_90) by
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), as on a GPU.
 void set_dyn_shared_limit(const void* kernel, int bytes);
+// The opt-in shared memory per block the emulated GPU has: 227 KiB (sm_90), or
+// CTX_EMU_SMEM_OPTIN bytes (101376: an sm_86/89 GPU's 99 KiB).
+size_t smem_optin();
 size_t dyn_shared_limit(const void* kernel);
 template <class K, class... A>
 void launch(K kernel, dim3 g, dim3 b, size_t shmem, cudaStream_t, A... args) {
@@ -66,7 +69,8 @@ T shfl_impl(T v, int src) {
 
 template <class F>
 cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
-    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > 227 * 1024)
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+        size_t(value) > emu::smem_optin())
         return cudaErrorInvalidValue;
     emu::set_dyn_shared_limit(reinterpret_cast<const void*>(kernel), value);
     return cudaSuccess;

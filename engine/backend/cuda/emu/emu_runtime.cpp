@@ -151,6 +151,20 @@ std::map<const void*, size_t>& dyn_limits() {
 }  // namespace
 
 void set_dyn_shared_limit(const void* kernel, int bytes) { dyn_limits()[kernel] = size_t(bytes); }
+size_t smem_optin() {
+    static const size_t optin = [] {
+        const char* e = std::getenv("CTX_EMU_SMEM_OPTIN");
+        if (e == nullptr) return size_t(227 * 1024);
+        char* end = nullptr;
+        const long v = std::strtol(e, &end, 10);
+        if (end == e || *end != '\0' || v < 48 * 1024 || v > 227 * 1024) {
+            fprintf(stderr, "emu: CTX_EMU_SMEM_OPTIN=%s (expected bytes in [49152, 232448])\n", e);
+            abort();
+        }
+        return size_t(v);
+    }();
+    return optin;
+}
 size_t dyn_shared_limit(const void* kernel) {
     const auto it = dyn_limits().find(kernel);
     return it == dyn_limits().end() ? size_t(48 * 1024) : std::max(size_t(48 * 1024), it->second);
@@ -181,7 +195,10 @@ bool reverse_threads() {
 void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body) {
     const int nt = int(b.x * b.y * b.z);
     if (nt > 1024 || nt <= 0) { fprintf(stderr, "emu: bad block size %d\n", nt); abort(); }
-    if (shmem > 227 * 1024) { fprintf(stderr, "emu: dynamic shared %zu > 227 KiB\n", shmem); abort(); }
+    if (shmem > smem_optin()) {
+        fprintf(stderr, "emu: dynamic shared %zu > the device's %zu\n", shmem, smem_optin());
+        abort();
+    }
     g_gdim = g;
     g_bdim = b;
     g_body = &body;
@@ -252,7 +269,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     std::memset(p, 0, sizeof(*p));
     std::strcpy(p->name, "CPU emulation");
     p->major = 9; p->minor = 0; p->totalGlobalMem = size_t(80) << 30;
-    p->sharedMemPerBlockOptin = 227 * 1024;  // sm_90
+    p->sharedMemPerBlockOptin = emu::smem_optin();  // sm_90, or CTX_EMU_SMEM_OPTIN
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = reinterpret_cast<cudaStream_t>(0x1); return cudaSuccess; }
