@@ -8,7 +8,8 @@
 #   quick     one device call's worth (~4 minutes on an H100): the tests, then the numbers that
 #             track issue 17 (GPT-2 124M bf16, its A/B with CTX_BF16_ACTIVATIONS=0 and its
 #             `bench --profile`; attention at D 64 / 128 for none, alibi and kerple_log at T 1k /
-#             4k / 16k; the same and GPT-2 with CTX_FLASH_BACKWARD=atomic; the SDPA peer),
+#             4k / 16k; the same and GPT-2 with CTX_FLASH_BACKWARD=atomic; attention with
+#             CTX_FLASH_FORWARD_MTILES=1; the SDPA peer),
 #             racecheck of the flash full-tile cases (both backwards), memcheck of the bf16
 #             activation kernels, the atomic-dq backward, the one-launch AdamW and the forward's
 #             edge cases, ncu of the forward at D 64 / 128, T 4k (tensor pipe, shared-memory
@@ -262,6 +263,12 @@ quick_bench() {
         step "ab-attention-d$d-bf16-atomic-dq" 60 env CTX_FLASH_BACKWARD=atomic "${B[@]}" \
             attention --device cuda --precision bf16 --head-dim $d --T 1024,4096,16384 \
             --pe none,alibi,kerple_log --steps 5 --repeats 2
+    done
+    # A/B: the forward at one m-tile per warp (the layout before 2026-11-28) against two
+    for d in 64 128; do
+        step "ab-attention-d$d-bf16-fwd-1mtile" 45 env CTX_FLASH_FORWARD_MTILES=1 "${B[@]}" \
+            attention --device cuda --precision bf16 --head-dim $d --T 1024,4096,16384 \
+            --pe none,kerple_log --steps 5 --repeats 2
     done
     step ab-gpt2-124m-bf16-atomic-dq 60 env CTX_FLASH_BACKWARD=atomic "${B[@]}" \
         --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3

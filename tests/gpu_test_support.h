@@ -41,21 +41,31 @@ inline ctx::Backend& gpu_bf16() {
     return *be;
 }
 
+// A bf16 CUDA backend made while the environment variable var is value (unset again after).
+inline std::unique_ptr<ctx::Backend> make_bf16_backend_with(const char* var, const char* value) {
+    setenv(var, value, 1);
+    std::unique_ptr<ctx::Backend> made;
+    try {
+        made = ctx::make_cuda_backend(0, ctx::Precision::Bf16);
+    } catch (...) {
+        unsetenv(var);
+        throw;
+    }
+    unsetenv(var);
+    return made;
+}
+
 // The same with the one-kernel tensor-core attention backward (CTX_FLASH_BACKWARD=atomic: dq by
 // fp32 atomic adds; cuda_flash.h FlashBackward).
 inline ctx::Backend& gpu_bf16_atomic_dq() {
-    static std::unique_ptr<ctx::Backend> be = [] {
-        setenv("CTX_FLASH_BACKWARD", "atomic", 1);
-        std::unique_ptr<ctx::Backend> made;
-        try {
-            made = ctx::make_cuda_backend(0, ctx::Precision::Bf16);
-        } catch (...) {
-            unsetenv("CTX_FLASH_BACKWARD");
-            throw;
-        }
-        unsetenv("CTX_FLASH_BACKWARD");
-        return made;
-    }();
+    static std::unique_ptr<ctx::Backend> be = make_bf16_backend_with("CTX_FLASH_BACKWARD", "atomic");
+    return *be;
+}
+
+// The same with the tensor-core forward at one m-tile per warp (CTX_FLASH_FORWARD_MTILES=1).
+inline ctx::Backend& gpu_bf16_one_mtile() {
+    static std::unique_ptr<ctx::Backend> be =
+        make_bf16_backend_with("CTX_FLASH_FORWARD_MTILES", "1");
     return *be;
 }
 

@@ -23,6 +23,7 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -352,10 +353,9 @@ TEST_P(OpsGpuFlash, Bf16AtomicDqMatchesSplitKernels) {
 
 // The tensor-core forward alone (evaluation and generation run no backward) against the CPU on
 // bf16-rounded operands: out within kBf16Tol, lse within kFwdTol of the double reference, at
-// head dims 64 and 128, T past one 128-query block, with a window. Under CTX_EMU_SMEM_OPTIN=
-// 101376 (an sm_86/89 GPU's 99 KiB) the head dim 128 forward runs one m-tile per warp (its
-// two-m-tile block needs 104,960 bytes) while the backward is refused (105,216), so this is
-// what covers that layout there (and on such a GPU).
+// head dims 64 and 128, T past one 128-query block, with a window; and with one m-tile per warp
+// (CTX_FLASH_FORWARD_MTILES=1, the layout GPUs with 99 KiB of shared memory a block run at head
+// dim 128) the same bits: each row meets the same key tiles, its products in the same order.
 TEST(OpsGpuFlashChecks, Bf16ForwardAloneMatchesCpu) {
     REQUIRE_GPU();
     for (const FlashCase& fc :
@@ -365,15 +365,22 @@ TEST(OpsGpuFlashChecks, Bf16ForwardAloneMatchesCpu) {
         SCOPED_TRACE(fc.name);
         const int B = fc.B, T = fc.T, C = fc.C, H = fc.H;
         const Bf16Case k = bf16_case(fc, 9000 + fc.T + fc.C);
-        BiasData bd = k.bd;
-        DevCase dc(k.positions, k.qkv, bd, fc, gpu_bf16());
-        const ctx::AttentionOptions o = options(fc, bd, &dc, AttentionMode::Flash);
-        Dev out(size_t(B) * T * C, gpu_bf16()),
-            saved(ctx::attention_saved_floats(AttentionMode::Flash, B, T, H), gpu_bf16());
-        gpu_bf16().attention_forward(out.get(), saved.get(), dc.qkv.get(), dc.pos.get(), B, T, C,
-                                     H, o);
-        EXPECT_CLOSE(out.host(), k.out, kBf16Tol);
-        EXPECT_CLOSE(saved.host(), reference_lse(fc, k.qkv, k.positions, k.bd), kFwdTol);
+        auto forward = [&](ctx::Backend& be) {
+            BiasData bd = k.bd;
+            DevCase dc(k.positions, k.qkv, bd, fc, be);
+            const ctx::AttentionOptions o = options(fc, bd, &dc, AttentionMode::Flash);
+            Dev out(size_t(B) * T * C, be),
+                saved(ctx::attention_saved_floats(AttentionMode::Flash, B, T, H), be);
+            be.attention_forward(out.get(), saved.get(), dc.qkv.get(), dc.pos.get(), B, T, C, H,
+                                 o);
+            return std::make_pair(out.host(), saved.host());
+        };
+        const auto [out, lse] = forward(gpu_bf16());
+        EXPECT_CLOSE(out, k.out, kBf16Tol);
+        EXPECT_CLOSE(lse, reference_lse(fc, k.qkv, k.positions, k.bd), kFwdTol);
+        const auto [out1, lse1] = forward(gpu_bf16_one_mtile());
+        EXPECT_EQ(out1, out);
+        EXPECT_EQ(lse1, lse);
     }
 }
 
@@ -538,6 +545,14 @@ TEST(OpsGpuFlashChecks, BackwardKernelsSwitch) {
     expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
                  {"CTX_FLASH_BACKWARD", "fused", "split", "atomic"});
     unsetenv("CTX_FLASH_BACKWARD");
+    // the forward's m-tiles per warp likewise (CTX_FLASH_FORWARD_MTILES: 2 or 1)
+    EXPECT_NE(gpu_bf16_one_mtile().name().find("1 m-tile forward"), std::string::npos)
+        << gpu_bf16_one_mtile().name();
+    EXPECT_EQ(gpu_bf16().name().find("m-tile"), std::string::npos) << gpu_bf16().name();
+    setenv("CTX_FLASH_FORWARD_MTILES", "3", 1);
+    expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
+                 {"CTX_FLASH_FORWARD_MTILES", "'3'", "2", "1"});
+    unsetenv("CTX_FLASH_FORWARD_MTILES");
     EXPECT_EQ(fp32_name.find("atomic dq"), std::string::npos) << fp32_name;
     EXPECT_EQ(split_name, gpu_bf16().name());
 }

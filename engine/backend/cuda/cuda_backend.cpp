@@ -168,14 +168,24 @@ CudaBackend::CudaBackend(int device, Precision precision)
               "or atomic (one kernel, dq by atomic adds), got '{}'", fb);
     const bool atomic_dq = fb != nullptr && std::strcmp(fb, "atomic") == 0;
     flash_.set_backward_kernels(atomic_dq ? FlashBackward::AtomicDq : FlashBackward::Split);
+    // the tensor-core forward's m-tiles per warp: 2 (the default) or 1 (the layout before
+    // 2026-11-28), for A/B timings
+    const char* fm = std::getenv("CTX_FLASH_FORWARD_MTILES");
+    CTX_CHECK(fm == nullptr || *fm == '\0' || std::strcmp(fm, "1") == 0 ||
+                  std::strcmp(fm, "2") == 0,
+              "CTX_FLASH_FORWARD_MTILES: expected 2 (32 queries a warp, the default) or 1 (16), "
+              "got '{}'", fm);
+    const bool one_mtile = fm != nullptr && std::strcmp(fm, "1") == 0;
+    flash_.set_forward_mtiles(one_mtile ? 1 : 2);
     // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
     // fp32 accumulation; "bf16 activations" when the products' inputs are stored in bf16)
-    name_ = fmt::format("cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{})", device,
+    name_ = fmt::format("cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{})", device,
                         prop.name, prop.major, prop.minor,
                         double(prop.totalGlobalMem) / double(size_t(1) << 30),
                         precision_name(precision_), bf16_activations_ ? " activations" : "",
                         lt_.enabled() ? "Lt" : "",
                         atomic_dq && precision_ == Precision::Bf16 ? ", atomic dq" : "",
+                        one_mtile && precision_ == Precision::Bf16 ? ", 1 m-tile forward" : "",
                         sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
 }
 

@@ -61,11 +61,14 @@ cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, 
 size_t flash_tc_packed_elems(int B, int T, int C, int H, int bias_kind = 0);
 // Shared memory per block (dynamic and static bytes) the tensor-core kernels need at head dim D:
 // the forward, and the backward's largest kernel (the dq kernel with its T5 staging when t5).
-size_t flash_tc_forward_smem_bytes(int D);
+// mtiles: the forward's m-tiles per warp (CTX_FLASH_FORWARD_MTILES, cuda_backend.cpp): 2 (the
+// default: 32 queries a warp, where the GPU's shared memory fits it) or 1 (16, the layout
+// before 2026-11-28), for A/B timings.
+size_t flash_tc_forward_smem_bytes(int D, int mtiles = 2);
 size_t flash_tc_backward_smem_bytes(int D, bool t5);
 cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
                                     const float* positions, int B, int T, int C, int H, KeyMask mask,
-                                    const BiasArgs& bias, cudaStream_t s);
+                                    const BiasArgs& bias, cudaStream_t s, int mtiles = 2);
 // How the tensor-core backward is split into kernels (CTX_FLASH_BACKWARD, cuda_backend.cpp):
 //   Split     a dq kernel per query tile and a dk / dv kernel per key tile (7 products per
 //             tile pair); every entry owned by one thread: bit-for-bit repeatable. The default.
@@ -93,6 +96,8 @@ public:
     // The tensor-core backward's kernels (FlashBackward); the fp32 kernels have one layout.
     void set_backward_kernels(FlashBackward k) { backward_kernels_ = k; }
     FlashBackward backward_kernels() const { return backward_kernels_; }
+    // The tensor-core forward's m-tiles per warp (flash_tc_forward_smem_bytes): 2 or 1.
+    void set_forward_mtiles(int m) { forward_mtiles_ = m; }
 
     // True when the kernels handle this shape (C divisible by H, head dim C / H <=
     // kFlashMaxHeadDim).
@@ -128,6 +133,7 @@ private:
     DeviceScratch<uint16_t>* packed_;
     size_t smem_limit_ = 0;  // the device's opt-in shared memory per block, once read
     FlashBackward backward_kernels_ = FlashBackward::Split;
+    int forward_mtiles_ = 2;
 };
 
 }  // namespace ctx::cuda

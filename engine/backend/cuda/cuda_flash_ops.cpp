@@ -64,10 +64,11 @@ void FlashAttention::forward(cudaStream_t stream, float* out, float* lse, const 
     if (B <= 0) return;
     const BiasArgs ba = bias_.stage(opt.bias, H, stream, op);
     if (packed_ != nullptr) {
-        check_tc_smem(flash_tc_forward_smem_bytes(C / H), C / H, op);
+        check_tc_smem(flash_tc_forward_smem_bytes(C / H, forward_mtiles_), C / H, op);
         uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H, ba.kind), op);
         check_cuda(launch_flash_tc_forward(out, lse, packed, qkv, positions, B, T, C, H,
-                                           KeyMask{opt.window, opt.doc_start}, ba, stream),
+                                           KeyMask{opt.window, opt.doc_start}, ba, stream,
+                                           forward_mtiles_),
                    op);
         return;
     }

@@ -57,7 +57,8 @@ namespace ctx::cuda::tc {
 // the H100's mma.sync rate) than an SM has (128), and measured 23-34% tensor-pipe activity.
 // M, the m-tiles per warp, is 2 wherever the block's shared memory fits the GPU: at head dim 128
 // its 128-row Q tile makes 104,960 bytes, past the 99 KiB of sm_86/89, which then run M = 1 (the
-// layout before, 87,552 bytes) rather than refuse the forward.
+// layout before, 87,552 bytes) rather than refuse the forward. CTX_FLASH_FORWARD_MTILES=1 asks
+// for M = 1 everywhere (A/B timings against the layout before).
 inline constexpr int kBrF = 2 * 16 * 4;  // queries per forward block at M = 2 (4 warps)
 static_assert(kBrF % kBc == 0, "whole key tiles per query block (padded_T)");
 
@@ -414,8 +415,9 @@ size_t fwd_smem(int kD, int M) {
     return (size_t(M) * 64 * LS + 2 * size_t(2 * kBc) * LS) * 2 + 2 * kBc * 4;
 }
 
-// The m-tiles per warp of the forward at head dim kD on this process's GPU (see kBrF).
-int fwd_m(int kD) {
+// The m-tiles per warp of the forward at head dim kD on this process's GPU (see kBrF): the
+// requested number (1 or 2) where its shared memory fits, else 1.
+int fwd_m(int kD, int requested) {
     static const size_t optin = [] {
         int device = 0;
         cudaDeviceProp prop{};
@@ -424,7 +426,7 @@ int fwd_m(int kD) {
         cudaGetLastError();
         return ok ? size_t(prop.sharedMemPerBlockOptin) : size_t(0);
     }();
-    return kD == kFlashMaxHeadDim && optin > 0 && fwd_smem(kD, 2) > optin ? 1 : 2;
+    return requested == 1 || (optin > 0 && fwd_smem(kD, 2) > optin) ? 1 : 2;
 }
 template <int kD, bool kGeneral, int M>
 cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
@@ -436,15 +438,21 @@ cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream
     return cudaGetLastError();
 }
 template <int kD, bool kGeneral>
-cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
-    if constexpr (kD == kFlashMaxHeadDim)  // the one head dim where M = 2 may not fit
-        if (fwd_m(kD) == 1) return forward_t<kD, kGeneral, 1>(out, lse, a, B, s);
-    return forward_t<kD, kGeneral, 2>(out, lse, a, B, s);
+cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s, int m) {
+    // the families through bias_value_call at head dims 80 and 128: one m-tile (with two the
+    // call ABI made ptxas spill 36 / 580 bytes, none with one; sm_90)
+    if constexpr (kGeneral && kD >= 80)
+        return forward_t<kD, true, 1>(out, lse, a, B, s);
+    else
+        return m == 1 ? forward_t<kD, kGeneral, 1>(out, lse, a, B, s)
+                      : forward_t<kD, kGeneral, 2>(out, lse, a, B, s);
 }
 template <int kD>
-cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
-    return bias_family(a.bs.kind) == kOtherBias ? forward_t<kD, true>(out, lse, a, B, s)
-                                                : forward_t<kD, false>(out, lse, a, B, s);
+cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s,
+                      int mtiles) {
+    const int m = fwd_m(kD, mtiles);
+    return bias_family(a.bs.kind) == kOtherBias ? forward_t<kD, true>(out, lse, a, B, s, m)
+                                                : forward_t<kD, false>(out, lse, a, B, s, m);
 }
 
 }  // namespace ctx::cuda::tc
@@ -458,14 +466,14 @@ size_t flash_tc_packed_elems(int B, int T, int C, int H, int bias_kind) {
            (bias_kind == kKerpleLog ? kerple_space_elems(H) : 0);
 }
 
-size_t flash_tc_forward_smem_bytes(int D) {
+size_t flash_tc_forward_smem_bytes(int D, int mtiles) {
     const int kD = tc::tc_head_dim(D);
-    return tc::fwd_smem(kD, tc::fwd_m(kD));
+    return tc::fwd_smem(kD, tc::fwd_m(kD, mtiles));
 }
 
 cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
                                     const float* positions, int B, int T, int C, int H, KeyMask mask,
-                                    const BiasArgs& bias, cudaStream_t s) {
+                                    const BiasArgs& bias, cudaStream_t s, int mtiles) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
@@ -477,10 +485,10 @@ cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, co
     a.q = q;
     a.k = k;
     a.v = v;
-    if (a.D <= 32) return forward_t<32>(out, lse, a, B, s);
-    if (a.D <= 64) return forward_t<64>(out, lse, a, B, s);
-    if (a.D <= 80) return forward_t<80>(out, lse, a, B, s);
-    return forward_t<kFlashMaxHeadDim>(out, lse, a, B, s);
+    if (a.D <= 32) return forward_t<32>(out, lse, a, B, s, mtiles);
+    if (a.D <= 64) return forward_t<64>(out, lse, a, B, s, mtiles);
+    if (a.D <= 80) return forward_t<80>(out, lse, a, B, s, mtiles);
+    return forward_t<kFlashMaxHeadDim>(out, lse, a, B, s, mtiles);
 }
 
 }  // namespace ctx::cuda
