@@ -58,7 +58,8 @@ inline std::unique_ptr<ctx::Backend> make_bf16_backend_with(const char* var, con
 // The same with the one-kernel tensor-core attention backward (CTX_FLASH_BACKWARD=atomic: dq by
 // fp32 atomic adds; cuda_flash.h FlashBackward).
 inline ctx::Backend& gpu_bf16_atomic_dq() {
-    static std::unique_ptr<ctx::Backend> be = make_bf16_backend_with("CTX_FLASH_BACKWARD", "atomic");
+    static std::unique_ptr<ctx::Backend> be =
+        make_bf16_backend_with("CTX_FLASH_BACKWARD", "atomic");
     return *be;
 }
 
