@@ -38,6 +38,17 @@ Accounting& accounting() {
     static Accounting* a = new Accounting;
     return *a;
 }
+
+// An A/B switch of the backend: true when environment variable var is `other`; unset, empty or
+// `dflt` is false, anything else an error naming the variable, both values and what each means.
+bool env_switch(const char* var, const char* dflt, const char* dflt_means, const char* other,
+                const char* other_means) {
+    const char* v = std::getenv(var);
+    CTX_CHECK(v == nullptr || *v == '\0' || std::strcmp(v, dflt) == 0 || std::strcmp(v, other) == 0,
+              "{}: expected {} ({}, the default) or {} ({}), got '{}'", var, dflt, dflt_means,
+              other, other_means, v);
+    return v != nullptr && std::strcmp(v, other) == 0;
+}
 }  // namespace
 
 cudaError_t tracked_malloc(void** p, size_t bytes) {
@@ -154,28 +165,20 @@ CudaBackend::CudaBackend(int device, Precision precision)
     sync_each_op_ = s != nullptr && s[0] != '\0' && std::strcmp(s, "0") != 0;
     // bf16 activation storage: on with bf16 products; CTX_BF16_ACTIVATIONS=0 keeps the
     // activations in fp32 (rounded per product), for A/B timings and comparisons
-    const char* a = std::getenv("CTX_BF16_ACTIVATIONS");
-    CTX_CHECK(a == nullptr || *a == '\0' || std::strcmp(a, "0") == 0 || std::strcmp(a, "1") == 0,
-              "CTX_BF16_ACTIVATIONS: expected 0 (fp32 activations) or 1 (bf16 activations, the "
-              "default of --precision bf16), got '{}'", a);
-    bf16_activations_ = precision_ == Precision::Bf16 && (a == nullptr || std::strcmp(a, "0") != 0);
+    bf16_activations_ =
+        precision_ == Precision::Bf16 &&
+        !env_switch("CTX_BF16_ACTIVATIONS", "1", "bf16 activations with --precision bf16", "0",
+                    "fp32 activations");
     // the tensor-core attention backward: two kernels (deterministic, the default) or one with
     // an atomic dq (FlashBackward), for A/B timings
-    const char* fb = std::getenv("CTX_FLASH_BACKWARD");
-    CTX_CHECK(fb == nullptr || *fb == '\0' || std::strcmp(fb, "split") == 0 ||
-                  std::strcmp(fb, "atomic") == 0,
-              "CTX_FLASH_BACKWARD: expected split (a dq kernel and a dk/dv kernel, the default) "
-              "or atomic (one kernel, dq by atomic adds), got '{}'", fb);
-    const bool atomic_dq = fb != nullptr && std::strcmp(fb, "atomic") == 0;
+    const bool atomic_dq =
+        env_switch("CTX_FLASH_BACKWARD", "split", "a dq kernel and a dk/dv kernel", "atomic",
+                   "one kernel, dq by atomic adds");
     flash_.set_backward_kernels(atomic_dq ? FlashBackward::AtomicDq : FlashBackward::Split);
     // the tensor-core forward's m-tiles per warp: 2 (the default) or 1 (the layout before
     // 2026-11-28), for A/B timings
-    const char* fm = std::getenv("CTX_FLASH_FORWARD_MTILES");
-    CTX_CHECK(fm == nullptr || *fm == '\0' || std::strcmp(fm, "1") == 0 ||
-                  std::strcmp(fm, "2") == 0,
-              "CTX_FLASH_FORWARD_MTILES: expected 2 (32 queries a warp, the default) or 1 (16), "
-              "got '{}'", fm);
-    const bool one_mtile = fm != nullptr && std::strcmp(fm, "1") == 0;
+    const bool one_mtile =
+        env_switch("CTX_FLASH_FORWARD_MTILES", "2", "32 queries a warp", "1", "16 queries a warp");
     flash_.set_forward_mtiles(one_mtile ? 1 : 2);
     // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
     // fp32 accumulation; "bf16 activations" when the products' inputs are stored in bf16)
