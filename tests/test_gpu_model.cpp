@@ -233,6 +233,42 @@ TEST_P(OpsGpuModel, SparseCachedGenerationMatchesCpu) {
     }
 }
 
+// A training step makes the host wait for the device twice: for the pass's losses and for the
+// optimizer's gradient norm, plus once where the PE has an after_update hook (KERPLE's clamp of
+// r1 and r2 reads them back). Every upload of the step (the batch, ALiBi slopes, rotary tables,
+// the embedding gradient's plan) queues on the stream instead (cuda_upload.h); before the ring,
+// a pageable upload could drain the queue first, and a GPT-2 step copied its 3 MiB position
+// table to the host and back for a hook it does not have.
+void expect_step_waits(Backend& be, const ModelCase& mc) {
+    const ModelConfig c = config_for(mc);
+    Model m(c, be, test::make_pe(mc.pe, c, mc.opts), 5);
+    OptimizerConfig oc;
+    oc.lr = 1e-3f;
+    oc.grad_clip = 1.0f;
+    Optimizer opt(m, oc);
+    const BatchBuffers buf = make_batch(c.vocab_size, mc.packed);
+    const Batch b = buf.batch();
+    const size_t P = m.layout().total();
+    auto step = [&] {
+        be.zero(m.grads().data(), P);
+        const double loss = m.forward_backward(b, 0.05f).mean();
+        const double norm = opt.grad_norm();
+        opt.update(norm);
+        return std::isfinite(loss) && std::isfinite(norm) && norm > 0;
+    };
+    ASSERT_TRUE(step());  // the first step sizes the scratch buffers and the upload ring
+    const uint64_t before = be.host_waits();
+    const int steps = 3;
+    for (int s = 0; s < steps; ++s) ASSERT_TRUE(step()) << "step " << s + 2;
+    const bool clamps = mc.pe == "kerple_log" || mc.pe == "kerple_power";
+    EXPECT_EQ(be.host_waits() - before, uint64_t(steps * (clamps ? 3 : 2))) << be.name();
+}
+
+TEST_P(OpsGpuModel, TrainingStepWaitsOnlyForLossAndNorm) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (cuda_device_count() == 0)";
+    expect_step_waits(gpu(), GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Pe, OpsGpuModel,
     ::testing::Values(
@@ -348,6 +384,23 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ModelCase{"nope_gpt2", "none", "gpt2", {}},
                       ModelCase{"rope_neox", "rope", "neox", {}},
                       ModelCase{"alibi_bloom", "alibi", "bloom", {}}),
+    [](const auto& info) { return info.param.label; });
+
+// TrainingStepWaitsOnlyForLossAndNorm in bf16: the tensor-core flash kernels (with KERPLE-log's
+// device-side table check), cuBLASLt, bf16 activations.
+class OpsGpuModelBf16Waits : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(OpsGpuModelBf16Waits, TrainingStepWaitsOnlyForLossAndNorm) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (cuda_device_count() == 0)";
+    expect_step_waits(gpu_bf16(), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pe, OpsGpuModelBf16Waits,
+    ::testing::Values(ModelCase{"learned_gpt2", "learned", "gpt2", {}},
+                      ModelCase{"rope_neox", "rope", "neox", {}},
+                      ModelCase{"alibi_bloom", "alibi", "bloom", {}},
+                      ModelCase{"kerple_log", "kerple_log", "gpt2", {}}),
     [](const auto& info) { return info.param.label; });
 
 // The arena holds fp32 masters: a bf16 pass leaves them bit-for-bit as they were (operands are

@@ -227,6 +227,12 @@ public:
     // How many times an op has copied an input back from the device to check or plan it on the
     // host (inputs that were not staged); the model's passes keep it unchanged. Diagnostics.
     virtual uint64_t input_readbacks() const { return 0; }
+    // How many times the host has waited, or may have waited, for work queued on the device:
+    // synchronisations, device-to-host copies (copy_to_host, sum_squares, input readbacks),
+    // uploads CUDA may order behind the queue. A training pass waits once (its losses) and the
+    // optimizer once (the gradient norm); anything more stalls the queue. On CUDA one count for
+    // the process. Diagnostics (`bench` prints it per step); host backends never wait: 0.
+    virtual uint64_t host_waits() const { return 0; }
     // Device memory held through the device backends' allocations on this backend's device
     // (parameter arenas, activations, scratch), now and at its peak since the process started,
     // in bytes; `available` is false on host backends, whose memory is the process's (its RSS).

@@ -59,6 +59,7 @@ public:
                  size_t cols, bool accumulate) override;
     BatchInputs stage_batch(const BatchInputs& host) override;
     uint64_t input_readbacks() const override { return inner_.input_readbacks(); }
+    uint64_t host_waits() const override { return inner_.host_waits(); }
     DeviceMemory device_memory() const override { return inner_.device_memory(); }
 
     void add(float* out, const float* a, const float* b, size_t n) override;

@@ -282,7 +282,9 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
     profiled_reducer.reset();
     const auto t0 = std::chrono::steady_clock::now();
     t.steps = o.steps;
+    const uint64_t waits0 = backend->host_waits();
     const TrainResult r = train(model, opt, batches, t, comm);
+    const uint64_t waits = backend->host_waits() - waits0;
     backend->copy_to_host(&sync, model.params().data(), 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tokens_per_s = static_cast<double>(o.steps) * B * T * grid.dp() / seconds;
@@ -333,6 +335,10 @@ int run_train_bench(const TrainArgs& o, PluginRegistry& registry, Comm& world) {
                     "largest of the ranks; without the CUDA context and cuBLAS workspaces; host "
                     "peak RSS %.1f MiB)\n", dev_peak, rss[0]);
     std::printf("final_loss=%.4f\n", r.steps.back().loss);
+    if (!cpu)  // rank 0's; the profile's own timing waits (CTX_PROFILE_SYNC) included
+        std::printf("host_waits_per_step=%.1f (synchronisations and readbacks; a step needs 2: "
+                    "its losses and the gradient norm)\n",
+                    static_cast<double>(waits) / static_cast<double>(o.steps));
     if (profiler) print_profile(*profiler, profiled_comm, profiled_reducer, seconds, o.steps);
     return 0;
 }

@@ -719,7 +719,9 @@ const char* attention_choice_name(AttentionChoice c) {
 }
 
 void Model::after_update() {
-    if (!pe_ || pe_view_index_.empty()) return;
+    // Without a hook there is nothing to do: no copy of the PE's parameters to the host and back
+    // (on a GPU a wait and two transfers a step).
+    if (!pe_ || pe_view_index_.empty() || !pe_->has_after_update()) return;
     HostSpan span = pe_span(params_);
     auto t = pe_tensors(span.data());
     pe_->after_update(t);

@@ -229,6 +229,8 @@ void PePlugin::extend_params(const std::vector<ctx_tensor>& old_params,
           "extend_params", err);
 }
 
+bool PePlugin::has_after_update() const { return vt_->after_update != nullptr; }
+
 void PePlugin::after_update(std::vector<ctx_tensor>& params) {
     if (!vt_->after_update) return;
     ctx_err err{};

@@ -63,6 +63,8 @@ public:
     void extend_params(const std::vector<ctx_tensor>& old_params,
                        std::vector<ctx_tensor>& new_params);
     void after_update(std::vector<ctx_tensor>& params);
+    // The plugin has an after_update hook (callers skip reading its parameters back otherwise).
+    bool has_after_update() const;
 
     std::vector<uint8_t> save_state();
     void load_state(const std::vector<uint8_t>& state);

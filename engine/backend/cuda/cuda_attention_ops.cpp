@@ -40,7 +40,7 @@ const float* BiasStaging::device_view(const float* p, size_t n, DeviceScratch<fl
                                       cudaStream_t stream, const char* op) {
     if (p == nullptr || is_device_memory(p)) return p;
     float* d = buf.ensure(n, op);
-    if (n > 0) check_cuda(cudaMemcpyAsync(d, p, n * sizeof(float), cudaMemcpyDefault, stream), op);
+    uploads_.upload(d, p, n * sizeof(float), stream, op);
     return d;
 }
 
@@ -79,9 +79,7 @@ BiasArgs BiasStaging::stage(const BiasSpec& bs, int H, cudaStream_t stream, cons
                     for (int n = 0; n <= bs.max_distance; n++)
                         h_lut_[size_t(n)] = t5_bucket(n, bs.num_buckets, bs.max_distance);
                     int32_t* d = lut_.ensure(h_lut_.size(), op);
-                    check_cuda(cudaMemcpyAsync(d, h_lut_.data(), h_lut_.size() * sizeof(int32_t),
-                                               cudaMemcpyDefault, stream),
-                               op);
+                    uploads_.upload(d, h_lut_.data(), h_lut_.size() * sizeof(int32_t), stream, op);
                     lut_nb_ = bs.num_buckets;
                     lut_md_ = bs.max_distance;
                 }

@@ -104,6 +104,7 @@ double CudaBackend::timing_ms(int from, int to) {
     CTX_CHECK(from >= 0 && to >= 0 && size_t(from) < timing_used_ && size_t(to) < timing_used_,
               "{}: marks {} and {} (there are {})", op, from, to, timing_used_);
     activate();
+    note_host_wait();
     check(cudaEventSynchronize(timing_events_[size_t(to)]), op);
     float ms = 0.0f;
     check(cudaEventElapsedTime(&ms, timing_events_[size_t(from)], timing_events_[size_t(to)]),
@@ -120,7 +121,10 @@ T* DeviceScratch<T>::ensure(size_t n, const char* op) {
     if (n == 0) n = 1;
     if (n <= cap_) return p_;
     // No queued kernel or copy may still use the old buffer (rare: buffers only ever grow).
-    if (p_ != nullptr) cudaDeviceSynchronize();
+    if (p_ != nullptr) {
+        note_host_wait();
+        cudaDeviceSynchronize();
+    }
     release();
     const size_t want = n + n / 2;
     void* p = nullptr;
@@ -195,6 +199,7 @@ CudaBackend::CudaBackend(int device, Precision precision)
 CudaBackend::~CudaBackend() {
     cudaSetDevice(device_);
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    uploads_.release();
     d_tokens_.release();
     d_targets_.release();
     d_lens_.release();
@@ -241,7 +246,10 @@ void CudaBackend::done(cudaError_t launch, const char* op) {
     if (sync_each_op_) sync(op);
 }
 
-void CudaBackend::sync(const char* op) { check(cudaStreamSynchronize(stream_), op); }
+void CudaBackend::sync(const char* op) {
+    note_host_wait();
+    check(cudaStreamSynchronize(stream_), op);
+}
 
 // ---------------------------------------------------------------- host/device views
 
@@ -258,8 +266,7 @@ bool is_device_memory(const void* p) {
 }
 
 void CudaBackend::upload(void* dst, const void* src, size_t bytes, const char* op) {
-    if (bytes == 0) return;
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), op);
+    uploads_.upload(dst, src, bytes, stream_, op);
 }
 
 BatchInputs CudaBackend::stage_batch(const BatchInputs& host) {

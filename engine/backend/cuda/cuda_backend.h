@@ -17,9 +17,10 @@
 // Host inputs: the contract's device pointers may, for the integer and small parameter inputs,
 // also be host memory, because op callers may keep token ids and targets on the host and fixed
 // ALiBi slopes live in the plugin: tokens, targets (int32), bias parameters a and b, and the rotary
-// tables (host by contract) are copied to device scratch when they are host memory. The copies go
-// through cudaMemcpyAsync on stream_ from pageable memory, which returns once the source has been
-// staged, so callers may reuse their host buffers at once.
+// tables (host by contract) are copied to device scratch when they are host memory. Every upload
+// goes through a page-locked ring (PinnedUploads, cuda_upload.h): it queues on stream_ without
+// waiting for the work before it, and callers may reuse their host buffers at once. The host
+// waits only where an op hands data to the host; Backend::host_waits counts the waits.
 //
 // Scratch: the buffers an op needs beyond the caller's scratch (staged inputs, reduction
 // partials) are members that grow on demand and never shrink, so a steady-state training step
@@ -39,7 +40,8 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_blaslt.h"  // BlasLt (products with fused epilogues)
 #include "backend/cuda/cuda_kernels.h"
-#include "backend/cuda/cuda_flash.h"  // FlashAttention (attention in flash mode)
+#include "backend/cuda/cuda_flash.h"   // FlashAttention (attention in flash mode)
+#include "backend/cuda/cuda_upload.h"  // PinnedUploads (host-to-device copies)
 
 namespace ctx::cuda {
 
@@ -72,17 +74,20 @@ void check_cuda(cudaError_t e, const char* op);
 bool is_device_memory(const void* p);
 
 // Bias parameters as device views for the attention kernels (materialised and flash): host
-// parameters (fixed ALiBi slopes a plugin computes) copied into staging buffers on `stream`,
-// the T5 bucket table built on the host with t5_bucket (op_common.h) and cached per
-// (num_buckets, max_distance); gradients and the Table bias must already be device memory.
+// parameters (fixed ALiBi slopes a plugin computes) copied into staging buffers on `stream`
+// through `uploads`, the T5 bucket table built on the host with t5_bucket (op_common.h) and
+// cached per (num_buckets, max_distance); gradients and the Table bias must already be device
+// memory.
 class BiasStaging {
 public:
+    explicit BiasStaging(PinnedUploads& uploads) : uploads_(uploads) {}
     BiasArgs stage(const BiasSpec& bs, int H, cudaStream_t stream, const char* op);
     void release();  // frees the device buffers (while the right device is current)
 
 private:
     const float* device_view(const float* p, size_t n, DeviceScratch<float>& buf,
                              cudaStream_t stream, const char* op);
+    PinnedUploads& uploads_;
     DeviceScratch<float> a_, b_;
     DeviceScratch<int32_t> lut_;
     std::vector<int32_t> h_lut_;
@@ -111,6 +116,7 @@ public:
                  size_t cols, bool accumulate) override;
     BatchInputs stage_batch(const BatchInputs& host) override;
     uint64_t input_readbacks() const override { return input_readbacks_; }
+    uint64_t host_waits() const override { return host_wait_count(); }
     DeviceMemory device_memory() const override;
     bool device_timing() const override { return true; }
     int timing_mark() override;
@@ -391,7 +397,8 @@ private:
     // release_timing_marks, so a profiled step allocates none once the pool is large enough
     std::vector<cudaEvent_t> timing_events_;
     size_t timing_used_ = 0;
-    BiasStaging bias_staging_;
+    PinnedUploads uploads_;  // every host-to-device copy (upload)
+    BiasStaging bias_staging_{uploads_};
     // attention in AttentionMode::Flash (cuda_flash.h): runs on stream_, stages its bias
     // parameters through bias_staging_ (declared before it); the bf16 tensor-core kernels, with
     // their operands packed in flash_packed_, when precision_ (declared before it) is Bf16

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
-                   cudaErrorNoDevice = 100 };
+                   cudaErrorNoDevice = 100, cudaErrorNotReady = 600 };
 typedef struct emu_stream* cudaStream_t;
 typedef struct emu_event* cudaEvent_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1,
@@ -18,6 +18,8 @@ enum cudaMemoryType { cudaMemoryTypeUnregistered = 0, cudaMemoryTypeHost = 1,
 struct cudaPointerAttributes { cudaMemoryType type; int device; void* devicePointer; void* hostPointer; };
 struct cudaDeviceProp { char name[256]; int major; int minor; size_t totalGlobalMem; size_t sharedMemPerBlockOptin; };
 #define cudaStreamNonBlocking 0x01
+#define cudaEventDisableTiming 0x02
+#define cudaHostAllocDefault 0x00
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
 cudaError_t cudaGetDeviceCount(int* n);
@@ -30,12 +32,17 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize();
 // Events: streams are synchronous here, so a recorded event holds the host clock at the record.
 cudaError_t cudaEventCreate(cudaEvent_t* e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags);
+cudaError_t cudaEventQuery(cudaEvent_t e);  // cudaSuccess: streams are synchronous here
 cudaError_t cudaEventDestroy(cudaEvent_t e);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t from, cudaEvent_t to);
 cudaError_t cudaMalloc(void** p, size_t bytes);
 cudaError_t cudaFree(void* p);
+// Page-locked host memory: plain host memory that cudaPointerGetAttributes reports as such.
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags);
+cudaError_t cudaFreeHost(void* p);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s);
 cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t s);
 cudaError_t cudaGetLastError();

@@ -280,6 +280,8 @@ struct emu_event {
     bool recorded = false;
 };
 cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new emu_event; return cudaSuccess; }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
     e->at = std::chrono::steady_clock::now();
@@ -309,6 +311,21 @@ cudaError_t cudaFree(void* p) {
     std::free(p);
     return cudaSuccess;
 }
+namespace {
+std::map<uintptr_t, size_t> g_pinned;
+}  // namespace
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+    *p = std::malloc(bytes ? bytes : 1);
+    if (*p == nullptr) return cudaErrorMemoryAllocation;
+    g_pinned[uintptr_t(*p)] = bytes;
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void* p) {
+    if (!p) return cudaSuccess;
+    if (g_pinned.erase(uintptr_t(p)) == 0) { fprintf(stderr, "emu: cudaFreeHost of unknown pointer\n"); abort(); }
+    std::free(p);
+    return cudaSuccess;
+}
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
     check_range(dst, bytes, "cudaMemcpyAsync destination");
     check_range(src, bytes, "cudaMemcpyAsync source");
@@ -326,6 +343,10 @@ const char* cudaGetErrorName(cudaError_t) { return "cudaErrorEmulated"; }
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p) {
     std::memset(a, 0, sizeof(*a));
     a->type = is_dev(p) ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+    if (a->type == cudaMemoryTypeUnregistered) {
+        auto it = g_pinned.upper_bound(uintptr_t(p));
+        if (it != g_pinned.begin() && uintptr_t(p) < (--it)->first + it->second) a->type = cudaMemoryTypeHost;
+    }
     return cudaSuccess;
 }
 

@@ -1,0 +1,117 @@
+// Page-locked upload ring (cuda_upload.h) and the process's count of host waits.
+#include "backend/cuda/cuda_upload.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend.h"  // check_cuda
+#include "core/error.h"
+
+namespace ctx::cuda {
+
+namespace {
+std::atomic<uint64_t> g_host_waits{0};
+constexpr size_t kMinRingBytes = size_t(1) << 20;
+}  // namespace
+
+void note_host_wait() { g_host_waits.fetch_add(1, std::memory_order_relaxed); }
+uint64_t host_wait_count() { return g_host_waits.load(std::memory_order_relaxed); }
+
+void PinnedUploads::upload(void* dst, const void* src, size_t bytes, cudaStream_t stream,
+                           const char* op) {
+    if (bytes == 0) return;
+    if (bytes > kMaxRingBytes / 4) {  // too large for the ring: pageable, may wait
+        note_host_wait();
+        check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), op);
+        return;
+    }
+    if (bytes * 4 > spans_.capacity()) grow(bytes, op);
+    if (ring_ == nullptr) {  // no page-locked memory to be had (grow warned once)
+        note_host_wait();
+        check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), op);
+        return;
+    }
+    retire_finished();
+    const uint64_t ticket = next_ticket_++;
+    uint64_t wait = 0;
+    const size_t at = spans_.reserve(bytes, ticket, &wait);
+    if (wait != 0) wait_for(wait, op);
+    std::memcpy(ring_ + at, src, bytes);
+    check_cuda(cudaMemcpyAsync(dst, ring_ + at, bytes, cudaMemcpyHostToDevice, stream), op);
+    cudaEvent_t e = nullptr;
+    if (spare_events_.empty()) {
+        check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), op);
+    } else {
+        e = spare_events_.back();
+        spare_events_.pop_back();
+    }
+    check_cuda(cudaEventRecord(e, stream), op);
+    in_flight_.emplace_back(ticket, e);
+}
+
+// Spans whose copies have run are free again: a query, never a wait.
+void PinnedUploads::retire_finished() {
+    while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().second) == cudaSuccess) {
+        spans_.retire(in_flight_.front().first);
+        spare_events_.push_back(in_flight_.front().second);
+        in_flight_.pop_front();
+    }
+    cudaGetLastError();  // cudaErrorNotReady is not an error of the next call
+}
+
+// The copy of `ticket` (and so every older one) has run once this returns.
+void PinnedUploads::wait_for(uint64_t ticket, const char* op) {
+    while (!in_flight_.empty() && in_flight_.front().first <= ticket) {
+        cudaEvent_t e = in_flight_.front().second;
+        if (cudaEventQuery(e) != cudaSuccess) {
+            cudaGetLastError();
+            note_host_wait();
+            check_cuda(cudaEventSynchronize(e), op);
+        }
+        spans_.retire(in_flight_.front().first);
+        spare_events_.push_back(e);
+        in_flight_.pop_front();
+    }
+}
+
+void PinnedUploads::grow(size_t bytes, const char* op) {
+    static bool warned = false;
+    if (ring_ == nullptr && spans_.capacity() == 0 && warned) return;  // none to be had
+    size_t want = std::max({kMinRingBytes, 2 * spans_.capacity(), 4 * bytes});
+    want = std::min(want, kMaxRingBytes);
+    if (!in_flight_.empty()) wait_for(in_flight_.back().first, op);  // the old ring is read
+    if (ring_ != nullptr) check_cuda(cudaFreeHost(ring_), op);
+    ring_ = nullptr;
+    spans_ = RingSpans();
+    void* p = nullptr;
+    if (cudaHostAlloc(&p, want, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        if (!warned)
+            spdlog::warn(
+                "cuda backend: {}: cannot allocate {} bytes of page-locked memory; host "
+                "uploads go from pageable memory (each may wait for the stream)",
+                op, want);
+        warned = true;
+        return;
+    }
+    ring_ = static_cast<char*>(p);
+    spans_ = RingSpans(want);
+}
+
+void PinnedUploads::release() {
+    for (auto& [ticket, e] : in_flight_) {
+        cudaEventSynchronize(e);
+        cudaEventDestroy(e);
+    }
+    in_flight_.clear();
+    for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
+    spare_events_.clear();
+    if (ring_ != nullptr) cudaFreeHost(ring_);
+    ring_ = nullptr;
+    spans_ = RingSpans();
+}
+
+}  // namespace ctx::cuda
