@@ -47,10 +47,18 @@ void set_dyn_shared_limit(const void* kernel, int bytes);
 // CTX_EMU_SMEM_OPTIN bytes (101376: an sm_86/89 GPU's 99 KiB).
 size_t smem_optin();
 size_t dyn_shared_limit(const void* kernel);
+// Stream work (kernels, copies, memsets, cuBLAS, event records) runs at once, or, with
+// CTX_EMU_STREAM=deferred, is queued and runs at the next synchronisation (stream, event or
+// device synchronize, cudaFree): then a host buffer an asynchronous copy still reads, or host data
+// read before the copy that fills it has run, shows as a wrong result, as on a GPU whose queue
+// runs behind the host. Copies from pageable host memory take their source at the call (CUDA
+// stages it); from page-locked memory when they run.
+void enqueue(std::function<void()> job);
+void flush();
 template <class K, class... A>
 void launch(K kernel, dim3 g, dim3 b, size_t shmem, cudaStream_t, A... args) {
     check_dyn_shared(reinterpret_cast<const void*>(kernel), shmem);
-    run_grid(g, b, shmem, [&] { kernel(args...); });
+    enqueue([=] { run_grid(g, b, shmem, [&] { kernel(args...); }); });
 }
 template <class T>
 T shfl_impl(T v, int src) {

@@ -8,14 +8,16 @@
 // are ucontext fibers scheduled round-robin with barrier emulation and deadlock detection; cuBLAS
 // sgemm and the bf16 GemmEx follow their column-major definition, validate lda/ldb/ldc like the
 // library and check that every operand lies inside one device allocation. Streams are
-// synchronous.
+// synchronous, or (CTX_EMU_STREAM=deferred) one queue that runs at synchronisations.
 #include <ucontext.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <memory>
 #include <vector>
 #include "cuda_runtime.h"
 #include "cublas_v2.h"
@@ -192,6 +194,44 @@ bool reverse_threads() {
     return reverse;
 }
 
+bool deferred_streams() {
+    static const bool deferred = [] {
+        const char* e = std::getenv("CTX_EMU_STREAM");
+        if (e == nullptr || std::strcmp(e, "sync") == 0) return false;
+        if (std::strcmp(e, "deferred") == 0) {
+            fprintf(stderr, "emu: deferred streams (work runs at synchronisations)\n");
+            return true;
+        }
+        fprintf(stderr, "emu: CTX_EMU_STREAM=%s (expected sync or deferred)\n", e);
+        abort();
+    }();
+    return deferred;
+}
+
+namespace {
+std::deque<std::function<void()>> g_queue;
+bool g_flushing = false;
+}  // namespace
+
+void enqueue(std::function<void()> job) {
+    if (!deferred_streams() || g_flushing) {
+        job();
+        return;
+    }
+    g_queue.push_back(std::move(job));
+}
+
+void flush() {
+    if (g_flushing) return;
+    g_flushing = true;
+    while (!g_queue.empty()) {
+        std::function<void()> job = std::move(g_queue.front());
+        g_queue.pop_front();
+        job();
+    }
+    g_flushing = false;
+}
+
 void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body) {
     const int nt = int(b.x * b.y * b.z);
     if (nt > 1024 || nt <= 0) { fprintf(stderr, "emu: bad block size %d\n", nt); abort(); }
@@ -274,27 +314,38 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = reinterpret_cast<cudaStream_t>(0x1); return cudaSuccess; }
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { emu::flush(); return cudaSuccess; }
 struct emu_event {
     std::chrono::steady_clock::time_point at;
     bool recorded = false;
+    bool pending = false;  // recorded on the queue, not yet reached
 };
 cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new emu_event; return cudaSuccess; }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
-cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
-cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-    e->at = std::chrono::steady_clock::now();
-    e->recorded = true;
+cudaError_t cudaEventQuery(cudaEvent_t e) { return e->pending ? cudaErrorNotReady : cudaSuccess; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (e->pending) emu::flush();  // the queued record still refers to it
+    delete e;
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }  // as CUDA, recorded or not
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    e->pending = true;
+    emu::enqueue([e] {
+        e->at = std::chrono::steady_clock::now();
+        e->recorded = true;
+        e->pending = false;
+    });
+    return cudaSuccess;
+}
+// as CUDA, recorded or not; here it runs the whole queue
+cudaError_t cudaEventSynchronize(cudaEvent_t) { emu::flush(); return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t from, cudaEvent_t to) {
+    if (from->pending || to->pending) return cudaErrorNotReady;
     if (!from->recorded || !to->recorded) return cudaErrorInvalidValue;
     *ms = std::chrono::duration<float, std::milli>(to->at - from->at).count();
     return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { emu::flush(); return cudaSuccess; }
 cudaError_t cudaMalloc(void** p, size_t bytes) {
     void* q = nullptr;
     if (posix_memalign(&q, 256, bytes ? bytes : 1) != 0) return cudaErrorMemoryAllocation;
@@ -305,6 +356,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
+    emu::flush();  // cudaFree waits for the device
     auto it = g_allocs.find(uintptr_t(p));
     if (it == g_allocs.end()) { fprintf(stderr, "emu: cudaFree of unknown pointer\n"); abort(); }
     g_allocs.erase(it);
@@ -322,6 +374,7 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
 }
 cudaError_t cudaFreeHost(void* p) {
     if (!p) return cudaSuccess;
+    emu::flush();
     if (g_pinned.erase(uintptr_t(p)) == 0) { fprintf(stderr, "emu: cudaFreeHost of unknown pointer\n"); abort(); }
     std::free(p);
     return cudaSuccess;
@@ -329,12 +382,21 @@ cudaError_t cudaFreeHost(void* p) {
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
     check_range(dst, bytes, "cudaMemcpyAsync destination");
     check_range(src, bytes, "cudaMemcpyAsync source");
-    if (bytes) std::memmove(dst, src, bytes);
+    if (bytes == 0) return cudaSuccess;
+    cudaPointerAttributes a;
+    cudaPointerGetAttributes(&a, src);
+    if (a.type == cudaMemoryTypeUnregistered) {  // pageable: CUDA stages the source at the call
+        auto staged = std::make_shared<std::vector<unsigned char>>(
+            static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + bytes);
+        emu::enqueue([dst, staged] { std::memmove(dst, staged->data(), staged->size()); });
+    } else {
+        emu::enqueue([dst, src, bytes] { std::memmove(dst, src, bytes); });
+    }
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t) {
     if (!is_dev(p) || !is_dev(static_cast<char*>(p) + bytes - 1)) { fprintf(stderr, "emu: memset outside device memory\n"); abort(); }
-    std::memset(p, v, bytes);
+    emu::enqueue([p, v, bytes] { std::memset(p, v, bytes); });
     return cudaSuccess;
 }
 cudaError_t cudaGetLastError() { return cudaSuccess; }
@@ -376,14 +438,18 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, c
     if (ldb < std::max(1, tb == CUBLAS_OP_N ? k : n)) { fprintf(stderr, "emu sgemm: bad ldb %d\n", ldb); return CUBLAS_STATUS_INVALID_VALUE; }
     if (ldc < std::max(1, m)) { fprintf(stderr, "emu sgemm: bad ldc %d\n", ldc); return CUBLAS_STATUS_INVALID_VALUE; }
     for (int z = 0; z < batch; z++) {
+        if (k > 0) {
+            check_matrix(A + z * sa, sizeof(float), ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda, "sgemm A");
+            check_matrix(B + z * sb, sizeof(float), tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb, "sgemm B");
+        }
+        check_matrix(C + z * sc, sizeof(float), m, n, ldc, "sgemm C");
+    }
+    const float al = *alpha, be = *beta;  // host scalars: read at the call
+    emu::enqueue([=] {
+    for (int z = 0; z < batch; z++) {
         const float* a = A + z * sa;
         const float* b = B + z * sb;
         float* c = C + z * sc;
-        if (k > 0) {
-            check_matrix(a, sizeof(float), ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda, "sgemm A");
-            check_matrix(b, sizeof(float), tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb, "sgemm B");
-        }
-        check_matrix(c, sizeof(float), m, n, ldc, "sgemm C");
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
                 double s = 0;
@@ -393,9 +459,10 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, c
                     s += double(a[ai]) * double(b[bi]);
                 }
                 float& cv = c[size_t(i) + size_t(j) * ldc];
-                cv = float(*alpha * s + (*beta == 0.0f ? 0.0 : double(*beta) * cv));
+                cv = float(al * s + (be == 0.0f ? 0.0 : double(be) * cv));
             }
     }
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
@@ -426,6 +493,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
     const __nv_bfloat16* b = static_cast<const __nv_bfloat16*>(B);
     float* c = static_cast<float*>(C);
     const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+    emu::enqueue([=] {
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
             double s = 0;
@@ -437,6 +505,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
             float& cv = c[size_t(i) + size_t(j) * ldc];
             cv = float(al * s + (be == 0.0f ? 0.0 : double(be) * cv));
         }
+    });
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -607,6 +676,11 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     check_matrix(D, 4, m, n, int(Dl->ld), "cublasLt D");
     if (d->epilogue & CUBLASLT_EPILOGUE_BIAS) check_matrix(d->bias, 4, m, 1, m, "cublasLt bias");
     if (d->epilogue & 128) check_matrix(d->aux, 4, m, n, int(d->aux_ld), "cublasLt aux");
+    // the descriptors' values at the call (the caller may change or destroy them after)
+    emu::enqueue([m, n, k, A, B, C, D, al, be, dv = *d, Av = *Al, Bv = *Bl, Cv = *Cl, Dv = *Dl] {
+    const emu_lt_desc* d = &dv;
+    const emu_lt_layout *Al = &Av, *Bl = &Bv, *Cl = &Cv, *Dl = &Dv;
+    (void)Dl;
     std::vector<float> col(m);
     for (int j = 0; j < n; j++) {
         for (int i = 0; i < m; i++) {
@@ -631,5 +705,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
             static_cast<float*>(D)[size_t(i) + size_t(j) * Dl->ld] = x;
         }
     }
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

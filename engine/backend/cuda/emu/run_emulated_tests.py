@@ -21,7 +21,10 @@ tests, e.g. --model --mpi=2 --only=test_context_parallel_cuda_mpi; NCCL is not e
 groups stage through host memory: CTX_GROUP_COLLECTIVES=host is set).
 Environment: CTX_EMU_THREAD_ORDER=reverse runs a block's threads highest first between barriers
 (a read of a lower thread's write with no barrier between then fails; the default order shows
-the reverse dependency); CTX_EMU_CP_ASYNC=eager lands cp.async copies when issued.
+the reverse dependency); CTX_EMU_CP_ASYNC=eager lands cp.async copies when issued;
+CTX_EMU_STREAM=deferred queues stream work (kernels, copies, cuBLAS) until the next
+synchronisation, as a GPU running behind the host (a host buffer reused while a copy still reads
+it, or host data read before the copy that fills it, then shows).
 """
 import json
 import os
