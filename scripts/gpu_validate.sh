@@ -291,6 +291,9 @@ quick_bench() {
             --gtest_filter='*AtomicDq*d64*:*AtomicDq*d128*:*AtomicDq*full_tiles*'
         step memcheck-adamw-segments 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_adamw"
+        # the page-locked upload ring (wraps, waits on its events, the pageable fallback)
+        step memcheck-upload-ring 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_uploads"
         # the one-kernel backward's shared dS^T tile (written by every warp, read by all)
         step racecheck-atomic-dq 60 "$RUN" "$cs" --tool racecheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
