@@ -28,13 +28,16 @@ void PinnedUploads::upload(void* dst, const void* src, size_t bytes, cudaStream_
         check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), op);
         return;
     }
+    // Tickets finish in order only on one stream: another stream's copy waits for ours first.
+    if (!in_flight_.empty() && stream != stream_) wait_for(in_flight_.back().first, op);
+    stream_ = stream;
     if (bytes * 4 > spans_.capacity()) grow(bytes, op);
     if (ring_ == nullptr) {  // no page-locked memory to be had (grow warned once)
         note_host_wait();
         check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), op);
         return;
     }
-    retire_finished();
+    retire_finished(op);
     const uint64_t ticket = next_ticket_++;
     uint64_t wait = 0;
     const size_t at = spans_.reserve(bytes, ticket, &wait);
@@ -52,29 +55,42 @@ void PinnedUploads::upload(void* dst, const void* src, size_t bytes, cudaStream_
     in_flight_.emplace_back(ticket, e);
 }
 
-// Spans whose copies have run are free again: a query, never a wait.
-void PinnedUploads::retire_finished() {
-    while (!in_flight_.empty() && cudaEventQuery(in_flight_.front().second) == cudaSuccess) {
-        spans_.retire(in_flight_.front().first);
-        spare_events_.push_back(in_flight_.front().second);
-        in_flight_.pop_front();
+// Whether the copy behind e has run: a query, never a wait. Not ready is no error of the next
+// call (cleared); any other error is reported here.
+bool PinnedUploads::has_run(cudaEvent_t e, const char* op) {
+    const cudaError_t q = cudaEventQuery(e);
+    if (q == cudaErrorNotReady) {
+        cudaGetLastError();
+        return false;
     }
-    cudaGetLastError();  // cudaErrorNotReady is not an error of the next call
+    check_cuda(q, op);
+    return true;
 }
 
-// The copy of `ticket` (and so every older one) has run once this returns.
+// Spans whose copies have run are free again.
+void PinnedUploads::retire_finished(const char* op) {
+    while (!in_flight_.empty() && has_run(in_flight_.front().second, op)) pop_front();
+}
+
+void PinnedUploads::pop_front() {
+    spans_.retire(in_flight_.front().first);
+    spare_events_.push_back(in_flight_.front().second);
+    in_flight_.pop_front();
+}
+
+// The copy of `ticket`, and so every older one (one stream), has run once this returns: one
+// wait, for the newest in-flight copy at or before it.
 void PinnedUploads::wait_for(uint64_t ticket, const char* op) {
-    while (!in_flight_.empty() && in_flight_.front().first <= ticket) {
-        cudaEvent_t e = in_flight_.front().second;
-        if (cudaEventQuery(e) != cudaSuccess) {
-            cudaGetLastError();
-            note_host_wait();
-            check_cuda(cudaEventSynchronize(e), op);
-        }
-        spans_.retire(in_flight_.front().first);
-        spare_events_.push_back(e);
-        in_flight_.pop_front();
+    cudaEvent_t last = nullptr;
+    for (const auto& [t, e] : in_flight_) {
+        if (t > ticket) break;
+        last = e;
     }
+    if (last != nullptr && !has_run(last, op)) {
+        note_host_wait();
+        check_cuda(cudaEventSynchronize(last), op);
+    }
+    while (!in_flight_.empty() && in_flight_.front().first <= ticket) pop_front();
 }
 
 void PinnedUploads::grow(size_t bytes, const char* op) {

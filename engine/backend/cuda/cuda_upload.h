@@ -51,13 +51,16 @@ public:
 private:
     void grow(size_t bytes, const char* op);
     void wait_for(uint64_t ticket, const char* op);
-    void retire_finished();
+    void retire_finished(const char* op);
+    bool has_run(cudaEvent_t e, const char* op);
+    void pop_front();  // the oldest in-flight copy has run: its span and event are free
 
     char* ring_ = nullptr;  // page-locked, spans_.capacity() bytes
     RingSpans spans_;
     std::deque<std::pair<uint64_t, cudaEvent_t>> in_flight_;  // one per live span, ticket order
     std::vector<cudaEvent_t> spare_events_;
     uint64_t next_ticket_ = 1;
+    cudaStream_t stream_ = nullptr;  // of the copies in flight
 };
 
 }  // namespace ctx::cuda
