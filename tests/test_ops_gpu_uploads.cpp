@@ -3,7 +3,8 @@
 // buffer that is overwritten right after the call, arrive intact; so does one too large for the
 // ring (pageable path). Under the emulator's CTX_EMU_STREAM=deferred the copies run only at the
 // final synchronisation, so a ring span reused before its copy had run would arrive with a later
-// upload's data (the test fails if the ring's wait is removed).
+// upload's data (the test fails if the ring's wait is removed); run_emulated_tests.py runs it in
+// both stream modes.
 //
 // Skipped without a CUDA device.
 #include <gtest/gtest.h>

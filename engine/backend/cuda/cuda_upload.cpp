@@ -31,19 +31,15 @@ void PinnedUploads::upload(void* dst, const void* src, size_t bytes, cudaStream_
     // Tickets finish in order only on one stream: another stream's copy waits for ours first.
     if (!in_flight_.empty() && stream != stream_) wait_for(in_flight_.back().first, op);
     stream_ = stream;
-    if (bytes * 4 > spans_.capacity()) grow(bytes, op);
-    if (ring_ == nullptr) {  // no page-locked memory to be had (grow warned once)
+    if (bytes * 4 > spans_.capacity() && !pinned_refused_) grow(bytes, op);
+    if (ring_ == nullptr || bytes > spans_.capacity()) {  // no page-locked memory for it
         note_host_wait();
         check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), op);
         return;
     }
     retire_finished(op);
-    const uint64_t ticket = next_ticket_++;
-    uint64_t wait = 0;
-    const size_t at = spans_.reserve(bytes, ticket, &wait);
-    if (wait != 0) wait_for(wait, op);
-    std::memcpy(ring_ + at, src, bytes);
-    check_cuda(cudaMemcpyAsync(dst, ring_ + at, bytes, cudaMemcpyHostToDevice, stream), op);
+    // The event first, so a span is never live without one (an event not yet recorded counts
+    // as run: nothing was queued after an error before the copy)
     cudaEvent_t e = nullptr;
     if (spare_events_.empty()) {
         check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), op);
@@ -51,8 +47,14 @@ void PinnedUploads::upload(void* dst, const void* src, size_t bytes, cudaStream_
         e = spare_events_.back();
         spare_events_.pop_back();
     }
-    check_cuda(cudaEventRecord(e, stream), op);
+    const uint64_t ticket = next_ticket_++;
+    uint64_t wait = 0;
+    const size_t at = spans_.reserve(bytes, ticket, &wait);
+    if (wait != 0) wait_for(wait, op);
     in_flight_.emplace_back(ticket, e);
+    std::memcpy(ring_ + at, src, bytes);
+    check_cuda(cudaMemcpyAsync(dst, ring_ + at, bytes, cudaMemcpyHostToDevice, stream), op);
+    check_cuda(cudaEventRecord(e, stream), op);
 }
 
 // Whether the copy behind e has run: a query, never a wait. Not ready is no error of the next
@@ -93,28 +95,26 @@ void PinnedUploads::wait_for(uint64_t ticket, const char* op) {
     while (!in_flight_.empty() && in_flight_.front().first <= ticket) pop_front();
 }
 
+// A larger ring (the old one freed once its copies have run); where page-locked memory is
+// refused, the ring there is keeps serving what fits and larger uploads go pageable.
 void PinnedUploads::grow(size_t bytes, const char* op) {
-    static bool warned = false;
-    if (ring_ == nullptr && spans_.capacity() == 0 && warned) return;  // none to be had
     size_t want = std::max({kMinRingBytes, 2 * spans_.capacity(), 4 * bytes});
     want = std::min(want, kMaxRingBytes);
-    if (!in_flight_.empty()) wait_for(in_flight_.back().first, op);  // the old ring is read
-    if (ring_ != nullptr) check_cuda(cudaFreeHost(ring_), op);
-    ring_ = nullptr;
-    spans_ = RingSpans();
     void* p = nullptr;
     if (cudaHostAlloc(&p, want, cudaHostAllocDefault) != cudaSuccess) {
         cudaGetLastError();
-        if (!warned)
-            spdlog::warn(
-                "cuda backend: {}: cannot allocate {} bytes of page-locked memory; host "
-                "uploads go from pageable memory (each may wait for the stream)",
-                op, want);
-        warned = true;
+        pinned_refused_ = true;
+        spdlog::warn("cuda backend: {}: cannot allocate {} bytes of page-locked memory; host "
+                     "uploads that do not fit the ring of {} bytes go from pageable memory (each "
+                     "may wait for the stream)",
+                     op, want, spans_.capacity());
         return;
     }
+    if (!in_flight_.empty()) wait_for(in_flight_.back().first, op);  // the old ring is read
+    char* old = ring_;
     ring_ = static_cast<char*>(p);
     spans_ = RingSpans(want);
+    if (old != nullptr) check_cuda(cudaFreeHost(old), op);
 }
 
 void PinnedUploads::release() {

@@ -61,6 +61,7 @@ private:
     std::vector<cudaEvent_t> spare_events_;
     uint64_t next_ticket_ = 1;
     cudaStream_t stream_ = nullptr;  // of the copies in flight
+    bool pinned_refused_ = false;    // cudaHostAlloc failed: the ring grows no more
 };
 
 }  // namespace ctx::cuda
