@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"  // check_cuda
-#include "core/error.h"
 
 namespace ctx::cuda {
 
@@ -23,16 +22,14 @@ uint64_t host_wait_count() { return g_host_waits.load(std::memory_order_relaxed)
 void PinnedUploads::upload(void* dst, const void* src, size_t bytes, cudaStream_t stream,
                            const char* op) {
     if (bytes == 0) return;
-    if (bytes > kMaxRingBytes / 4) {  // too large for the ring: pageable, may wait
-        note_host_wait();
-        check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), op);
-        return;
+    const bool fits = bytes <= kMaxRingBytes / 4;  // larger: not in steps (arenas, checkpoints)
+    if (fits) {
+        // Tickets finish in order only on one stream: another stream's copy waits for ours.
+        if (!in_flight_.empty() && stream != stream_) wait_for(in_flight_.back().first, op);
+        stream_ = stream;
+        if (bytes * 4 > spans_.capacity() && !pinned_refused_) grow(bytes, op);
     }
-    // Tickets finish in order only on one stream: another stream's copy waits for ours first.
-    if (!in_flight_.empty() && stream != stream_) wait_for(in_flight_.back().first, op);
-    stream_ = stream;
-    if (bytes * 4 > spans_.capacity() && !pinned_refused_) grow(bytes, op);
-    if (ring_ == nullptr || bytes > spans_.capacity()) {  // no page-locked memory for it
+    if (!fits || ring_ == nullptr || bytes > spans_.capacity()) {  // pageable: may wait
         note_host_wait();
         check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream), op);
         return;

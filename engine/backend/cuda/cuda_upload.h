@@ -46,8 +46,6 @@ public:
     // current).
     void release();
 
-    size_t ring_bytes() const { return spans_.capacity(); }
-
 private:
     void grow(size_t bytes, const char* op);
     void wait_for(uint64_t ticket, const char* op);
