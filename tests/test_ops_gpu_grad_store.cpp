@@ -123,15 +123,16 @@ TEST(OpsGpuGradStore, ActivationAndSwigluBackwardOverwrite) {
 // attention_backward with opt.dqkv_store on each path: materialised and fp32 flash (zeroed
 // first), the bf16 tensor-core flash kernels, which write each entry themselves, and their
 // one-kernel form, whose atomic dq adds onto columns the dvec pass zeroed: T 150 has full and
-// partial tiles; a window and a bias with parameter gradients; D 64 and 32.
+// partial tiles; a window and a bias with parameter gradients; D 64, 32 and 21 (odd: the
+// tensor-core kernels then write entry by entry instead of in 8-byte pairs).
 TEST(OpsGpuGradStore, AttentionBackwardWritesDqkv) {
     REQUIRE_GPU();
     ref::Rng rng(23);
     const int B = 2, T = 150;
     const FVec slopes = {0.3f, 0.2f, 0.1f, 0.05f};
-    for (int C : {128, 256}) {
+    for (int C : {128, 256, 42}) {
         for (int H : {2, 4}) {
-            if (C / H > 64) continue;
+            if (C % H != 0 || C / H > 64) continue;
             const size_t n = size_t(B) * T * 3 * C;
             const FVec qkv = randn(rng, n), dout = randn(rng, size_t(B) * T * C);
             FVec pos(size_t(B) * T);

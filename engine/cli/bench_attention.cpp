@@ -195,9 +195,9 @@ struct CaseBuffers {
     }
 };
 
-// One PE's calls on one shape. Rotary works in place on qkv (a rotation: the values stay
-// bounded however often it runs) and the backward accumulates into dqkv and the bias gradients,
-// as in a training step.
+// One PE's calls on one shape, as a training step makes them: rotary works in place on qkv (a
+// rotation: the values stay bounded however often it runs), the backward writes dqkv
+// (GradStore::Overwrite, as the model's layers ask) and adds into the bias gradients.
 struct Case {
     Backend& be;
     CaseBuffers& buf;
@@ -280,6 +280,7 @@ int run_group(Backend& be, PluginRegistry& registry, CaseBuffers& buf, const Att
             AttentionOptions opt;
             opt.mode = mode;
             opt.bias = pes[i]->bias;
+            opt.dqkv_store = GradStore::Overwrite;
             cases[i] = std::make_unique<Case>(Case{be, buf, *pes[i], opt, B, T, C, H});
             for (int64_t s = 0; s < a.warmup; ++s) cases[i]->forward(), cases[i]->backward();
         });

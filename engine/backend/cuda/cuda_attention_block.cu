@@ -426,13 +426,12 @@ __global__ void __launch_bounds__(kThreads)
                 }
             }
         }
-        if (i < Tq) {
+        if (i < Tq) {  // the old entries read before any is written (see add_old_entries)
             float* g = dq + (size_t(b) * Tq + i) * 3 * C + size_t(h) * D + dc0;
+            add_old_entries<kNO>(acc, g, q4, dw, a.scale);
 #pragma unroll
-            for (int k = 0; k < kNO; k++) {
-                const int d = q4 + 4 * k;
-                if (d < dw) g[d] += acc[k] * a.scale;
-            }
+            for (int k = 0; k < kNO; k++)
+                if (q4 + 4 * k < dw) g[q4 + 4 * k] = acc[k];
         }
     }
     if (!grads) return;  // uniform over the block
@@ -514,14 +513,15 @@ __global__ void __launch_bounds__(kThreads)
         const int j = k0 + r;
         if (j < Tk) {
             float* g = dkv + (size_t(b) * Tk + j) * 2 * C + size_t(h) * D + dc0;
+            // dk, then dv: both sets of old entries at once made ptxas spill
+            add_old_entries<kNO>(dk, g, q4, dw, a.scale);
 #pragma unroll
-            for (int k = 0; k < kNO; k++) {
-                const int d = q4 + 4 * k;
-                if (d < dw) {
-                    g[d] += dk[k] * a.scale;
-                    g[C + d] += dv[k];
-                }
-            }
+            for (int k = 0; k < kNO; k++)
+                if (q4 + 4 * k < dw) g[q4 + 4 * k] = dk[k];
+            add_old_entries<kNO>(dv, g + C, q4, dw, 1.0f);
+#pragma unroll
+            for (int k = 0; k < kNO; k++)
+                if (q4 + 4 * k < dw) g[C + q4 + 4 * k] = dv[k];
         }
     }
 }

@@ -51,6 +51,20 @@ __device__ __forceinline__ float block_max(float v, float* shared) {
     return r;
 }
 
+// x[k] = old + scale x[k] with old = p[d0 + 4 k], for a thread's strided share of a gradient
+// row (entries d0 + 4 k < n; 0 past it), before the caller writes x back: every load issued
+// before any is used. Read, added and written one entry at a time, each load waited for the
+// store before it (which may alias it): a round trip to memory per entry (SASS, sm_90).
+template <int K>
+__device__ __forceinline__ void add_old_entries(float (&x)[K], const float* p, int d0, int n,
+                                                float scale) {
+    float old[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) old[k] = d0 + 4 * k < n ? p[d0 + 4 * k] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) x[k] = old[k] + x[k] * scale;
+}
+
 // Raises a kernel's dynamic shared-memory limit above the default 48 KiB (sm_80: up to
 // 163 KiB, sm_90: 227 KiB). Callers do it once per kernel and process, with the largest size the
 // kernel launches with (a function-local static), not per launch.

@@ -322,13 +322,12 @@ __global__ void flash_bwd_dq_kernel(float* dqkv, float* partials, float* dtable,
             }
         }
     }
-    if (i < T) {
+    if (i < T) {  // the old entries read before any is written (see add_old_entries)
         float* dq = dqkv + (size_t(b) * T + i) * 3 * C + size_t(h) * D;
+        add_old_entries<kNK>(acc, dq, q4, D, a.scale);
 #pragma unroll
-        for (int k = 0; k < kNK; k++) {
-            const int d = q4 + 4 * k;
-            if (d < D) dq[d] += acc[k] * a.scale;
-        }
+        for (int k = 0; k < kNK; k++)
+            if (q4 + 4 * k < D) dq[q4 + 4 * k] = acc[k];
     }
     if (grads) {
         const int chunks = gridDim.x;
@@ -407,12 +406,14 @@ __global__ void flash_bwd_dkv_kernel(float* dqkv, const float* dout, const float
     const int j = k0 + r;
     if (j < T) {
         float* g = dqkv + (size_t(b) * T + j) * 3 * C + size_t(h) * D;
+        add_old_entries<kNK>(dk, g + C, q4, D, a.scale);
+        add_old_entries<kNK>(dv, g + 2 * C, q4, D, 1.0f);
 #pragma unroll
         for (int k = 0; k < kNK; k++) {
             const int d = q4 + 4 * k;
             if (d < D) {
-                g[C + d] += dk[k] * a.scale;
-                g[2 * C + d] += dv[k];
+                g[C + d] = dk[k];
+                g[2 * C + d] = dv[k];
             }
         }
     }

@@ -50,11 +50,6 @@ struct TcArgs {
 
 inline constexpr int kKerpleCap = 65536;  // distances per head in the KERPLE-log tables
 
-// A gradient entry the backward kernels own: added to, or written over (GradStore).
-__device__ __forceinline__ void store_grad(float* p, float v, bool accumulate) {
-    *p = accumulate ? *p + v : v;
-}
-
 // R rows of W bf16 from src (row stride lds elements) into dst (row stride W + kPad), as
 // asynchronous 16-byte copies of the whole block (the caller commits the group).
 template <int R, int W>

@@ -37,6 +37,105 @@ __device__ __noinline__ BiasParamTerms bias_param_terms(int kind, float v, float
     }
 }
 
+// ================================================================ the gradient rows
+
+// f(dn, i, p) for each of a thread's gradient entries that is there, one at a time (the rows
+// described below, when they cannot move in 8-byte pairs): accumulator x[dn][i] (i = 2 r + e)
+// belongs at p of row r.
+template <int DN, class F>
+__device__ __forceinline__ void each_entry(float* const (&row)[2], int D, int t, F&& f) {
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = dn * 8 + 2 * t + e;
+                if (row[r] != nullptr && d < D) f(dn, 2 * r + e, row[r] + d);
+            }
+}
+
+// A thread's C-fragment accumulators x (16 rows x 8 DN columns of a warp: rows g and g + 8,
+// columns 8 dn + 2 t, + 1) and the gradient rows they belong to (row[r]: row g + 8 r's first
+// head-dim entry, null past T; D entries each). add_old_grads adds what the rows hold
+// (GradStore::Accumulate) with every load before any store: loaded,
+// added and stored an entry at a time, each load waited for the store before it (which might
+// alias it), so the 64 entries of a dk / dv thread at head dim 64 were 64 round trips to memory
+// in a row (SASS, sm_90), as long as the tile loop of a short causal row. With `pairs`
+// (pairs_of: D even and dqkv 8-byte aligned, so every row is) two entries move as 8 bytes.
+__device__ __forceinline__ bool pairs_of(const float* dqkv, int D) {
+    return D % 2 == 0 && (reinterpret_cast<uintptr_t>(dqkv) & 7u) == 0;
+}
+template <int DN>
+__device__ __forceinline__ void add_old_grads(float (&x)[DN][4], float* const (&row)[2], int D,
+                                              int t, bool pairs) {
+    if (pairs) {
+        // into an array first: added as each arrived, ptxas kept only 2-3 loads in flight
+        float2 old[2][DN];
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                const int d = dn * 8 + 2 * t;
+                old[r][dn] = row[r] != nullptr && d < D
+                                 ? *reinterpret_cast<const float2*>(row[r] + d)
+                                 : make_float2(0.0f, 0.0f);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                x[dn][2 * r] += old[r][dn].x;
+                x[dn][2 * r + 1] += old[r][dn].y;
+            }
+        return;
+    }
+    each_entry<DN>(row, D, t, [&](int dn, int i, float* p) { x[dn][i] += *p; });
+}
+template <int DN>
+__device__ __forceinline__ void store_grads(const float (&x)[DN][4], float* const (&row)[2], int D,
+                                            int t, bool pairs) {
+    if (pairs) {
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                const int d = dn * 8 + 2 * t;
+                if (row[r] != nullptr && d < D)
+                    *reinterpret_cast<float2*>(row[r] + d) =
+                        make_float2(x[dn][2 * r], x[dn][2 * r + 1]);
+            }
+        return;
+    }
+    each_entry<DN>(row, D, t, [&](int dn, int i, float* p) { *p = x[dn][i]; });
+}
+
+// dtable[offset(n, e)] += x[n][e] for a thread's C-fragment values of a tile where bit 4 n + e of
+// `in` is set (the pair attends: the logit loop's mask test), the old entries of kGroup column
+// tiles loaded before any of them is stored (see add_old_grads: added in the logit loop, the
+// 32 entries of a dq tile were 32 round trips in a row). The dk/dv kernel at D 128 takes one
+// tile at a time: a whole tile's 16 at once made ptxas spill its staging pointers.
+template <int NT, int kGroup, class Offset>
+__device__ __forceinline__ void add_tile_to_table(float* dtable, const float (&x)[NT][4],
+                                                  uint32_t in, Offset&& offset) {
+    static_assert(NT * 4 <= 32 && NT % kGroup == 0, "one bit a value, whole groups");
+#pragma unroll
+    for (int n0 = 0; n0 < NT; n0 += kGroup) {
+        float old[kGroup][4];
+#pragma unroll
+        for (int n = 0; n < kGroup; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                old[n][e] = (in >> (4 * (n0 + n) + e)) & 1u ? dtable[offset(n0 + n, e)] : 0.0f;
+#pragma unroll
+        for (int n = 0; n < kGroup; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if ((in >> (4 * (n0 + n) + e)) & 1u)
+                    dtable[offset(n0 + n, e)] = old[n][e] + x[n0 + n][e];
+    }
+}
+
 // ================================================================ dq
 
 // The per-logit output of a dq logit loop: none, the Table bias's gradient, T5's staging.
@@ -144,12 +243,14 @@ __global__ void __launch_bounds__(kThreads, 2)
                 constexpr bool kKerple = F == kKerpleLog || F == kKerpleTable;
                 const KerpleRows kr = F == kKerpleTable ? kerple_rows(a, h) : KerpleRows{};
                 float fa = 0.0f, fb = 0.0f;  // this tile's share of the a, b gradients
+                uint32_t attends = 0;        // kOutTable: bit 4 n + e
 #pragma unroll
                 for (int n = 0; n < NT; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), j = k0 + c;
                         const bool in = !kMasked || (j >= lo[r] && j <= hi[r]);
+                        if constexpr (kOut == kOutTable) attends |= uint32_t(in) << (4 * n + e);
                         const float pj = F == kNone ? 0.0f
                                          : F == kOtherBias ? (positions ? pk[c] : 0.0f)
                                                            : pk[c];
@@ -180,7 +281,6 @@ __global__ void __launch_bounds__(kThreads, 2)
                                     gb -= double(d.b);
                                 }
                             }
-                            if constexpr (kOut == kOutTable) dtable[row[r] * T + j] += v;
                         }
                         if constexpr (kOut == kOutT5) {
                             Sd[(wr + g + 8 * r) * kSP + c] = v;
@@ -189,6 +289,10 @@ __global__ void __launch_bounds__(kThreads, 2)
                         }
                         s[n][e] = v;
                     }
+                if constexpr (kOut == kOutTable)  // d logit / d table = 1
+                    add_tile_to_table<NT, NT>(dtable, s, attends, [&](int n, int e) {
+                        return row[e >> 1] * T + k0 + n * 8 + 2 * t + (e & 1);
+                    });
                 ga += double(fa);
                 gb += double(fb);
             };
@@ -219,17 +323,21 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
         __syncthreads();  // stage st (and Sd, Bk) are refilled by the next iteration
     }
+    // dq = scale acc (+ dq accumulating); every old entry read before any is written (see
+    // add_old_grads)
+    float* dq[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        if (i[r] >= T) continue;
-        float* dq = dqkv + (size_t(b) * T + i[r]) * 3 * C + size_t(h) * D;
+        dq[r] = i[r] < T ? dqkv + (size_t(b) * T + i[r]) * 3 * C + size_t(h) * D : nullptr;
 #pragma unroll
         for (int dn = 0; dn < DN; dn++) {
-            const int d = dn * 8 + 2 * t;
-            if (d < D) store_grad(dq + d, acc[dn][2 * r] * a.scale, a.accumulate);
-            if (d + 1 < D) store_grad(dq + d + 1, acc[dn][2 * r + 1] * a.scale, a.accumulate);
+            acc[dn][2 * r] *= a.scale;
+            acc[dn][2 * r + 1] *= a.scale;
         }
     }
+    const bool pairs = pairs_of(dqkv, D);
+    if (a.accumulate) add_old_grads<DN>(acc, dq, D, t, pairs);
+    store_grads<DN>(acc, dq, D, t, pairs);
     if (grads) {
         // this block's rows are 32-row chunks 2 tile and 2 tile + 1 of the partials layout
         const int chunks = (T + kBiasGradRows - 1) / kBiasGradRows;
@@ -403,6 +511,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                 constexpr bool kKerple = F == kKerpleLog || F == kKerpleTable;
                 const KerpleRows kr = F == kKerpleTable ? kerple_rows(a, h) : KerpleRows{};
                 float fa = 0.0f, fb = 0.0f;  // this tile's share of the a, b gradients
+                uint32_t attends = 0;        // kTable: bit 4 n + e
 #pragma unroll
                 for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -410,6 +519,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                         const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), i = q0 + c;
                         float p = 0.0f, ds = 0.0f;
                         if (!kMasked || in_mask(a, b, i, j[r])) {
+                            if constexpr (kTable) attends |= 1u << (4 * n + e);
                             const float pi = F != kNone && positions ? pq[c] : 0.0f;
                             if constexpr (kKerple && kParamGrads) {
                                 // the log the bias needs is the one its a-gradient needs
@@ -436,11 +546,14 @@ __global__ void __launch_bounds__(kThreads, 2)
                                     fb -= d.b;
                                 }
                             }
-                            if constexpr (kTable) dtable[((bh * T) + i) * T + j[r]] += ds;
                         }
                         s[n][e] = p;
                         dp[n][e] = ds;
                     }
+                if constexpr (kTable)  // dS^T: row key j[r], column query q0 + c
+                    add_tile_to_table<NT, 1>(dtable, dp, attends, [&](int n, int e) {
+                        return (bh * T + q0 + n * 8 + 2 * t + (e & 1)) * T + j[e >> 1];
+                    });
                 if constexpr (kParamGrads) {
                     gsum[0][tid] += double(fa);
                     gsum[1][tid] += double(fb);
@@ -494,23 +607,26 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
         __syncthreads();  // stage st (and dSs) are refilled by the next iteration
     }
+    // dk = scale dk, dv (+ the old entries accumulating, all read before any is written)
+    float *dkr[2], *dvr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        if (j[r] >= T) continue;
-        float* dst = dqkv + (size_t(b) * T + j[r]) * 3 * C + size_t(h) * D;
+        float* row = j[r] < T ? dqkv + (size_t(b) * T + j[r]) * 3 * C + size_t(h) * D : nullptr;
+        dkr[r] = row ? row + C : nullptr;
+        dvr[r] = row ? row + 2 * C : nullptr;
 #pragma unroll
         for (int dn = 0; dn < DN; dn++) {
-            const int d = dn * 8 + 2 * t;
-            if (d < D) {
-                store_grad(dst + C + d, dk[dn][2 * r] * a.scale, a.accumulate);
-                store_grad(dst + 2 * C + d, dv[dn][2 * r], a.accumulate);
-            }
-            if (d + 1 < D) {
-                store_grad(dst + C + d + 1, dk[dn][2 * r + 1] * a.scale, a.accumulate);
-                store_grad(dst + 2 * C + d + 1, dv[dn][2 * r + 1], a.accumulate);
-            }
+            dk[dn][2 * r] *= a.scale;
+            dk[dn][2 * r + 1] *= a.scale;
         }
     }
+    const bool pairs = pairs_of(dqkv, D);
+    if (a.accumulate) {
+        add_old_grads<DN>(dk, dkr, D, t, pairs);
+        add_old_grads<DN>(dv, dvr, D, t, pairs);
+    }
+    store_grads<DN>(dk, dkr, D, t, pairs);
+    store_grads<DN>(dv, dvr, D, t, pairs);
     if (grads) {  // as the dq kernel: this block's partial in the first of its two slots
         __shared__ double red[32];
         const int chunks = (T + kBiasGradRows - 1) / kBiasGradRows;

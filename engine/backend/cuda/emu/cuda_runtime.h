@@ -18,6 +18,8 @@
 struct dim3 { unsigned x, y, z; constexpr dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
 struct emu_uint3 { unsigned x, y, z; };
 struct uint4 { unsigned x, y, z, w; };
+struct alignas(8) float2 { float x, y; };
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
 
 namespace emu {
 extern emu_uint3 g_tid, g_bid;
