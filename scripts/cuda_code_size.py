@@ -13,8 +13,10 @@ inline code behind runtime tests shows a distance in the hundreds (the tensor-co
 H100); a specialised loop shows tens.
 
 cuobjdump (and the nvdisasm it runs): $CUOBJDUMP, else PATH, else /usr/local/cuda/bin, else
-build/cuda-tools, where `pip install --target BUILD_DIR/cuda-tools nvidia-cuda-cuobjdump
-nvidia-cuda-nvdisasm` puts both (the CUDA toolkit image here has neither).
+BUILD_DIR/cuda-tools, where `pip install --target BUILD_DIR/cuda-tools nvidia-cuda-cuobjdump
+nvidia-cuda-nvdisasm` puts both, or a venv there with them (scripts/gpu_bundle_check.sh makes
+one); the CUDA toolkit image here has neither. scripts/sass_check.py shares this file's finder
+and parser.
 """
 import argparse
 import glob
@@ -32,11 +34,23 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 def find_cuobjdump(build):
     cands = [os.environ.get("CUOBJDUMP"), shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump"]
     cands += glob.glob(os.path.join(build, "cuda-tools", "nvidia", "*", "bin", "cuobjdump"))
+    cands += glob.glob(os.path.join(build, "cuda-tools", "lib", "python3*", "site-packages",
+                                    "nvidia", "*", "bin", "cuobjdump"))
     for c in cands:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return c
     sys.exit("cuda_code_size: no cuobjdump (set CUOBJDUMP, or: pip install --target "
              f"{os.path.join(build, 'cuda-tools')} nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+
+
+def disassemble(cuobjdump, option, path):
+    """cuobjdump OPTION PATH's output; nvdisasm (which -sass runs) looked for beside it first."""
+    env = dict(os.environ, PATH=os.path.dirname(cuobjdump) + os.pathsep + os.environ.get("PATH", ""))
+    r = subprocess.run([cuobjdump, option, path], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: cuobjdump {option} {path} failed: "
+                 f"{r.stderr.strip()}")
+    return r.stdout
 
 
 def kernels(sass):
@@ -91,14 +105,7 @@ def main():
                                text=True)
             if r.returncode != 0:
                 sys.exit(f"cuda_code_size: nvcc failed on {src}:\n{r.stderr[-2000:]}")
-            # cuobjdump runs nvdisasm, looked for beside it first
-            env = dict(os.environ, PATH=os.path.dirname(cuobjdump) + os.pathsep +
-                       os.environ.get("PATH", ""))
-            r = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True,
-                               env=env)
-            if r.returncode != 0:
-                sys.exit(f"cuda_code_size: cuobjdump failed on {src}: {r.stderr.strip()}")
-            sass = r.stdout
+            sass = disassemble(cuobjdump, "-sass", cubin)
             rows = [(n, stats(i)) for n, i in kernels(sass) if re.search(args.match, n)]
             for name, s in zip(demangle([n for n, _ in rows]), (s for _, s in rows)):
                 short = re.sub(r"\(.*", "", name)[-60:]

@@ -8,9 +8,12 @@
 #   4. a copy of the bundle in a temporary directory, run from there with a clean environment:
 #      ctxengine (version, plugins found inside the copy, the smoke recipe and both benchmarks on
 #      the CPU, the refusal of an MPI launch), every gpu test executable (skips without a GPU,
-#      passes with one) and gpu_validate.sh itself with a short budget.
+#      passes with one) and gpu_validate.sh itself with a short budget;
+#   5. the kernels' SASS in lib/libctx_backend.so (scripts/sass_check.py: no chains of read-modify-writes
+#      to global memory, no stack beyond its list); skipped, saying so, when no cuobjdump can be had.
 # Usage: bash scripts/gpu_bundle_check.sh [BUNDLE]   (default build-gpu-bundle)
 set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUNDLE=$(cd "${1:-build-gpu-bundle}" && pwd)
 MAX_MIB=${CTX_BUNDLE_MAX_MIB:-60}
 MAX_GLIBC=${CTX_BUNDLE_MAX_GLIBC:-2.36}
@@ -140,6 +143,39 @@ else
     else
         echo "  ok  gpu_validate.sh: $nok test steps ok, $nxml XML files, exit $vrc; $(tail -1 "$tmp/validate/summary.txt")"
     fi
+fi
+
+# ---- 5. the kernels' machine code (scripts/sass_check.py): no chain of read-modify-writes to
+# global memory, no stack (spills) beyond its list. cuobjdump is not in the CUDA toolkit here,
+# so it comes from PyPI (nvidia-cuda-cuobjdump, and nvidia-cuda-nvdisasm which -sass runs) into a
+# venv beside the bundle's build.
+sass_check=$here/sass_check.py
+bdir=${BUILD_DIR:-build-bundle}
+[[ $bdir == /* ]] || bdir=$here/../$bdir
+tools_venv=${CTX_CUDA_TOOLS_VENV:-$bdir/cuda-tools}
+cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null || true)}
+why=""
+if [[ -z "$cuobjdump" ]]; then
+    if [[ ! -x "$tools_venv/bin/python" ]] || ! "$tools_venv/bin/python" -m pip --version >/dev/null 2>&1; then
+        rm -rf "$tools_venv"
+        python3 -m venv "$tools_venv" >/dev/null 2>&1 ||
+            why="python3 -m venv failed (Debian: python3-venv)"
+    fi
+    if [[ -z "$why" ]] &&
+        ! ls "$tools_venv"/lib/python3*/site-packages/nvidia/cu*/bin/nvdisasm >/dev/null 2>&1; then
+        "$tools_venv/bin/python" -m pip install --quiet --disable-pip-version-check --timeout 30 \
+            --retries 1 "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14" \
+            >/dev/null 2>&1 || why="pip could not install nvidia-cuda-cuobjdump/nvdisasm (offline?)"
+    fi
+    cuobjdump=$(ls "$tools_venv"/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump 2>/dev/null |
+        head -1 || true)
+fi
+if [[ -z "$cuobjdump" ]]; then
+    echo "SKIPPED: the SASS check (no cuobjdump on PATH or in /usr/local/cuda/bin; ${why:-none in $tools_venv})"
+elif out=$(python3 "$sass_check" --cuobjdump "$cuobjdump" "$BUNDLE"/lib/libctx_backend.so 2>&1); then
+    echo "  ok  $(tail -1 <<<"$out")"
+else
+    bad "SASS check:"; sed 's/^/    /' <<<"$out"
 fi
 
 if ((fails)); then

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Static checks of the machine code (SASS) of the CUDA kernels, without a GPU.
+
+    python3 scripts/sass_check.py [--cuobjdump PATH | --build DIR] [--table] BINARY_OR_CUBIN...
+    python3 scripts/sass_check.py --self-test
+
+For every function of every embedded architecture (cuobjdump -res-usage and -sass) it reports
+registers, stack bytes, SASS instructions and serialized load-store pairs, and fails (exit 1) on
+
+  1. a chain of read-modify-writes to global memory: a load whose value is stored back to the
+     same address within a few instructions, MAX_SERIAL or more times in one function. Written
+     as `*p += x` one entry after another, each load waits for the store before it (the store
+     may alias it), so a thread makes one round trip to memory per entry: the flash backward's
+     epilogues had 32-128 of them a thread (docs/CUDA.md "Gradient rows written at the end").
+     The occasional pair in a loop (a table gradient) stays under the limit. What it counts is
+     code, not work: a rolled loop of `*p += x` is one pair however often it runs, and a batch
+     of fewer than 8 loads then stores counts as one (its first load sees its first store).
+  2. stack (spills, local arrays) in a function that STACK_ALLOWED does not list, or more than
+     it allows: ptxas spilling a kernel's accumulators after an edit is a silent slowdown.
+
+cuobjdump: --cuobjdump, else as scripts/cuda_code_size.py finds it (whose SASS parser this
+shares) with --build (default build-bundle): $CUOBJDUMP, PATH, /usr/local/cuda/bin,
+BUILD/cuda-tools (the PyPI wheels nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm, whose
+nvdisasm -sass runs on a library's fatbinary; scripts/gpu_bundle_check.sh installs them).
+"""
+import argparse
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_code_size import ROOT, disassemble, find_cuobjdump, kernels  # noqa: E402
+
+MAX_SERIAL = 16
+
+# Functions allowed a stack frame, by a regex on the mangled name: bytes at most per
+# architecture, as measured (CUDA 13.0, the bundle's sm_80 and sm_90 code, 2026-12-04); a
+# listing without architecture (one cubin) gets the larger. Why each is accepted:
+STACK_ALLOWED = [
+    # the forward with two m-tiles at D 128, whose alternative (one m-tile,
+    # CTX_FLASH_FORWARD_MTILES=1) has no spill; which is faster is for a GPU to say
+    (r"flash_tc_fwd_kernelILi128ELb0ELi2E", {"sm_80": 112, "sm_90": 64}),
+    # the forward's instantiation for the general bias families (KERPLE-power, T5, tables),
+    # two m-tiles at D 64: the out-of-line bias call's ABI
+    (r"flash_tc_fwd_kernelILi64ELb1ELi2E", {"sm_80": 80, "sm_90": 32}),
+    # the one-kernel backward at D 128 on sm_80 (not the default backward): two staging values
+    # kept on the stack, reloaded from L1 when a tile is prefetched
+    (r"flash_tc_dkv_kernelILi128ELb1E", {"sm_80": 8, "sm_90": 0}),
+    # the rotary kernel's per-thread table of pair frequencies (a local array, not a spill)
+    (r"rotary_kernel", {"sm_80": 40, "sm_90": 40}),
+]
+
+
+def stack_allowed(fn, arch):
+    """Bytes of stack fn may have on arch (0: none)."""
+    for pattern, limits in STACK_ALLOWED:
+        if re.search(pattern, fn):
+            return limits.get(arch, max(limits.values()))
+    return 0
+
+
+ARCH = re.compile(r"arch = (sm_\d+)")
+
+
+def by_arch(listing):
+    """[(arch, text)]: a listing cut where its architecture changes (a cubin has one section)."""
+    parts, arch, start = [], "?", 0
+    for m in ARCH.finditer(listing):
+        parts.append((arch, listing[start:m.start()]))
+        arch, start = m.group(1), m.end()
+    parts.append((arch, listing[start:]))
+    return [(a, t) for a, t in parts if "Function" in t]
+
+
+def parse_resources(listing):
+    """{(arch, function): (registers, stack bytes)} of a cuobjdump -res-usage listing"""
+    out = {}
+    for arch, text in by_arch(listing):
+        for m in re.finditer(r"Function (\S+):\s*\n(.*)", text):
+            reg, stack = re.search(r"REG:(\d+)", m.group(2)), re.search(r"STACK:(\d+)", m.group(2))
+            out[(arch, m.group(1))] = (int(reg.group(1)) if reg else 0,
+                                        int(stack.group(1)) if stack else 0)
+    return out
+
+
+def parse_sass(listing):
+    """{(arch, function): [instruction text]} of a cuobjdump -sass listing"""
+    return {(arch, name): ins for arch, text in by_arch(listing) for name, ins in kernels(text)}
+
+
+LOAD = re.compile(r"^(?:@!?U?P\w+\s+)?LDG\S*\s+R\d+,\s*(desc\[\w+\]\[[^\]]+\])")
+
+
+def serialized_pairs(instructions):
+    """Loads whose address is stored to within the next 8 instructions, before any other store."""
+    n = 0
+    for k, ins in enumerate(instructions):
+        m = LOAD.match(ins)
+        if not m:
+            continue
+        for later in instructions[k + 1:k + 9]:
+            op = later.split()
+            op = op[1] if op and op[0].startswith("@") and len(op) > 1 else (op[0] if op else "")
+            if op.startswith("STG"):
+                n += m.group(1) in later
+                break
+    return n
+
+
+def self_test():
+    """The parsers and the pair count on SASS text shaped as cuobjdump prints it (ctest
+    scripts.sass_check): a chain of `*p += x`, the same with the loads first, a load whose
+    store goes elsewhere, a short batch, the resource lines, the stack limits."""
+    def text(body):
+        return "\n".join(f"        /*{16 * k:04x}*/                   {ins} ;"
+                         for k, ins in enumerate(body))
+    chain, batched = [], []
+    for k in range(20):
+        off = f"+0x{4 * k:x}" if k else ""
+        chain += [f"@!P{k % 6} LDG.E R0, desc[UR6][R4.64{off}]", "FADD R0, R0, R7",
+                  f"@!P{k % 6} STG.E desc[UR6][R4.64{off}], R0"]
+        batched.insert(k, f"LDG.E.64 R{2 * k + 10}, desc[UR6][R4.64{off}]")
+        batched.append(f"STG.E.64 desc[UR6][R4.64{off}], R{2 * k + 10}")
+    small = batched[:4] + batched[20:24]  # 4 loads then 4 stores: counted once
+    code = {0: chain, 1: batched, 2: ["LDG.E R0, desc[UR6][R4.64]", "STG.E desc[UR6][R2.64], R0"],
+            3: small}
+    listing = "".join(f"\n Fatbin elf code:\n arch = sm_{a}\n"
+                      f"        Function : k{k}\n{text(b)}\n"
+                      for a in (80, 90) for k, b in code.items())
+    got = {fn: serialized_pairs(ins) for fn, ins in parse_sass(listing).items()}
+    want = {(f"sm_{a}", f"k{k}"): n for a in (80, 90)
+            for k, n in ((0, 20), (1, 0), (2, 0), (3, 1))}
+    assert got == want, got
+    res = parse_resources("\n arch = sm_90\n Function k0:\n  REG:255 STACK:64 SHARED:1024 "
+                          "LOCAL:0\n Function k1:\n  REG:40 STACK:0 SHARED:0 LOCAL:0\n")
+    assert res == {("sm_90", "k0"): (255, 64), ("sm_90", "k1"): (40, 0)}, res
+    fwd = "_ZN3ctx4cuda2tc19flash_tc_fwd_kernelILi128ELb0ELi2EEEvPfS3_NS1_6TcArgsE"
+    got = [stack_allowed(fwd, a) for a in ("sm_80", "sm_90", "?")]
+    assert got == [112, 64, 112], got
+    assert stack_allowed(fwd.replace("ELi2E", "ELi1E"), "sm_90") == 0
+    print("sass_check: self-test passed (pairs counted 20 / 0 / 0 / 1)")
+    return 0
+
+
+def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--cuobjdump")
+    ap.add_argument("--build", default=os.path.join(ROOT, "build-bundle"))
+    ap.add_argument("--table", action="store_true", help="print every function's numbers")
+    a = ap.parse_args()
+    tool = a.cuobjdump or find_cuobjdump(a.build)
+    failures, functions = [], 0
+    for path in a.files:
+        res = parse_resources(disassemble(tool, "-res-usage", path))
+        code = parse_sass(disassemble(tool, "-sass", path))
+        if not code:
+            failures.append(f"{path}: no device code found")
+        for (arch, fn) in sorted(set(res) | set(code)):
+            functions += 1
+            reg, stack = res.get((arch, fn), (0, 0))
+            ins = code.get((arch, fn), [])
+            pairs = serialized_pairs(ins)
+            if a.table:
+                print(f"{arch} {reg:4d} reg {stack:5d} B stack {len(ins):7d} instr "
+                      f"{pairs:4d} serial  {fn}")
+            where = f"{os.path.basename(path)} {arch} {fn}"
+            if pairs >= MAX_SERIAL:
+                failures.append(f"{where}: {pairs} serialized load-store pairs (at most "
+                                f"{MAX_SERIAL - 1}): load every old value before storing any")
+            if stack > stack_allowed(fn, arch):
+                failures.append(f"{where}: {stack} bytes of stack (spills?), at most "
+                                f"{stack_allowed(fn, arch)} allowed (STACK_ALLOWED)")
+    for f in failures:
+        print("FAIL:", f)
+    print(f"sass_check: {functions} functions in {len(a.files)} file(s), "
+          f"{len(failures)} failure(s) ({tool})")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
