@@ -1,6 +1,7 @@
-// AdamW on the CUDA backend: adamw_update against the CPU backend over a range of steps, and the
-// one-launch adamw_update_segments (a block per chunk of a piece) against per-piece calls and
-// the CPU, with its chunk table replaced on the device when the pieces change.
+// AdamW on the CUDA backend: adamw_update against the CPU backend over a range of steps, the
+// gradient scale (clipping inside the update), and the one-launch adamw_update_segments (a block
+// per chunk of a piece) against per-piece calls and the CPU, with its chunk table replaced on the
+// device when the pieces change.
 //
 // Every test skips (GTEST_SKIP) when no CUDA device is visible, including builds without CUDA.
 // Labelled "gpu" in ctest (tests/gpu_tests.cmake): ctest -L gpu.
@@ -44,6 +45,50 @@ TEST(OpsGpuAdamW, MatchesCpu) {
     ctx::AdamWParams bad;
     bad.step = 0;
     EXPECT_THROW(gpu().adamw_update(gp.get(), gg.get(), gm.get(), gv.get(), n, bad), ctx::Error);
+}
+
+// AdamWParams::grad_scale (global-norm clipping inside the update): the same numbers as the
+// gradients scaled first and updated with scale 1, bit for bit, on both GPU entry points; and
+// as the CPU's update with the same scale.
+TEST(OpsGpuAdamW, GradScaleIsTheScaledGradientsUpdate) {
+    REQUIRE_GPU();
+    const size_t n = 70001;
+    ref::Rng rng(12);
+    const FVec p = randn(rng, n), m = randn(rng, n, 0.1), v = randu(rng, n, 0.0, 0.1);
+    const FVec g = randn(rng, n, 3.0);
+    const float s = 0.37f;
+    FVec gs(n);
+    for (size_t i = 0; i < n; i++) gs[i] = g[i] * s;
+    const std::vector<ctx::AdamWSegment> segs = {{0, 40000, true}, {40000, 30001, false}};
+    ctx::AdamWParams hp;
+    hp.lr = 1e-2f;
+    hp.weight_decay = 0.1f;
+    hp.step = 3;
+    ctx::AdamWParams scaled = hp;
+    scaled.grad_scale = s;
+    for (bool segments : {false, true}) {
+        Dev a_p(p), a_m(m), a_v(v), b_p(p), b_m(m), b_v(v), dg(g), dgs(gs);
+        FVec c_p = p, c_m = m, c_v = v;
+        if (segments) {
+            gpu().adamw_update_segments(a_p.get(), dg.get(), a_m.get(), a_v.get(), segs, scaled);
+            gpu().adamw_update_segments(b_p.get(), dgs.get(), b_m.get(), b_v.get(), segs, hp);
+            cpu().adamw_update_segments(c_p.data(), g.data(), c_m.data(), c_v.data(), segs, scaled);
+        } else {
+            gpu().adamw_update(a_p.get(), dg.get(), a_m.get(), a_v.get(), n, scaled);
+            gpu().adamw_update(b_p.get(), dgs.get(), b_m.get(), b_v.get(), n, hp);
+            cpu().adamw_update(c_p.data(), g.data(), c_m.data(), c_v.data(), n, scaled);
+        }
+        EXPECT_EQ(a_p.host(), b_p.host()) << "segments " << segments;
+        EXPECT_EQ(a_m.host(), b_m.host()) << "segments " << segments;
+        EXPECT_EQ(a_v.host(), b_v.host()) << "segments " << segments;
+        EXPECT_CLOSE(a_p.host(), c_p, kFwdTol);
+        EXPECT_CLOSE(a_m.host(), c_m, kFwdTol);
+        EXPECT_CLOSE(a_v.host(), c_v, kFwdTol);
+        // and the scale took effect: the first moments differ from the unscaled gradients'
+        FVec u_p = p, u_m = m, u_v = v;
+        cpu().adamw_update(u_p.data(), g.data(), u_m.data(), u_v.data(), n, hp);
+        EXPECT_GT(rel_err(a_m.host(), u_m), 1e-2) << "segments " << segments;
+    }
 }
 
 // adamw_update_segments: one launch over pieces of the arrays (a block per chunk of at most

@@ -106,9 +106,30 @@ TEST(Optimizer, ClipsTheGlobalNormToTheLimit) {
     for (size_t i = 0; i < m.grads().size(); ++i) sq += double(m.grads().data()[i]) * m.grads().data()[i];
     ASSERT_GT(std::sqrt(sq), 0.05);
     EXPECT_NEAR(opt.grad_norm(), std::sqrt(sq), 1e-5 * std::sqrt(sq));
+    // the same model and batch, its gradients scaled in place by the clipping factor and
+    // updated without clipping: the clipped update must be that one, bit for bit (the factor
+    // is applied inside AdamW, AdamWParams::grad_scale, and the gradients are left as they are)
+    Model ref(c, cpu(), make_pe("rope", c), 3);
+    OptimizerConfig oc_ref = oc;
+    oc_ref.grad_clip = 0.0f;
+    Optimizer opt_ref(ref, oc_ref);
+    cpu().zero(ref.grads().data(), ref.grads().size());
+    ref.forward_backward(tiny_batch(c.vocab_size).batch(), 0.1f);
+    const double norm = opt_ref.grad_norm();
+    ASSERT_EQ(norm, opt.grad_norm());
+    cpu().scale(ref.grads().data(), static_cast<float>(0.05 / (norm + 1e-6)), ref.grads().size());
+    const std::vector<float> before(m.params().data(), m.params().data() + m.params().size());
     const auto info = opt.update();
+    opt_ref.update();
     EXPECT_NEAR(info.grad_norm, std::sqrt(sq), 1e-5 * std::sqrt(sq));
-    EXPECT_NEAR(opt.grad_norm(), 0.05, 1e-5);  // gradients were scaled in place
+    EXPECT_EQ(opt.grad_norm(), norm);  // the gradients themselves are not scaled
+    const float *got = m.params().data(), *want = ref.params().data();
+    size_t differ = 0;
+    for (size_t i = 0; i < m.params().size(); ++i) differ += got[i] != want[i];
+    EXPECT_EQ(differ, 0u) << "of " << m.params().size() << " parameters";
+    size_t moved = 0;  // and the update did something
+    for (size_t i = 0; i < before.size(); ++i) moved += got[i] != before[i];
+    EXPECT_GT(moved, before.size() / 2);
 }
 
 std::vector<double> train_losses(uint64_t seed, int steps, std::vector<float>* params_out,

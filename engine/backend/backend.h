@@ -159,6 +159,9 @@ struct AdamWParams {
     float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
     float weight_decay = 0.0f;  // decoupled: p -= lr * wd * p
     int64_t step = 1;           // 1-based, for bias correction
+    // Each gradient is multiplied by this first (global-norm clipping's factor): the update is
+    // the one of gradients scaled in place, bit for bit, without a pass that writes them.
+    float grad_scale = 1.0f;
 };
 
 // A piece of a multi-tensor AdamW update (Backend::adamw_update_segments): n floats at `offset`

@@ -206,9 +206,6 @@ Optimizer::StepInfo Optimizer::update(double norm, GradReducer* gather) {
     // (The norm is the whole gradient's, from every shard: grad_norm().)
     CTX_CHECK(std::isfinite(norm), "the gradient norm is {} at step {}: training diverged "
               "(lower lr, or check the data)", norm, step_ + 1);
-    if (config_.grad_clip > 0 && norm > config_.grad_clip)
-        be.scale(g.data() + lo_, static_cast<float>(config_.grad_clip / (norm + 1e-6)),
-                 hi_ - lo_);
     const double lr = learning_rate(config_, step_);
     AdamWParams hp;
     hp.lr = static_cast<float>(lr);
@@ -217,6 +214,10 @@ Optimizer::StepInfo Optimizer::update(double norm, GradReducer* gather) {
     hp.eps = config_.eps;
     hp.step = step_ + 1;
     hp.weight_decay = config_.weight_decay;
+    // global-norm clipping inside the update (the gradients are left as they are: one pass
+    // over them fewer, the same update bit for bit)
+    if (config_.grad_clip > 0 && norm > config_.grad_clip)
+        hp.grad_scale = static_cast<float>(config_.grad_clip / (norm + 1e-6));
     // every tensor's part in this rank's shard (all of it unsharded), offsets from lo_: one call
     segments_.clear();
     for (const ParamView& view : model_.layout().views()) {

@@ -131,10 +131,10 @@ void CpuBackend::adamw_update(float* params, const float* grads, float* m, float
     const float b1 = hp.beta1, b2 = hp.beta2;
     const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(b1), double(hp.step))));
     const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(b2), double(hp.step))));
-    const float lr = hp.lr, eps = hp.eps, wd = hp.weight_decay;
+    const float lr = hp.lr, eps = hp.eps, wd = hp.weight_decay, gs = hp.grad_scale;
 #pragma omp parallel for simd schedule(static) if (n >= 4096)
     for (size_t i = 0; i < n; i++) {
-        const float g = grads[i];
+        const float g = grads[i] * gs;
         const float mi = b1 * m[i] + (1.0f - b1) * g;
         const float vi = b2 * v[i] + (1.0f - b2) * g * g;
         m[i] = mi;

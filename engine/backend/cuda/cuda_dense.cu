@@ -394,37 +394,33 @@ __global__ void crossentropy_shard_finish_kernel(float* losses, float* dlogits,
 
 // ================================================================ AdamW
 
-// One element's update; both kernels below run this same code.
-__device__ __forceinline__ void adamw_element(float* params, const float* grads, float* m,
-                                              float* v, size_t i, float lr, float b1, float b2,
-                                              float eps, float wd, float inv_bc1,
-                                              float inv_bc2) {
-    const float g = grads[i];
+// One element's update (weight decay wd); both kernels below run this same code.
+__device__ __forceinline__ void adamw_element(float* params, const float* grads, float* m, float* v,
+                                              size_t i, const AdamWArgs& a, float wd) {
+    const float g = grads[i] * a.grad_scale, b1 = a.beta1, b2 = a.beta2;
     const float mi = b1 * m[i] + (1.0f - b1) * g;
     const float vi = b2 * v[i] + (1.0f - b2) * g * g;
     m[i] = mi;
     v[i] = vi;
-    const float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
-    params[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * params[i]);
+    const float mhat = mi * a.inv_bc1, vhat = vi * a.inv_bc2;
+    params[i] -= a.lr * (mhat / (sqrtf(vhat) + a.eps) + wd * params[i]);
 }
 
 __global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n,
-                             float lr, float b1, float b2, float eps, float wd, float inv_bc1,
-                             float inv_bc2) {
+                             AdamWArgs a) {
     for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += size_t(gridDim.x) * blockDim.x)
-        adamw_element(params, grads, m, v, i, lr, b1, b2, eps, wd, inv_bc1, inv_bc2);
+        adamw_element(params, grads, m, v, i, a, a.wd);
 }
 
 // Multi-tensor AdamW: block x updates chunk x (a piece of one segment, at most kAdamWChunk
 // floats), decayed or not as its segment.
 __global__ void adamw_chunks_kernel(float* params, const float* grads, float* m, float* v,
-                                    const AdamWChunk* chunks, float lr, float b1, float b2,
-                                    float eps, float wd, float inv_bc1, float inv_bc2) {
+                                    const AdamWChunk* chunks, AdamWArgs a) {
     const AdamWChunk c = chunks[blockIdx.x];
-    const float d = c.decay ? wd : 0.0f;
+    const float wd = c.decay ? a.wd : 0.0f;
     for (uint32_t k = threadIdx.x; k < c.n; k += blockDim.x)
-        adamw_element(params, grads, m, v, c.offset + k, lr, b1, b2, eps, d, inv_bc1, inv_bc2);
+        adamw_element(params, grads, m, v, c.offset + k, a, wd);
 }
 
 }  // namespace
@@ -663,22 +659,17 @@ cudaError_t launch_crossentropy_shard_finish(float* losses, float* dlogits,
 }
 
 cudaError_t launch_adamw_chunks(float* params, const float* grads, float* m, float* v,
-                                const AdamWChunk* chunks, size_t count, float lr, float beta1,
-                                float beta2, float eps, float wd, float inv_bc1, float inv_bc2,
+                                const AdamWChunk* chunks, size_t count, const AdamWArgs& a,
                                 cudaStream_t s) {
     if (count == 0) return cudaSuccess;
-    adamw_chunks_kernel<<<unsigned(count), kThreads, 0, s>>>(params, grads, m, v, chunks, lr,
-                                                             beta1, beta2, eps, wd, inv_bc1,
-                                                             inv_bc2);
+    adamw_chunks_kernel<<<unsigned(count), kThreads, 0, s>>>(params, grads, m, v, chunks, a);
     return cudaGetLastError();
 }
 
-cudaError_t launch_adamw(float* params, const float* grads, float* m, float* v, size_t n, float lr,
-                         float beta1, float beta2, float eps, float wd, float inv_bc1,
-                         float inv_bc2, cudaStream_t s) {
+cudaError_t launch_adamw(float* params, const float* grads, float* m, float* v, size_t n,
+                         const AdamWArgs& a, cudaStream_t s) {
     if (n == 0) return cudaSuccess;
-    adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(params, grads, m, v, n, lr, beta1,
-                                                            beta2, eps, wd, inv_bc1, inv_bc2);
+    adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(params, grads, m, v, n, a);
     return cudaGetLastError();
 }
 

@@ -511,30 +511,31 @@ void CudaBackend::crossentropy_shard_finish(float* losses, float* logits_to_dlog
 // ---------------------------------------------------------------- optimizer
 
 namespace {
-struct BiasCorrection {
-    float inv_bc1, inv_bc2;  // 1 / (1 - beta^t)
-};
-BiasCorrection bias_correction(const AdamWParams& hp, const char* op) {
+AdamWArgs adamw_args(const AdamWParams& hp, const char* op) {
     CTX_CHECK(hp.step >= 1, "{}: step must be >= 1 (1-based), got {}", op, hp.step);
-    return {float(1.0 / (1.0 - std::pow(double(hp.beta1), double(hp.step)))),
-            float(1.0 / (1.0 - std::pow(double(hp.beta2), double(hp.step))))};
+    return {hp.lr,
+            hp.beta1,
+            hp.beta2,
+            hp.eps,
+            hp.weight_decay,
+            float(1.0 / (1.0 - std::pow(double(hp.beta1), double(hp.step)))),
+            float(1.0 / (1.0 - std::pow(double(hp.beta2), double(hp.step)))),
+            hp.grad_scale};
 }
 }  // namespace
 
 void CudaBackend::adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                                const AdamWParams& hp) {
-    const BiasCorrection bc = bias_correction(hp, "adamw");
+    const AdamWArgs args = adamw_args(hp, "adamw");
     activate();
-    done(launch_adamw(params, grads, m, v, n, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
-                      bc.inv_bc1, bc.inv_bc2, stream_),
-         "adamw_update");
+    done(launch_adamw(params, grads, m, v, n, args, stream_), "adamw_update");
 }
 
 void CudaBackend::adamw_update_segments(float* params, const float* grads, float* m, float* v,
                                         const std::vector<AdamWSegment>& segments,
                                         const AdamWParams& hp) {
     static constexpr const char* op = "adamw_update_segments";
-    const BiasCorrection bc = bias_correction(hp, "adamw");
+    const AdamWArgs args = adamw_args(hp, "adamw");
     activate();
     // The chunk table is uploaded when it changes (the first step, after a relayout), so a
     // step makes no host-to-device copy; the queued launches of earlier steps read the same
@@ -556,8 +557,7 @@ void CudaBackend::adamw_update_segments(float* params, const float* grads, float
         adamw_chunks_on_device_ = adamw_chunks_;
     }
     done(launch_adamw_chunks(params, grads, m, v, reinterpret_cast<const AdamWChunk*>(table),
-                             adamw_chunks_.size(), hp.lr, hp.beta1, hp.beta2, hp.eps,
-                             hp.weight_decay, bc.inv_bc1, bc.inv_bc2, stream_),
+                             adamw_chunks_.size(), args, stream_),
          op);
 }
 

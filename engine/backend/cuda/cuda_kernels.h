@@ -150,9 +150,13 @@ cudaError_t launch_crossentropy_shard_finish(float* losses, float* dlogits,
                                              const int32_t* targets, const float* mask, int N,
                                              int V, int vocab_begin, float grad_scale,
                                              cudaStream_t s);
-cudaError_t launch_adamw(float* params, const float* grads, float* m, float* v, size_t n, float lr,
-                         float beta1, float beta2, float eps, float wd, float inv_bc1,
-                         float inv_bc2, cudaStream_t s);
+// AdamW's numbers as the kernels take them: the bias corrections 1 / (1 - beta^t) computed,
+// grad_scale applied to each gradient first (AdamWParams::grad_scale).
+struct AdamWArgs {
+    float lr, beta1, beta2, eps, wd, inv_bc1, inv_bc2, grad_scale;
+};
+cudaError_t launch_adamw(float* params, const float* grads, float* m, float* v, size_t n,
+                         const AdamWArgs& a, cudaStream_t s);
 // Multi-tensor AdamW (Backend::adamw_update_segments): one block per chunk, a piece of at most
 // kAdamWChunk floats of one segment at `offset` of the arrays; wd where `decay`, else 0.
 inline constexpr uint32_t kAdamWChunk = 32768;
@@ -164,8 +168,7 @@ struct AdamWChunk {
     }
 };
 cudaError_t launch_adamw_chunks(float* params, const float* grads, float* m, float* v,
-                                const AdamWChunk* chunks, size_t count, float lr, float beta1,
-                                float beta2, float eps, float wd, float inv_bc1, float inv_bc2,
+                                const AdamWChunk* chunks, size_t count, const AdamWArgs& a,
                                 cudaStream_t s);
 
 // ---------------------------------------------------------------- rotary, attention
