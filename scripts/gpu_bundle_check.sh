@@ -152,27 +152,21 @@ fi
 sass_check=$here/sass_check.py
 bdir=${BUILD_DIR:-build-bundle}
 [[ $bdir == /* ]] || bdir=$here/../$bdir
-tools_venv=${CTX_CUDA_TOOLS_VENV:-$bdir/cuda-tools}
-cuobjdump=${CUOBJDUMP:-$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null || true)}
+tools_venv=$bdir/cuda-tools  # where sass_check.py (cuda_code_size.py's finder) looks last
 why=""
-if [[ -z "$cuobjdump" ]]; then
-    if [[ ! -x "$tools_venv/bin/python" ]] || ! "$tools_venv/bin/python" -m pip --version >/dev/null 2>&1; then
+if [[ -z "${CUOBJDUMP:-}" ]] && ! command -v cuobjdump >/dev/null && [[ ! -x /usr/local/cuda/bin/cuobjdump ]] &&
+    ! ls "$tools_venv"/lib/python3*/site-packages/nvidia/cu*/bin/nvdisasm >/dev/null 2>&1; then
+    if ! "$tools_venv/bin/python" -m pip --version >/dev/null 2>&1; then
         rm -rf "$tools_venv"
-        python3 -m venv "$tools_venv" >/dev/null 2>&1 ||
-            why="python3 -m venv failed (Debian: python3-venv)"
+        python3 -m venv "$tools_venv" >/dev/null 2>&1 || why="python3 -m venv failed (Debian: python3-venv)"
     fi
-    if [[ -z "$why" ]] &&
-        ! ls "$tools_venv"/lib/python3*/site-packages/nvidia/cu*/bin/nvdisasm >/dev/null 2>&1; then
-        "$tools_venv/bin/python" -m pip install --quiet --disable-pip-version-check --timeout 30 \
-            --retries 1 "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14" \
-            >/dev/null 2>&1 || why="pip could not install nvidia-cuda-cuobjdump/nvdisasm (offline?)"
-    fi
-    cuobjdump=$(ls "$tools_venv"/lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump 2>/dev/null |
-        head -1 || true)
+    [[ -n "$why" ]] || "$tools_venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        --timeout 30 --retries 1 "nvidia-cuda-cuobjdump>=13,<14" "nvidia-cuda-nvdisasm>=13,<14" \
+        >/dev/null 2>&1 || why="pip could not install nvidia-cuda-cuobjdump/nvdisasm (offline?)"
 fi
-if [[ -z "$cuobjdump" ]]; then
-    echo "SKIPPED: the SASS check (no cuobjdump on PATH or in /usr/local/cuda/bin; ${why:-none in $tools_venv})"
-elif out=$(python3 "$sass_check" --cuobjdump "$cuobjdump" "$BUNDLE"/lib/libctx_backend.so 2>&1); then
+if [[ -n "$why" ]]; then
+    echo "SKIPPED: the SASS check (no cuobjdump on PATH or in /usr/local/cuda/bin; $why)"
+elif out=$(python3 "$sass_check" --build "$bdir" "$BUNDLE"/lib/libctx_backend.so 2>&1); then
     echo "  ok  $(tail -1 <<<"$out")"
 else
     bad "SASS check:"; sed 's/^/    /' <<<"$out"

@@ -57,15 +57,12 @@ __device__ __forceinline__ void each_entry(float* const (&row)[2], int D, int t,
 
 // A thread's C-fragment accumulators x (16 rows x 8 DN columns of a warp: rows g and g + 8,
 // columns 8 dn + 2 t, + 1) and the gradient rows they belong to (row[r]: row g + 8 r's first
-// head-dim entry, null past T; D entries each). add_old_grads adds what the rows hold
-// (GradStore::Accumulate) with every load before any store: loaded,
-// added and stored an entry at a time, each load waited for the store before it (which might
-// alias it), so the 64 entries of a dk / dv thread at head dim 64 were 64 round trips to memory
-// in a row (SASS, sm_90), as long as the tile loop of a short causal row. With `pairs`
-// (pairs_of: D even and dqkv 8-byte aligned, so every row is) two entries move as 8 bytes.
-__device__ __forceinline__ bool pairs_of(const float* dqkv, int D) {
-    return D % 2 == 0 && (reinterpret_cast<uintptr_t>(dqkv) & 7u) == 0;
-}
+// head-dim entry, null past T; D entries each). write_grads stores scale x there, added to what
+// the rows hold (GradStore::Accumulate) with every load before any store: loaded, added and
+// stored an entry at a time, each load waited for the store before it (which might alias it),
+// so the 64 entries of a dk / dv thread at head dim 64 were 64 round trips to memory in a row
+// (SASS, sm_90), as long as the tile loop of a short causal row. With `pairs` (D even and the
+// rows 8-byte aligned: dqkv is, and C = H D keeps every row so) two entries move as 8 bytes.
 template <int DN>
 __device__ __forceinline__ void add_old_grads(float (&x)[DN][4], float* const (&row)[2], int D,
                                               int t, bool pairs) {
@@ -108,6 +105,18 @@ __device__ __forceinline__ void store_grads(const float (&x)[DN][4], float* cons
         return;
     }
     each_entry<DN>(row, D, t, [&](int dn, int i, float* p) { *p = x[dn][i]; });
+}
+template <int DN>
+__device__ __forceinline__ void write_grads(float (&x)[DN][4], float* const (&row)[2], float scale,
+                                            bool accumulate, int D, int t) {
+#pragma unroll
+    for (int dn = 0; dn < DN; dn++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) x[dn][i] *= scale;
+    const float* any = row[0] != nullptr ? row[0] : row[1];
+    const bool pairs = D % 2 == 0 && (reinterpret_cast<uintptr_t>(any) & 7u) == 0;
+    if (accumulate) add_old_grads<DN>(x, row, D, t, pairs);
+    store_grads<DN>(x, row, D, t, pairs);
 }
 
 // dtable[offset(n, e)] += x[n][e] for a thread's C-fragment values of a tile where bit 4 n + e of
@@ -323,21 +332,12 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
         __syncthreads();  // stage st (and Sd, Bk) are refilled by the next iteration
     }
-    // dq = scale acc (+ dq accumulating); every old entry read before any is written (see
-    // add_old_grads)
+    // dq = scale acc (+ dq accumulating)
     float* dq[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < 2; r++)
         dq[r] = i[r] < T ? dqkv + (size_t(b) * T + i[r]) * 3 * C + size_t(h) * D : nullptr;
-#pragma unroll
-        for (int dn = 0; dn < DN; dn++) {
-            acc[dn][2 * r] *= a.scale;
-            acc[dn][2 * r + 1] *= a.scale;
-        }
-    }
-    const bool pairs = pairs_of(dqkv, D);
-    if (a.accumulate) add_old_grads<DN>(acc, dq, D, t, pairs);
-    store_grads<DN>(acc, dq, D, t, pairs);
+    write_grads<DN>(acc, dq, a.scale, a.accumulate, D, t);
     if (grads) {
         // this block's rows are 32-row chunks 2 tile and 2 tile + 1 of the partials layout
         const int chunks = (T + kBiasGradRows - 1) / kBiasGradRows;
@@ -607,26 +607,16 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
         __syncthreads();  // stage st (and dSs) are refilled by the next iteration
     }
-    // dk = scale dk, dv (+ the old entries accumulating, all read before any is written)
+    // dk = scale dk, dv = dv (+ the old entries accumulating)
     float *dkr[2], *dvr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         float* row = j[r] < T ? dqkv + (size_t(b) * T + j[r]) * 3 * C + size_t(h) * D : nullptr;
         dkr[r] = row ? row + C : nullptr;
         dvr[r] = row ? row + 2 * C : nullptr;
-#pragma unroll
-        for (int dn = 0; dn < DN; dn++) {
-            dk[dn][2 * r] *= a.scale;
-            dk[dn][2 * r + 1] *= a.scale;
-        }
     }
-    const bool pairs = pairs_of(dqkv, D);
-    if (a.accumulate) {
-        add_old_grads<DN>(dk, dkr, D, t, pairs);
-        add_old_grads<DN>(dv, dvr, D, t, pairs);
-    }
-    store_grads<DN>(dk, dkr, D, t, pairs);
-    store_grads<DN>(dv, dvr, D, t, pairs);
+    write_grads<DN>(dk, dkr, a.scale, a.accumulate, D, t);
+    write_grads<DN>(dv, dvr, 1.0f, a.accumulate, D, t);
     if (grads) {  // as the dq kernel: this block's partial in the first of its two slots
         __shared__ double red[32];
         const int chunks = (T + kBiasGradRows - 1) / kBiasGradRows;
