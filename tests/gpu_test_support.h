@@ -82,11 +82,13 @@ public:
     Dev& operator=(const Dev&) = delete;
     ~Dev() { be_->free_floats(p_); }
     float* get() { return p_; }
-    FVec host() const {
-        FVec h(n_);
-        be_->copy_to_host(h.data(), p_, n_);
+    FVec host() const { return host(n_); }
+    FVec host(size_t n) const {  // the first n floats
+        FVec h(std::min(n, n_));
+        be_->copy_to_host(h.data(), p_, h.size());
         return h;
     }
+    size_t size() const { return n_; }
 
 private:
     size_t n_;

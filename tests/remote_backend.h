@@ -205,6 +205,12 @@ public:
     size_t attention_scratch_floats(int B, int T, int C, int H, AttentionMode m) const override {
         return cpu_->attention_scratch_floats(B, T, C, H, m);
     }
+    size_t attention_saved_floats(AttentionMode m, int B, int T, int C, int H) const override {
+        return cpu_->attention_saved_floats(m, B, T, C, H);
+    }
+    bool attention_backward_reads_qkv(AttentionMode m) const override {
+        return cpu_->attention_backward_reads_qkv(m);
+    }
     bool attention_mode_supported(AttentionMode m, int C, int H) const override {
         return cpu_->attention_mode_supported(m, C, H);
     }

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -141,7 +142,10 @@ FVec reference_lse(const FlashCase& fc, const FVec& qkv, const FVec& positions,
 
 // One forward + backward through gpu() in `mode` on fresh device copies of the case; backward's
 // scratch is exactly attention_scratch_floats and starts as noise (the op may not rely on it
-// being zero), `saved` exactly attention_saved_floats.
+// being zero), `saved` exactly the backend's attention_saved_floats. Where the backend says its
+// backward does not read qkv (the bf16 flash kernels keep their packed q, k, v in `saved`), qkv
+// is overwritten with NaN between the two calls, so a backward that read it would give NaN.
+// GpuRun::saved is the probabilities or lse (ctx::attention_saved_floats of them).
 struct GpuRun {
     FVec out, saved, dqkv, da, db, dtable;
 };
@@ -154,13 +158,18 @@ GpuRun run_gpu(const FlashCase& fc, AttentionMode mode, const FVec& positions, c
     DevCase dc(positions, qkv, bd, fc, be);
     const ctx::AttentionOptions o = options(c, bd, &dc, mode);
     ref::Rng noise(7);
-    Dev out(size_t(B) * T * C, be), saved(ctx::attention_saved_floats(mode, B, T, H), be),
+    Dev out(size_t(B) * T * C, be), saved(be.attention_saved_floats(mode, B, T, C, H), be),
         gdout(dout, be), dqkv(dqkv0, be),
         scratch(randn(noise, be.attention_scratch_floats(B, T, C, H, mode)), be);
     be.attention_forward(out.get(), saved.get(), dc.qkv.get(), dc.pos.get(), B, T, C, H, o);
+    if (!be.attention_backward_reads_qkv(mode)) {
+        const FVec nan(qkv.size(), std::numeric_limits<float>::quiet_NaN());
+        be.copy_to_device(dc.qkv.get(), nan.data(), nan.size());
+    }
     be.attention_backward(dqkv.get(), scratch.get(), gdout.get(), dc.qkv.get(), saved.get(),
                           out.get(), dc.pos.get(), B, T, C, H, o);
-    return {out.host(), saved.host(), dqkv.host(), dc.da.host(), dc.db.host(), dc.dtable.host()};
+    const FVec kept = saved.host(ctx::attention_saved_floats(mode, B, T, H));
+    return {out.host(), kept, dqkv.host(), dc.da.host(), dc.db.host(), dc.dtable.host()};
 }
 
 class OpsGpuFlash : public ::testing::TestWithParam<FlashCase> {};
@@ -370,10 +379,11 @@ TEST(OpsGpuFlashChecks, Bf16ForwardAloneMatchesCpu) {
             DevCase dc(k.positions, k.qkv, bd, fc, be);
             const ctx::AttentionOptions o = options(fc, bd, &dc, AttentionMode::Flash);
             Dev out(size_t(B) * T * C, be),
-                saved(ctx::attention_saved_floats(AttentionMode::Flash, B, T, H), be);
+                saved(be.attention_saved_floats(AttentionMode::Flash, B, T, C, H), be);
             be.attention_forward(out.get(), saved.get(), dc.qkv.get(), dc.pos.get(), B, T, C, H,
                                  o);
-            return std::make_pair(out.host(), saved.host());
+            const size_t lse = ctx::attention_saved_floats(AttentionMode::Flash, B, T, H);
+            return std::make_pair(out.host(), saved.host(lse));
         };
         const auto [out, lse] = forward(gpu_bf16());
         EXPECT_CLOSE(out, k.out, kBf16Tol);
@@ -559,14 +569,31 @@ TEST(OpsGpuFlashChecks, BackwardKernelsSwitch) {
     EXPECT_EQ(split_name, gpu_bf16().name());
 }
 
-// Flash memory grows as T: saved = lse (B, H, T); scratch = rowsum(dout * out) (B, H, T) plus the
-// bias-gradient partials (B, H, ceil(T / 32), 512); no (T, T) term, unlike the materialised mode.
+// Flash memory grows as T: saved = lse (B, H, T), and in bf16 the packed q, k, v after it (3 x
+// B x H x T padded to 128 x the head dim padded to the kernel's, in bf16: 2 per float; 4 floats
+// of room to align them); scratch = rowsum(dout * out) (B, H, T) plus the bias-gradient partials
+// (B, H, ceil(T / 32), 512); no (T, T) term, unlike the materialised mode. Only the bf16 flash
+// backward does without qkv.
 TEST(OpsGpuFlashChecks, SavedAndScratchGrowLinearlyInT) {
     REQUIRE_GPU();
     const int B = 4, C = 768, H = 12;
+    for (AttentionMode m : {AttentionMode::Materialised, AttentionMode::Flash})
+        EXPECT_TRUE(gpu().attention_backward_reads_qkv(m)) << int(m);
+    EXPECT_TRUE(gpu_bf16().attention_backward_reads_qkv(AttentionMode::Materialised));
+    EXPECT_FALSE(gpu_bf16().attention_backward_reads_qkv(AttentionMode::Flash));
     for (int T : {1, 31, 32, 33, 1024, 8192}) {
-        const size_t chunks = size_t(T + 31) / 32;
-        EXPECT_EQ(ctx::attention_saved_floats(AttentionMode::Flash, B, T, H), size_t(B) * H * T);
+        const size_t chunks = size_t(T + 31) / 32, lse = size_t(B) * H * T;
+        EXPECT_EQ(ctx::attention_saved_floats(AttentionMode::Flash, B, T, H), lse);
+        EXPECT_EQ(gpu().attention_saved_floats(AttentionMode::Flash, B, T, C, H), lse);
+        const size_t Tp = (size_t(T) + 127) / 128 * 128;
+        EXPECT_EQ(gpu_bf16().attention_saved_floats(AttentionMode::Flash, B, T, C, H),
+                  lse + 4 + 3 * size_t(B) * H * Tp * 64 / 2)
+            << T;
+        EXPECT_EQ(gpu_bf16().attention_saved_floats(AttentionMode::Flash, B, T, 12 * 80, H),
+                  lse + 4 + 3 * size_t(B) * H * Tp * 80 / 2)
+            << T;
+        EXPECT_EQ(gpu_bf16().attention_saved_floats(AttentionMode::Materialised, B, T, C, H),
+                  lse * size_t(T));
         EXPECT_EQ(gpu().attention_scratch_floats(B, T, C, H, AttentionMode::Flash),
                   size_t(B) * H * T + size_t(B) * H * chunks * 512)
             << T;
@@ -630,6 +657,10 @@ TEST(OpsGpuFlashChecks, BackwardNeedsOutAndLseInFlashMode) {
         gpu().attention_backward(dqkv.get(), scratch.get(), dout.get(), qkv.get(), nullptr,
                                  out.get(), pos.get(), B, T, C, H, o);
     }, {"attention_backward", "flash", "lse"});
+    expect_error([&] {  // the fp32 kernels read qkv in the backward
+        gpu().attention_backward(dqkv.get(), scratch.get(), dout.get(), nullptr, lse.get(),
+                                 out.get(), pos.get(), B, T, C, H, o);
+    }, {"attention_backward", "flash", "qkv"});
 }
 
 TEST(OpsGpuFlashChecks, UnknownModeIsRefused) {

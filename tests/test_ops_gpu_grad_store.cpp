@@ -154,7 +154,7 @@ TEST(OpsGpuGradStore, AttentionBackwardWritesDqkv) {
                 opt.bias.kind = ctx::BiasKind::Linear;
                 opt.bias.a = slopes.data();  // host slopes, staged by the backend
                 Dev gqkv(qkv, be), gdout(dout, be), gpos(pos, be), out(size_t(B) * T * C, be);
-                Dev saved(ctx::attention_saved_floats(p.mode, B, T, H), be);
+                Dev saved(be.attention_saved_floats(p.mode, B, T, C, H), be);
                 Dev scratch(be.attention_scratch_floats(B, T, C, H, p.mode), be);
                 be.attention_forward(out.get(), saved.get(), gqkv.get(), gpos.get(), B, T, C, H,
                                      opt);

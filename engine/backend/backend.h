@@ -91,7 +91,9 @@ struct BiasSpec {
 enum class AttentionMode { Materialised = 0, Flash = 1 };
 const char* attention_mode_name(AttentionMode m);  // "materialised" | "flash"
 
-// Floats of the `saved` buffer of one attention call in mode m.
+// Floats of the probabilities or lse an attention call in mode m saves: what the CPU backend
+// saves, and the least any backend does. A backend may save more (Backend::
+// attention_saved_floats: the bf16 flash kernels keep their packed q, k, v there).
 inline size_t attention_saved_floats(AttentionMode m, int B, int T, int H) {
     const size_t rows = static_cast<size_t>(B) * H * T;
     return m == AttentionMode::Flash ? rows : rows * T;
@@ -396,7 +398,8 @@ public:
 
     // ---- causal multi-head attention with per-token float positions
     // qkv (B, T, 3C) after rotary; out (B, T, C) (writes); saved (writes): what backward needs,
-    // per opt.mode (see AttentionMode; attention_saved_floats gives its size).
+    // per opt.mode (see AttentionMode): this backend's attention_saved_floats floats, whose
+    // first ctx::attention_saved_floats(mode, B, T, H) are the probabilities or lse.
     // Logit(i, j) = q_i . k_j / sqrt(D) + bias_h(p_i - p_j).
     virtual void attention_forward(float* out, float* saved, const float* qkv,
                                    const float* positions, int B, int T, int C, int H,
@@ -404,13 +407,19 @@ public:
     // dqkv (B, T, 3C) += (= with opt.dqkv_store Overwrite); bias parameter grads += (see
     // BiasSpec). saved: the forward's saved buffer; out: the forward's output (read in Flash
     // mode, may be null in Materialised mode). scratch: at least
-    // attention_scratch_floats(B, T, C, H, opt.mode) floats.
+    // attention_scratch_floats(B, T, C, H, opt.mode) floats. qkv: the forward's input, not read
+    // where attention_backward_reads_qkv(opt.mode) is false (the forward saved what it needs).
     virtual void attention_backward(float* dqkv, float* scratch, const float* dout,
                                     const float* qkv, const float* saved, const float* out,
                                     const float* positions, int B, int T, int C, int H,
                                     const AttentionOptions& opt) = 0;
     virtual size_t attention_scratch_floats(int B, int T, int C, int H,
                                             AttentionMode mode) const = 0;
+    // Floats of attention_forward's `saved` buffer: ctx::attention_saved_floats(mode, B, T, H),
+    // or more where the backend keeps the operands its backward reads (packed bf16 q, k, v), so
+    // that a caller need not keep qkv for the backward pass (attention_backward_reads_qkv).
+    virtual size_t attention_saved_floats(AttentionMode mode, int B, int T, int C, int H) const = 0;
+    virtual bool attention_backward_reads_qkv(AttentionMode mode) const = 0;
 
     // ---- attention across blocks of a row (context parallelism: ring attention)
     // A rank's queries meet the key/value blocks of the ring one at a time; the blocks' results

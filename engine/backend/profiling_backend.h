@@ -128,6 +128,12 @@ public:
                                     AttentionMode mode) const override {
         return inner_.attention_scratch_floats(B, T, C, H, mode);
     }
+    size_t attention_saved_floats(AttentionMode mode, int B, int T, int C, int H) const override {
+        return inner_.attention_saved_floats(mode, B, T, C, H);
+    }
+    bool attention_backward_reads_qkv(AttentionMode mode) const override {
+        return inner_.attention_backward_reads_qkv(mode);
+    }
     bool attention_mode_supported(AttentionMode mode, int C, int H) const override {
         return inner_.attention_mode_supported(mode, C, H);
     }

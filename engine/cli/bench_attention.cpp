@@ -182,13 +182,13 @@ std::unique_ptr<PeSetup> make_pe(const std::string& name, PluginRegistry& regist
 struct CaseBuffers {
     DeviceBuffer qkv, dqkv, out, dout, saved, scratch, positions;
     CaseBuffers(Backend& be, int B, int T, int C, int H, AttentionMode mode)
-        : qkv(be, size_t(B) * T * 3 * C),       // (B, T, 3C)
-          dqkv(be, size_t(B) * T * 3 * C),      // (B, T, 3C)
-          out(be, size_t(B) * T * C),           // (B, T, C)
-          dout(be, size_t(B) * T * C),          // (B, T, C)
-          saved(be, attention_saved_floats(mode, B, T, H)),
+        : qkv(be, size_t(B) * T * 3 * C),   // (B, T, 3C)
+          dqkv(be, size_t(B) * T * 3 * C),  // (B, T, 3C)
+          out(be, size_t(B) * T * C),       // (B, T, C)
+          dout(be, size_t(B) * T * C),      // (B, T, C)
+          saved(be, be.attention_saved_floats(mode, B, T, C, H)),
           scratch(be, be.attention_scratch_floats(B, T, C, H, mode)),
-          positions(be, size_t(B) * T) {}      // (B, T)
+          positions(be, size_t(B) * T) {}  // (B, T)
     double mib() const {
         const size_t n = qkv.n + dqkv.n + out.n + dout.n + saved.n + scratch.n + positions.n;
         return static_cast<double>(n) * sizeof(float) / (1 << 20);

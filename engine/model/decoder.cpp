@@ -148,7 +148,11 @@ void Model::reserve(int B, int T_whole) {
     const size_t N = static_cast<size_t>(B) * T;
     const size_t scratch = backend_->attention_scratch_floats(B, T, shard_.A, shard_.H,
                                                               attention_mode_);
-    const size_t saved = attention_saved_floats(attention_mode_, B, T, shard_.H);
+    // Ring attention (context parallelism) saves lse and reads qkv in its backward.
+    const size_t saved =
+        cp_ ? attention_saved_floats(attention_mode_, B, T, shard_.H)
+            : backend_->attention_saved_floats(attention_mode_, B, T, shard_.A, shard_.H);
+    const bool qkv_layers = cp_ || backend_->attention_backward_reads_qkv(attention_mode_);
     // The generic bias costs 2 (B, H, T, T) tables (value and gradient; the saved attention
     // probabilities are L of them) plus 3 packed pair arrays on the host.
     const size_t table = bias_generic_ ? static_cast<size_t>(B) * H * T * T : 0;
@@ -162,12 +166,15 @@ void Model::reserve(int B, int T_whole) {
     const size_t Nr = sp ? (N + W - 1) / W : N;
     auto acts = std::make_unique<Acts>();
     acts->bf16 = backend_->bf16_activations() && !tp_.active();
+    acts->saved_floats = saved;
+    acts->qkv_layers = qkv_layers;
+    const size_t Lq = qkv_layers ? L : 1;  // layers of qkv kept
     // ln1, ln2, fch, fch_act, lnf
     auto op = [&](size_t n) { return operand_floats(n, acts->bf16); };
     // Sizes in the order of the struct; each rounded to 16 floats.
     const std::vector<size_t> sizes = {
         N * C, N * C, N, N,                                   // encoded, emb_ln, mean, rstd
-        op(L * N * C), L * Nr, L * Nr, L * N * 3 * A, N * Q,  // ln1, mean, rstd, qkv, grouped
+        op(L * N * C), L * Nr, L * Nr, Lq * N * 3 * A, N * Q,  // ln1, m, r, qkv, grouped
         L * N * A, L * saved, L * Nr * C,                     // atty, att (or lse), res2
         op(L * N * C), L * Nr, L * Nr, op(L * N * F2), op(L * N * F),  // ln2, m, r, fch, act
         (L + 1) * Nr * C, op(N * C), N, N, logits, N, N * C,  // resid, lnf, m, r, logits,
@@ -383,13 +390,12 @@ BlockActs Model::layer_acts(int l, int B, int T) const {
     const size_t NC = N * C, NA = N * shard_.A, NF = N * F, NF2 = N * shard_.F2;
     const size_t Nr = tp_.rows_here(static_cast<int>(N)), NrC = Nr * C;  // sequence parallel
     const size_t L = static_cast<size_t>(l);
-    const size_t saved = attention_saved_floats(attention_mode_, B, T, shard_.H);
     return BlockActs{a.operand(a.ln1, L * NC),
                      a.ln1_mean + L * Nr,
                      a.ln1_rstd + L * Nr,
-                     a.qkv + L * NA * 3,
+                     a.qkv + (a.qkv_layers ? L * NA * 3 : 0),
                      a.atty + L * NA,
-                     a.att + L * saved,
+                     a.att + L * a.saved_floats,
                      a.res2 + L * NrC,
                      a.operand(a.ln2, L * NC),
                      a.ln2_mean + L * Nr,

@@ -17,6 +17,11 @@ struct Model::Acts {
     // activations in bf16 (Backend::bf16_activations) and the model is not tensor-parallel
     // (whose gathers and head move fp32 rows). Read them through operand().
     bool bf16 = false;
+    // Floats of one layer's saved attention state, and whether qkv is kept for every layer (the
+    // attention step's backward reads it) or is one layer's buffer reused by each layer's
+    // forward (the bf16 flash kernels keep their own packed q, k, v in `saved`).
+    size_t saved_floats = 0;
+    bool qkv_layers = true;
     Operand operand(float* slot, size_t elems = 0) const {
         return bf16 ? Operand::in_bf16(reinterpret_cast<Bf16*>(slot) + elems)
                     : Operand(slot + elems);
@@ -28,11 +33,13 @@ struct Model::Acts {
     float* ln1;          // (L, B, T, C)
     float *ln1_mean, *ln1_rstd;  // (L, B, T)
     // Widths are this rank's (tensor parallelism): A attention, F and F2 MLP, V vocabulary.
-    float* qkv;          // (L, B, T, 3A)  q, k after rotary
+    float* qkv;          // (L, B, T, 3A)  q, k after rotary; one layer's (B, T, 3A) when the
+                         //                attention step's backward does not read it (qkv_layers)
     float* qkv_grouped;  // (B, T, Q)      grouped-query only: the projection before kv_repeat,
                          //                and its gradient in the backward pass
     float* atty;         // (L, B, T, A)
-    float* att;          // (L, B, H, T, T) probabilities, or (L, B, H, T) lse in flash mode
+    float* att;          // (L, saved): the backend's attention_saved_floats a layer: (B, H, T, T)
+                         //   probabilities, or (B, H, T) lse in flash mode (+ what it keeps)
     float* res2;         // (L, B, T, C)   x + attn (sequential residual only)
     float* ln2;          // (L, B, T, C)
     float *ln2_mean, *ln2_rstd;  // (L, B, T)

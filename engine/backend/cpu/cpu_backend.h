@@ -119,6 +119,10 @@ public:
                             int T, int C, int H, const AttentionOptions& opt) override;
     size_t attention_scratch_floats(int B, int T, int C, int H,
                                     AttentionMode mode) const override;
+    size_t attention_saved_floats(AttentionMode mode, int B, int T, int, int H) const override {
+        return ctx::attention_saved_floats(mode, B, T, H);
+    }
+    bool attention_backward_reads_qkv(AttentionMode) const override { return true; }
     bool attention_mode_supported(AttentionMode mode, int C, int H) const override;
     AttentionMode attention_mode_auto(int T, int C, int H) const override;
     void attention_cached_forward(float* out, float* scratch, const float* qkv, const float* kc,

@@ -167,6 +167,16 @@ size_t CudaBackend::attention_scratch_floats(int B, int T, int C, int H,
     return size_t(H) * T * T + size_t(B) * H * bias_grad_chunks(T) * kMaxT5Buckets;
 }
 
+size_t CudaBackend::attention_saved_floats(AttentionMode mode, int B, int T, int C, int H) const {
+    check_mode(mode, C, H, "attention_saved_floats");
+    if (mode == AttentionMode::Flash) return flash_.saved_floats(B, T, C, H);
+    return ctx::attention_saved_floats(mode, B, T, H);
+}
+
+bool CudaBackend::attention_backward_reads_qkv(AttentionMode mode) const {
+    return !flash_.keeps_qkv(mode);
+}
+
 void CudaBackend::attention_forward(float* out, float* saved, const float* qkv,
                                     const float* positions, int B, int T, int C, int H,
                                     const AttentionOptions& opt) {
@@ -176,7 +186,7 @@ void CudaBackend::attention_forward(float* out, float* saved, const float* qkv,
     if (B <= 0) return;
     activate();
     if (opt.mode == AttentionMode::Flash) {
-        // saved = lse (B, H, T)
+        // saved = lse (B, H, T) [+ the tensor-core kernels' packed q, k, v]
         flash_.forward(stream_, out, saved, qkv, positions, B, T, C, H, opt);
         if (sync_each_op_) sync(op);
         return;
@@ -226,6 +236,9 @@ void CudaBackend::attention_backward(float* dqkv, float* scratch, const float* d
                   op);
         CTX_CHECK(saved != nullptr,
                   "{}: flash mode needs the forward's saved lse (B, H, T); got null", op);
+        CTX_CHECK(qkv != nullptr || flash_.keeps_qkv(opt.mode),
+                  "{}: {} needs the forward's qkv (B, T, 3C) for the flash backward; got null", op,
+                  name_);
         activate();
         flash_.backward(stream_, dqkv, scratch, dout, qkv, out, saved, positions, B, T, C, H, opt);
         if (sync_each_op_) sync(op);

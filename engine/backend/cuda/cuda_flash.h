@@ -54,11 +54,16 @@ cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, 
 
 // The tensor-core kernels (cuda_flash_tc.cu): the same contract as launch_flash_forward /
 // launch_flash_backward, with q, k, v, dout and the probabilities / dlogits entering each product
-// rounded to bf16 (fp32 accumulation, fp32 softmax statistics). packed: flash_tc_packed_elems
-// bf16 of scratch (any contents) for the operands packed per head. launch_flash_tc_backward
-// computes dvec itself, like launch_flash_backward. With KERPLE-log (bias_kind, BiasArgs::kind)
-// the space also holds its per-distance tables (H x 64k distances x 2 floats).
-size_t flash_tc_packed_elems(int B, int T, int C, int H, int bias_kind = 0);
+// rounded to bf16 (fp32 accumulation, fp32 softmax statistics). Their operands are bf16 rows per
+// head, (B, H, Tp, kD), flash_tc_operand_elems each (T padded to whole query blocks, the head dim
+// to the kernel's). The forward packs q, k, v into qkv16 (3 operands, 16-byte aligned), which the
+// backward reads as they are: the caller keeps them from one to the other (the backend keeps them
+// in `saved`), so the backward reads no fp32 qkv. packed: flash_tc_backward_packed_elems bf16 of
+// scratch (any contents, 16-byte aligned) for the backward's packed dout and, with KERPLE-log
+// (bias_kind, BiasArgs::kind), its per-distance tables (H x 64k distances x 2 floats).
+// launch_flash_tc_backward computes dvec itself, like launch_flash_backward.
+size_t flash_tc_operand_elems(int B, int T, int C, int H);
+size_t flash_tc_backward_packed_elems(int B, int T, int C, int H, int bias_kind = 0);
 // Shared memory per block (dynamic and static bytes) the tensor-core kernels need at head dim D:
 // the forward, and the backward's largest kernel (the dq kernel with its T5 staging when t5).
 // mtiles: the forward's m-tiles per warp (CTX_FLASH_FORWARD_MTILES, cuda_backend.cpp): 2 (the
@@ -66,9 +71,10 @@ size_t flash_tc_packed_elems(int B, int T, int C, int H, int bias_kind = 0);
 // before 2026-11-28), for A/B timings.
 size_t flash_tc_forward_smem_bytes(int D, int mtiles = 2);
 size_t flash_tc_backward_smem_bytes(int D, bool t5);
-cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
-                                    const float* positions, int B, int T, int C, int H, KeyMask mask,
-                                    const BiasArgs& bias, cudaStream_t s, int mtiles = 2);
+cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* qkv16, const float* qkv,
+                                    const float* positions, int B, int T, int C, int H,
+                                    KeyMask mask, const BiasArgs& bias, cudaStream_t s,
+                                    int mtiles = 2);
 // How the tensor-core backward is split into kernels (CTX_FLASH_BACKWARD, cuda_backend.cpp):
 //   Split     a dq kernel per query tile and a dk / dv kernel per key tile (7 products per
 //             tile pair); every entry owned by one thread: bit-for-bit repeatable. The default.
@@ -78,7 +84,7 @@ cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, co
 enum class FlashBackward { Split, AtomicDq };
 // accumulate: dqkv += the gradient, else dqkv = (each entry of the B x T rows written once).
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
-                                     uint16_t* packed, const float* dout, const float* qkv,
+                                     const uint16_t* qkv16, uint16_t* packed, const float* dout,
                                      const float* out, const float* lse, const float* positions,
                                      int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
                                      bool accumulate, FlashBackward kernels, cudaStream_t s);
@@ -90,7 +96,7 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
 class FlashAttention {
 public:
     // packed: null for the fp32 kernels; for the bf16 tensor-core kernels (the backend's
-    // Precision::Bf16), the grow-only scratch their packed operands live in.
+    // Precision::Bf16), the grow-only scratch the backward's packed dout lives in.
     FlashAttention(BiasStaging& bias, DeviceScratch<uint16_t>* packed)
         : bias_(bias), packed_(packed) {}
     // The tensor-core backward's kernels (FlashBackward); the fp32 kernels have one layout.
@@ -109,19 +115,27 @@ public:
     bool writes_dqkv(AttentionMode mode) const {
         return mode == AttentionMode::Flash && packed_ != nullptr;
     }
+    // Whether forward keeps q, k, v in `saved` for backward (the tensor-core kernels: packed
+    // bf16), so that backward does not read qkv.
+    bool keeps_qkv(AttentionMode mode) const { return writes_dqkv(mode); }
+    // Floats of `saved`: lse (B, H, T), then (keeps_qkv) the packed q, k, v at the first
+    // 16-byte boundary after it.
+    size_t saved_floats(int B, int T, int C, int H) const;
 
-    // out (B, T, C) (writes), lse (B, H, T) (writes). Logit(i, j) as attention_forward.
-    void forward(cudaStream_t stream, float* out, float* lse, const float* qkv,
+    // out (B, T, C) (writes), saved (writes): lse (B, H, T), and the packed q, k, v where
+    // keeps_qkv. Logit(i, j) as attention_forward.
+    void forward(cudaStream_t stream, float* out, float* saved, const float* qkv,
                  const float* positions, int B, int T, int C, int H, const AttentionOptions& opt);
 
     // Scratch floats of backward: dvec (B, H, T) + bias partials (B, H, ceil(T/32), 512).
     static size_t backward_scratch_floats(int B, int T, int C, int H);
 
-    // dqkv (B, T, 3C) +=, da / db / dtable += as attention_backward; out and lse from forward.
-    // scratch: backward_scratch_floats floats, any contents. opt.dqkv_store Overwrite is done
-    // by the kernels where writes_dqkv(), else the caller zeroes dqkv first.
+    // dqkv (B, T, 3C) +=, da / db / dtable += as attention_backward; out and saved from
+    // forward (qkv not read where keeps_qkv). scratch: backward_scratch_floats floats, any
+    // contents. opt.dqkv_store Overwrite is done by the kernels where writes_dqkv(), else the
+    // caller zeroes dqkv first.
     void backward(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
-                  const float* qkv, const float* out, const float* lse, const float* positions,
+                  const float* qkv, const float* out, const float* saved, const float* positions,
                   int B, int T, int C, int H, const AttentionOptions& opt);
 
 private:

@@ -4,12 +4,17 @@
 // the T5 bucket lookup table built on the host in double exactly as the CPU backend and the
 // materialised path do), launches on the caller's stream.
 //
+// The tensor-core forward packs q, k, v in bf16 into `saved` after lse, and the backward reads
+// them from there (it packs only dout): qkv is not read by the backward.
+//
 // Backward flow: dvec = rowsum(dout * out) (B, H, T) in the caller's scratch; dq, dtable and the
 // bias-parameter partials per (b, h, query tile); dk, dv per (b, h, key tile); then the
 // materialised path's fixed-order reduction of the partials into da / db (same layout, since a
 // query tile is its 32-row chunk).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_flash.h"
@@ -22,7 +27,22 @@ namespace {
 
 inline int query_tiles(int T) { return (T + kFlashTile - 1) / kFlashTile; }
 
+// The packed q, k, v in `saved`: the first 16-byte boundary after lse (B, H, T) (cp.async
+// copies 16 bytes; saved_floats leaves the room to round up).
+template <class F>
+auto kept_qkv(F* saved, int B, int T, int H) {
+    using U = std::conditional_t<std::is_const_v<F>, const uint16_t, uint16_t>;
+    const uintptr_t p = reinterpret_cast<uintptr_t>(saved + size_t(B) * H * T);
+    return reinterpret_cast<U*>((p + 15) / 16 * 16);
+}
+
 }  // namespace
+
+size_t FlashAttention::saved_floats(int B, int T, int C, int H) const {
+    const size_t lse = size_t(std::max(B, 0)) * std::max(H, 0) * std::max(T, 0);
+    if (packed_ == nullptr || lse == 0) return lse;
+    return lse + 4 + (3 * flash_tc_operand_elems(B, T, C, H) + 1) / 2;
+}
 
 bool FlashAttention::supports(int C, int H) {
     return H > 0 && C > 0 && C % H == 0 && C / H <= kFlashMaxHeadDim;
@@ -55,7 +75,7 @@ size_t FlashAttention::backward_scratch_floats(int B, int T, int /*C*/, int H) {
     return size_t(B) * H * T + size_t(B) * H * query_tiles(T) * kMaxT5Buckets;
 }
 
-void FlashAttention::forward(cudaStream_t stream, float* out, float* lse, const float* qkv,
+void FlashAttention::forward(cudaStream_t stream, float* out, float* saved, const float* qkv,
                              const float* positions, int B, int T, int C, int H,
                              const AttentionOptions& opt) {
     static constexpr const char* op = "flash_attention_forward";
@@ -63,11 +83,11 @@ void FlashAttention::forward(cudaStream_t stream, float* out, float* lse, const 
     check_supported(C, H, op);
     if (B <= 0) return;
     const BiasArgs ba = bias_.stage(opt.bias, H, stream, op);
+    float* lse = saved;  // (B, H, T)
     if (packed_ != nullptr) {
         check_tc_smem(flash_tc_forward_smem_bytes(C / H, forward_mtiles_), C / H, op);
-        uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H, ba.kind), op);
-        check_cuda(launch_flash_tc_forward(out, lse, packed, qkv, positions, B, T, C, H,
-                                           KeyMask{opt.window, opt.doc_start}, ba, stream,
+        check_cuda(launch_flash_tc_forward(out, lse, kept_qkv(saved, B, T, H), qkv, positions, B, T,
+                                           C, H, KeyMask{opt.window, opt.doc_start}, ba, stream,
                                            forward_mtiles_),
                    op);
         return;
@@ -78,10 +98,11 @@ void FlashAttention::forward(cudaStream_t stream, float* out, float* lse, const 
 }
 
 void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
-                              const float* qkv, const float* out, const float* lse,
+                              const float* qkv, const float* out, const float* saved,
                               const float* positions, int B, int T, int C, int H,
                               const AttentionOptions& opt) {
     static constexpr const char* op = "flash_attention_backward";
+    const float* lse = saved;  // (B, H, T)
     check_attention(T, C, H, opt);
     check_supported(C, H, op);
     if (B <= 0) return;
@@ -96,12 +117,11 @@ void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, 
     if (packed_ != nullptr) {
         check_tc_smem(flash_tc_backward_smem_bytes(C / H, bias_grads && bs.kind == BiasKind::T5),
                       C / H, op);
-        uint16_t* packed = packed_->ensure(flash_tc_packed_elems(B, T, C, H, ba.kind), op);
-        check_cuda(launch_flash_tc_backward(dqkv, dvec, parts, dtable, packed, dout, qkv, out, lse,
-                                            positions, B, T, C, H,
-                                            KeyMask{opt.window, opt.doc_start}, ba,
-                                            opt.dqkv_store == GradStore::Accumulate,
-                                            backward_kernels_, stream),
+        uint16_t* packed = packed_->ensure(flash_tc_backward_packed_elems(B, T, C, H, ba.kind), op);
+        check_cuda(launch_flash_tc_backward(
+                       dqkv, dvec, parts, dtable, kept_qkv(saved, B, T, H), packed, dout, out, lse,
+                       positions, B, T, C, H, KeyMask{opt.window, opt.doc_start}, ba,
+                       opt.dqkv_store == GradStore::Accumulate, backward_kernels_, stream),
                    op);
     } else {
         check_cuda(launch_flash_backward(dqkv, dvec, parts, dtable, dout, qkv, out, lse, positions,

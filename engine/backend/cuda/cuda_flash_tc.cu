@@ -459,11 +459,15 @@ cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream
 
 namespace ctx::cuda {
 
-size_t flash_tc_packed_elems(int B, int T, int C, int H, int bias_kind) {
+size_t flash_tc_operand_elems(int B, int T, int C, int H) {
     using namespace tc;
     if (B <= 0 || T <= 0 || H <= 0) return 0;
-    return size_t(4) * B * H * padded_T(T) * tc_head_dim(C / H) +
-           (bias_kind == kKerpleLog ? kerple_space_elems(H) : 0);
+    return size_t(B) * H * padded_T(T) * tc_head_dim(C / H);
+}
+
+size_t flash_tc_backward_packed_elems(int B, int T, int C, int H, int bias_kind) {
+    const size_t n = flash_tc_operand_elems(B, T, C, H);
+    return n == 0 ? 0 : n + (bias_kind == kKerpleLog ? tc::kerple_space_elems(H) : 0);
 }
 
 size_t flash_tc_forward_smem_bytes(int D, int mtiles) {
@@ -471,15 +475,16 @@ size_t flash_tc_forward_smem_bytes(int D, int mtiles) {
     return tc::fwd_smem(kD, tc::fwd_m(kD, mtiles));
 }
 
-cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* packed, const float* qkv,
-                                    const float* positions, int B, int T, int C, int H, KeyMask mask,
-                                    const BiasArgs& bias, cudaStream_t s, int mtiles) {
+cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* qkv16, const float* qkv,
+                                    const float* positions, int B, int T, int C, int H,
+                                    KeyMask mask, const BiasArgs& bias, cudaStream_t s,
+                                    int mtiles) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
     if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
-    const size_t n = size_t(B) * H * a.Tp * tc_head_dim(a.D);  // one packed operand
-    uint16_t *q = packed, *k = q + n, *v = k + n;
+    const size_t n = flash_tc_operand_elems(B, T, C, H);
+    uint16_t *q = qkv16, *k = q + n, *v = k + n;
     // q, k, v in one launch (C = H D: the three blocks of columns follow one another)
     if (cudaError_t e = pack(q, qkv, 3 * C, 0, B, T, H, a.D, s, 3); e != cudaSuccess) return e;
     a.q = q;

@@ -695,7 +695,7 @@ size_t flash_tc_backward_smem_bytes(int D, bool t5) {
 }
 
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
-                                     uint16_t* packed, const float* dout, const float* qkv,
+                                     const uint16_t* qkv16, uint16_t* packed, const float* dout,
                                      const float* out, const float* lse, const float* positions,
                                      int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
                                      bool accumulate, FlashBackward kernels, cudaStream_t s) {
@@ -713,17 +713,16 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
                                           atomic_dq && !accumulate ? dqkv : nullptr);
         e != cudaSuccess)
         return e;
-    const size_t n = size_t(B) * H * a.Tp * tc_head_dim(a.D);  // one packed operand
-    uint16_t *q = packed, *k = q + n, *v = k + n, *g = v + n;
-    for (cudaError_t e : {pack(q, qkv, 3 * C, 0, B, T, H, a.D, s, 3),  // q, k, v: one launch
-                          pack(g, dout, C, 0, B, T, H, a.D, s)})
-        if (e != cudaSuccess) return e;
-    a.q = q;
-    a.k = k;
-    a.v = v;
+    // q, k, v as the forward packed them; dout packed here
+    const size_t n = flash_tc_operand_elems(B, T, C, H);
+    uint16_t* g = packed;
+    if (cudaError_t e = pack(g, dout, C, 0, B, T, H, a.D, s); e != cudaSuccess) return e;
+    a.q = qkv16;
+    a.k = qkv16 + n;
+    a.v = qkv16 + 2 * n;
     a.g = g;
     if (a.bs.kind == kKerpleLog)  // the forward's decision and tables, rebuilt alike
-        if (cudaError_t e = launch_kerple_tables(a, q + 4 * n, B, s); e != cudaSuccess) return e;
+        if (cudaError_t e = launch_kerple_tables(a, g + n, B, s); e != cudaSuccess) return e;
     if (a.D <= 32) return backward_t<32>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
     if (a.D <= 64) return backward_t<64>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
     if (a.D <= 80) return backward_t<80>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
