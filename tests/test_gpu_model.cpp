@@ -464,8 +464,9 @@ TEST(OpsGpuModelBf16Master, UpdatesBelowBf16ResolutionReachTheFp32Master) {
 }
 
 // bf16 activation storage (Backend::bf16_activations, on by default in bf16): the norms' outputs,
-// the MLP's activation and the final norm are kept in bf16 instead of being rounded by every
-// product that reads them, and the MLP's pre-activation in bf16 for its derivative. The
+// the MLP's activation, the attention output (flash) and the final norm are kept in bf16 instead
+// of being rounded by every product that reads them, and the MLP's pre-activation in bf16 for its
+// derivative (and the attention output for the backward's rowsum(dout * out)). The
 // products see the same bf16 values either way, so with the unfused GELU (CTX_CUBLASLT=0, where
 // both storages run the same activation kernel on the same fp32 product) the forward pass gives
 // the same bits as fp32 storage: losses and logits. With cuBLASLt's GELU epilogue (the default),
@@ -511,7 +512,7 @@ TEST_P(OpsGpuModelBf16Acts, SameForwardAsFp32Storage) {
         EXPECT_EQ(calls[norm], 2 * c.n_layer + 1) << "ln1, ln2 of each layer and the final norm";
         EXPECT_EQ(calls["lm_head_loss_bf16"], 1);
         EXPECT_EQ(calls["lm_head_loss"], 0);
-        EXPECT_EQ(calls["matmul_backward_bf16"], 2 * c.n_layer) << "qkv, fc_proj";
+        EXPECT_EQ(calls["matmul_backward_bf16"], 3 * c.n_layer) << "qkv, attn_proj, fc_proj";
         EXPECT_EQ(calls["activation_matmul_backward_bf16"], c.n_layer)
             << "the MLP activation's backward and fc's in one op";
         EXPECT_EQ(calls["activation_backward"] + calls["swiglu_backward"], 0);
@@ -520,9 +521,12 @@ TEST_P(OpsGpuModelBf16Acts, SameForwardAsFp32Storage) {
         EXPECT_EQ(calls["activation_forward_bf16"] + calls["swiglu_forward_bf16"], 0);
         EXPECT_EQ(calls["matmul_forward_bf16"], c.n_layer + 1)
             << "qkv, and the head's product of logits() (fc is in the fused op)";
-        EXPECT_EQ(calls["matmul_backward"], c.n_layer) << "the attention projection (fp32 input)";
-        EXPECT_EQ(calls["matmul_residual_forward"], c.n_layer) << "attention projection + residual";
-        EXPECT_EQ(calls["matmul_residual_forward_bf16"], c.n_layer) << "MLP projection + residual";
+        EXPECT_EQ(calls["matmul_backward"] + calls["matmul_residual_forward"], 0);
+        EXPECT_EQ(calls["matmul_residual_forward_bf16"], 2 * c.n_layer)
+            << "the attention and MLP projections + residual";
+        EXPECT_EQ(calls["attention_forward_bf16"], c.n_layer) << "the attention output in bf16";
+        EXPECT_EQ(calls["attention_backward_bf16"], c.n_layer);
+        EXPECT_EQ(calls["attention_forward"] + calls["attention_backward"], 0);
         EXPECT_EQ(calls["add"], 0) << "the residual adds are the projections'";
         if (exact) {
             EXPECT_EQ(l_on, l_off);

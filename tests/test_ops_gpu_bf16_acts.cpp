@@ -304,4 +304,79 @@ TEST(OpsGpuBf16Acts, HeadLossReadsBf16Rows) {
     EXPECT_LT(rel_err(l2.host(), closs), 1e-2);
 }
 
+// The attention output in bf16 (flash mode on the tensor-core kernels): the forward writes the
+// bits of its fp32 out rounded, with the same lse; the backward reading it gives the bits of the
+// fp32-out backward given the rounded values (its rowsum(dout * out) reads those). Past one
+// 128-query block, with and without a window; ALiBi slopes learned (their gradient too).
+TEST(OpsGpuBf16Acts, AttentionOutputInBf16) {
+    REQUIRE_GPU();
+    using ctx::AttentionMode;
+    const int B = 2, T = 150, C = 128, H = 2;  // head dim 64
+    ASSERT_TRUE(be().attention_out_bf16(AttentionMode::Flash));
+    ASSERT_FALSE(be().attention_out_bf16(AttentionMode::Materialised));
+    ASSERT_FALSE(gpu().attention_out_bf16(AttentionMode::Flash));
+    ref::Rng rng(21);
+    const FVec qkv = randn(rng, size_t(B) * T * 3 * C), dout = randn(rng, size_t(B) * T * C);
+    const FVec slopes = {0.25f, 0.0625f};
+    FVec pos(size_t(B) * T);
+    for (int i = 0; i < B * T; i++) pos[size_t(i)] = float(i % T) * 1.5f;
+    const size_t saved = be().attention_saved_floats(AttentionMode::Flash, B, T, C, H);
+    const size_t lse = ctx::attention_saved_floats(AttentionMode::Flash, B, T, H);
+    const size_t scratch = be().attention_scratch_floats(B, T, C, H, AttentionMode::Flash);
+    for (int window : {0, 40}) {
+        SCOPED_TRACE(window);
+        Dev gqkv(qkv, be()), gpos(pos, be()), gdout(dout, be()), s1(saved, be()), s2(saved, be());
+        Dev out1(size_t(B) * T * C, be()), a1(slopes, be()), a2(slopes, be());
+        Dev da1(FVec(H, 0.0f), be()), da2(FVec(H, 0.0f), be());
+        Dev16 out2(size_t(B) * T * C);
+        auto options = [&](Dev& a, Dev& da) {
+            ctx::AttentionOptions o;
+            o.mode = AttentionMode::Flash;
+            o.window = window;
+            o.bias.kind = ctx::BiasKind::Linear;
+            o.bias.a = a.get();
+            o.bias.da = da.get();
+            o.dqkv_store = ctx::GradStore::Overwrite;
+            return o;
+        };
+        const ctx::AttentionOptions o1 = options(a1, da1), o2 = options(a2, da2);
+        be().attention_forward(out1.get(), s1.get(), gqkv.get(), gpos.get(), B, T, C, H, o1);
+        be().attention_forward_bf16(out2.get(), s2.get(), gqkv.get(), gpos.get(), B, T, C, H, o2);
+        const FVec want = rounded(out1.host());
+        expect_same_bits(out2.host(), want, "out");
+        expect_same_bits(s2.host(lse), s1.host(lse), "lse");
+        Dev out1r(want, be()), d1(qkv.size(), be()), d2(qkv.size(), be());
+        Dev sc1(scratch, be()), sc2(scratch, be());
+        be().attention_backward(d1.get(), sc1.get(), gdout.get(), gqkv.get(), s1.get(), out1r.get(),
+                                gpos.get(), B, T, C, H, o1);
+        be().attention_backward_bf16(d2.get(), sc2.get(), gdout.get(), gqkv.get(), s2.get(),
+                                     out2.get(), gpos.get(), B, T, C, H, o2);
+        expect_same_bits(d2.host(), d1.host(), "dqkv");
+        expect_same_bits(da2.host(), da1.host(), "da");
+        FVec d = d1.host();
+        EXPECT_GT(*std::max_element(d.begin(), d.end()), 0.1f) << "a gradient to compare";
+    }
+    // only the bf16 flash kernels write or read it in bf16
+    Dev buf(size_t(B) * T * 3 * C, be());
+    Dev16 out16(size_t(B) * T * C);
+    ctx::AttentionOptions m;
+    m.mode = AttentionMode::Materialised;
+    expect_error(
+        [&] {
+            be().attention_forward_bf16(out16.get(), buf.get(), buf.get(), buf.get(), B, T, C, H,
+                                        m);
+        },
+        {"attention_forward_bf16", "flash mode only", "materialised"});
+    ctx::AttentionOptions f;
+    f.mode = AttentionMode::Flash;
+    Dev16 out16f(size_t(B) * T * C, gpu());
+    Dev fbuf(size_t(B) * T * 3 * C, gpu());
+    expect_error(
+        [&] {
+            gpu().attention_backward_bf16(fbuf.get(), fbuf.get(), fbuf.get(), fbuf.get(),
+                                          fbuf.get(), out16f.get(), fbuf.get(), B, T, C, H, f);
+        },
+        {"attention_backward_bf16", "does not store activations in bf16"});
+}
+
 }  // namespace

@@ -559,6 +559,18 @@ public:
     virtual void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                                    const Bf16* inp, const float* W, const int32_t* targets,
                                    const float* mask, int N, int C, int V, float grad_scale);
+    // The attention output in bf16, where attention_out_bf16(mode): its readers are the
+    // output projection (a product) and the backward's rowsum(dout * out). The forward writes
+    // out rounded (the bits of attention_forward's out rounded; saved the same), the backward
+    // reads it as stored.
+    virtual bool attention_out_bf16(AttentionMode) const { return false; }
+    virtual void attention_forward_bf16(Bf16* out, float* saved, const float* qkv,
+                                        const float* positions, int B, int T, int C, int H,
+                                        const AttentionOptions& opt);
+    virtual void attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
+                                         const float* qkv, const float* saved, const Bf16* out,
+                                         const float* positions, int B, int T, int C, int H,
+                                         const AttentionOptions& opt);
 
     // ---- optimizer
     // AdamW with decoupled weight decay on n contiguous floats:

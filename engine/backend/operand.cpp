@@ -67,6 +67,17 @@ void Backend::lm_head_loss_bf16(float*, float*, float*, float*, const Bf16*, con
     no_bf16_storage(*this, "lm_head_loss_bf16");
 }
 
+void Backend::attention_forward_bf16(Bf16*, float*, const float*, const float*, int, int, int, int,
+                                     const AttentionOptions&) {
+    no_bf16_storage(*this, "attention_forward_bf16");
+}
+
+void Backend::attention_backward_bf16(float*, float*, const float*, const float*, const float*,
+                                      const Bf16*, const float*, int, int, int, int,
+                                      const AttentionOptions&) {
+    no_bf16_storage(*this, "attention_backward_bf16");
+}
+
 // ---------------------------------------------------------------- Operand
 
 float* Operand::fp32(const char* what) const {
@@ -162,6 +173,25 @@ void activation_matmul_backward(Backend& be, float* dinp, float* dW, float* dbia
     else
         be.activation_matmul_backward(dinp, dW, dbias, dpre, dact, pre.f32, inp.f32, W, N, IC,
                                       OC, act, dinp_store);
+}
+
+void attention_forward(Backend& be, Operand out, float* saved, const float* qkv,
+                       const float* positions, int B, int T, int C, int H,
+                       const AttentionOptions& opt) {
+    if (out.is_bf16())
+        be.attention_forward_bf16(out.bf16, saved, qkv, positions, B, T, C, H, opt);
+    else
+        be.attention_forward(out.f32, saved, qkv, positions, B, T, C, H, opt);
+}
+
+void attention_backward(Backend& be, float* dqkv, float* scratch, const float* dout,
+                        const float* qkv, const float* saved, Operand out, const float* positions,
+                        int B, int T, int C, int H, const AttentionOptions& opt) {
+    if (out.is_bf16())
+        be.attention_backward_bf16(dqkv, scratch, dout, qkv, saved, out.bf16, positions, B, T, C, H,
+                                   opt);
+    else
+        be.attention_backward(dqkv, scratch, dout, qkv, saved, out.f32, positions, B, T, C, H, opt);
 }
 
 }  // namespace ctx

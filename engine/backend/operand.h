@@ -1,7 +1,8 @@
 // An activation that matrix products read (a norm's output, the MLP's activation and
-// pre-activation), in the storage its backend keeps it in: fp32, or bf16 on a backend whose
-// bf16_activations() is true (backend.h, "bf16 activation storage"). The model's one code path
-// passes Operands, and the functions below run the op for the storage: its fp32 form, or its
+// pre-activation, the attention output), in the storage its backend keeps it in: fp32, or bf16 on a
+// backend whose bf16_activations() is true (backend.h, "bf16 activation storage"). The model's one
+// code path passes Operands, and the functions below run the op for the storage: its fp32 form, or
+// its
 // *_bf16 form.
 #pragma once
 
@@ -58,6 +59,12 @@ void activation_matmul_backward(Backend& be, float* dinp, float* dW, float* dbia
                                 const float* dact, Operand pre, Operand inp, const float* W,
                                 int N, int IC, int OC, Activation act,
                                 GradStore dinp_store = GradStore::Accumulate);
+void attention_forward(Backend& be, Operand out, float* saved, const float* qkv,
+                       const float* positions, int B, int T, int C, int H,
+                       const AttentionOptions& opt);
+void attention_backward(Backend& be, float* dqkv, float* scratch, const float* dout,
+                        const float* qkv, const float* saved, Operand out, const float* positions,
+                        int B, int T, int C, int H, const AttentionOptions& opt);
 void lm_head_loss(Backend& be, float* losses, float* dinp, float* dW, float* scratch,
                   Operand inp, const float* W, const int32_t* targets, const float* mask, int N,
                   int C, int V, float grad_scale);

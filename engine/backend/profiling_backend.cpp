@@ -299,6 +299,24 @@ void ProfilingBackend::attention_backward(float* dqkv, float* scratch, const flo
               inner_.attention_backward(dqkv, scratch, dout, qkv, saved, out, positions, B, T, C,
                                         H, opt));
 }
+void ProfilingBackend::attention_forward_bf16(Bf16* out, float* saved, const float* qkv,
+                                              const float* positions, int B, int T, int C, int H,
+                                              const AttentionOptions& opt) {
+    CTX_TIMED("attention_forward_bf16",
+              fmt::format("B={} T={} C={} H={} {}", B, T, C, H, attention_mode_name(opt.mode)),
+              attention_flops(B, T, C),
+              inner_.attention_forward_bf16(out, saved, qkv, positions, B, T, C, H, opt));
+}
+void ProfilingBackend::attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
+                                               const float* qkv, const float* saved,
+                                               const Bf16* out, const float* positions, int B,
+                                               int T, int C, int H, const AttentionOptions& opt) {
+    CTX_TIMED("attention_backward_bf16",
+              fmt::format("B={} T={} C={} H={} {}", B, T, C, H, attention_mode_name(opt.mode)),
+              2.5 * attention_flops(B, T, C),
+              inner_.attention_backward_bf16(dqkv, scratch, dout, qkv, saved, out, positions, B, T,
+                                             C, H, opt));
+}
 void ProfilingBackend::attention_cached_forward(float* out, float* scratch, const float* qkv,
                                                 const float* kc, const float* vc,
                                                 const float* kpos, const int32_t* lens, int B,

@@ -182,6 +182,14 @@ public:
                                const std::vector<AdamWSegment>& segments,
                                const AdamWParams& hp) override;
     bool bf16_activations() const override { return inner_.bf16_activations(); }
+    bool attention_out_bf16(AttentionMode mode) const override {
+        return inner_.attention_out_bf16(mode);
+    }
+    void attention_forward_bf16(Bf16* out, float* saved, const float* qkv, const float* positions,
+                                int B, int T, int C, int H, const AttentionOptions& opt) override;
+    void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                 const float* saved, const Bf16* out, const float* positions, int B,
+                                 int T, int C, int H, const AttentionOptions& opt) override;
     void layernorm_forward_bf16(Bf16* out, float* mean, float* rstd, const float* inp,
                                 const float* w, const float* b, int N, int C,
                                 float eps) override;

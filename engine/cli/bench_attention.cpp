@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 
+#include "backend/operand.h"
 #include "cli/bench.h"
 #include "core/error.h"
 #include "core/options.h"
@@ -196,7 +197,8 @@ struct CaseBuffers {
 };
 
 // One PE's calls on one shape, as a training step makes them: rotary works in place on qkv (a
-// rotation: the values stay bounded however often it runs), the backward writes dqkv
+// rotation: the values stay bounded however often it runs), the output in bf16 where the
+// backend keeps it so (Backend::attention_out_bf16, as the model does), the backward writes dqkv
 // (GradStore::Overwrite, as the model's layers ask) and adds into the bias gradients.
 struct Case {
     Backend& be;
@@ -207,13 +209,18 @@ struct Case {
     void forward() {
         const float* pos = buf.positions.p;
         if (pe.rotary) be.rotary_forward(buf.qkv.p, pos, B, T, C, H, pe.rot);
-        be.attention_forward(buf.out.p, buf.saved.p, buf.qkv.p, pos, B, T, C, H, opt);
+        attention_forward(be, out(), buf.saved.p, buf.qkv.p, pos, B, T, C, H, opt);
     }
     void backward() {
         const float* pos = buf.positions.p;
-        be.attention_backward(buf.dqkv.p, buf.scratch.p, buf.dout.p, buf.qkv.p, buf.saved.p,
-                              buf.out.p, pos, B, T, C, H, opt);
+        attention_backward(be, buf.dqkv.p, buf.scratch.p, buf.dout.p, buf.qkv.p, buf.saved.p, out(),
+                           pos, B, T, C, H, opt);
         if (pe.rotary) be.rotary_backward(buf.dqkv.p, pos, B, T, C, H, pe.rot);
+    }
+    Operand out() {
+        return be.attention_out_bf16(opt.mode)
+                   ? Operand::in_bf16(reinterpret_cast<Bf16*>(buf.out.p))
+                   : Operand(buf.out.p);
     }
     // A synchronisation point: CUDA ops return before their kernels finish, copy_to_host waits
     // for the backend's stream.

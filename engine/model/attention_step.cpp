@@ -50,17 +50,17 @@ void CausalAttention::begin(int B, int T, const float* positions, const RotarySp
     scratch_ = scratch;
 }
 
-void CausalAttention::forward(int, float* qkv, float* out, float* saved) {
+void CausalAttention::forward(int, float* qkv, Operand out, float* saved) {
     if (rotary_.enabled()) backend_.rotary_forward(qkv, positions_, B_, T_, C_, H_, rotary_.spec());
-    backend_.attention_forward(out, saved, qkv, positions_, B_, T_, C_, H_, opt_);
+    attention_forward(backend_, out, saved, qkv, positions_, B_, T_, C_, H_, opt_);
 }
 
 void CausalAttention::backward(int, float* dqkv, const float* dout, const float* qkv,
-                               const float* saved, const float* out, GradStore store) {
+                               const float* saved, Operand out, GradStore store) {
     AttentionOptions opt = opt_;
     opt.dqkv_store = store;
-    backend_.attention_backward(dqkv, scratch_, dout, qkv, saved, out, positions_, B_, T_, C_, H_,
-                                opt);
+    attention_backward(backend_, dqkv, scratch_, dout, qkv, saved, out, positions_, B_, T_, C_, H_,
+                       opt);
     if (rotary_.enabled()) backend_.rotary_backward(dqkv, positions_, B_, T_, C_, H_, rotary_.spec());
 }
 
@@ -88,7 +88,8 @@ void CachedAttention::begin(int r0, int nb, int Tq, const int32_t* lens, const f
     scratch_ = scratch;
 }
 
-void CachedAttention::forward(int layer, float* qkv, float* out, float*) {
+void CachedAttention::forward(int layer, float* qkv, Operand out_op, float*) {
+    float* out = out_op.fp32("attention over a key/value cache");
     const int C = C_, S = cache_.S, Tq = Tq_;
     float* kc = cache_.k[static_cast<size_t>(layer)].data();  // (rows, S, C)
     float* vc = cache_.v[static_cast<size_t>(layer)].data();

@@ -42,9 +42,9 @@ public:
     // positions (B, T) device memory; scratch: attention_scratch_floats(B, T, C, H, opt.mode).
     void begin(int B, int T, const float* positions, const RotarySpec& rotary,
                const AttentionOptions& opt, float* scratch);
-    void forward(int layer, float* qkv, float* out, float* saved) override;
+    void forward(int layer, float* qkv, Operand out, float* saved) override;
     void backward(int layer, float* dqkv, const float* dout, const float* qkv, const float* saved,
-                  const float* out, GradStore store) override;
+                  Operand out, GradStore store) override;
     const AttentionOptions& options() const { return opt_; }
 
 private:
@@ -78,7 +78,7 @@ public:
     void begin(int r0, int nb, int Tq, const int32_t* lens, const float* positions,
                const std::vector<OwnedRotarySpec>* rotary, const AttentionOptions& opt,
                float* scratch);
-    void forward(int layer, float* qkv, float* out, float* saved) override;
+    void forward(int layer, float* qkv, Operand out, float* saved) override;
     // Contextual sparsity: the heads each new token runs in the next forward (AttentionOptions::
     // heads), or null for all.
     void set_heads(const int32_t* heads, int heads_k) {

@@ -4,8 +4,8 @@
 
 namespace ctx {
 
-void AttentionStep::backward(int, float*, const float*, const float*, const float*,
-                             const float*, GradStore) {
+void AttentionStep::backward(int, float*, const float*, const float*, const float*, Operand,
+                             GradStore) {
     fail("internal: this attention step runs forward only (no backward pass)");
 }
 
@@ -79,16 +79,16 @@ void TransformerBlock::forward(const BlockWeights& w, const float* x, float* x_o
     // on CUDA); with it the projection's partial sums are reduced first.
     const bool fused_residual = !tp_.active();
     if (sp && sp->heads) {
-        be.matmul_rows_project(tmp, a.atty, A, sp->attn_proj_t,
-                               add_out_bias ? w.attn_proj_b : nullptr, sp->heads, N, C,
-                               sp->heads_k, s.D);
+        be.matmul_rows_project(tmp, a.atty.fp32("contextual sparsity"), A, sp->attn_proj_t,
+                               add_out_bias ? w.attn_proj_b : nullptr, sp->heads, N, C, sp->heads_k,
+                               s.D);
         be.add(a.res2, x, tmp, NrC);
     } else if (fused_residual) {
-        be.matmul_residual_forward(a.res2, x, a.atty, w.attn_proj_w,
-                                   add_out_bias ? w.attn_proj_b : nullptr, N, A, C);
+        matmul_residual_forward(be, a.res2, x, a.atty, w.attn_proj_w,
+                                add_out_bias ? w.attn_proj_b : nullptr, N, A, C);
     } else {
-        be.matmul_forward(tmp, a.atty, w.attn_proj_w, add_out_bias ? w.attn_proj_b : nullptr, N,
-                          A, C);
+        matmul_forward(be, tmp, a.atty, w.attn_proj_w, add_out_bias ? w.attn_proj_b : nullptr, N, A,
+                       C);
         tp_.sum_rows(tmp, NrC);       // all-reduce, or reduce-scatter into tmp[0, NrC)
         be.add(a.res2, x, tmp, NrC);  // sequential: x + attn; parallel: also x + attn
     }
@@ -167,8 +167,8 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
         dx_all = tp_.gather_rows_from(dx, d.dx_full, NrC);
     }
     // attention branch: res2 = x + proj(attention(qkv(ln1(x))))
-    be.matmul_backward(d.datty, g.attn_proj_w, g.attn_proj_b, dx_all, a.atty, w.attn_proj_w, N,
-                       A, C, write);
+    matmul_backward(be, d.datty, g.attn_proj_w, g.attn_proj_b, dx_all, a.atty, w.attn_proj_w, N, A,
+                    C, write);
     attention.backward(layer, d.dqkv, d.datty, a.qkv, a.att, a.atty, write);
     const float* dproj = d.dqkv;  // d(loss)/d(the projection's output)
     if (c.grouped_kv()) {  // each key/value head collects the gradients of its query heads

@@ -45,14 +45,15 @@ struct BlockWeights {
 
 // One block's activations for N tokens. Training keeps a set per layer for the backward pass;
 // generation points every layer at the same buffers (ln1 and ln2 may then be one buffer).
-// ln1, ln2 and fch_act are read by products only, fch by the activation's derivative: stored
-// in bf16 when the model's pass keeps activations in bf16 (Backend::bf16_activations; not with
-// tensor parallelism nor in generation).
+// ln1, ln2 and fch_act are read by products only, fch by the activation's derivative, atty by
+// the output projection and the attention backward: stored in bf16 when the model's pass keeps
+// activations in bf16 (Backend::bf16_activations, atty where Backend::attention_out_bf16; not
+// with tensor parallelism nor in generation).
 struct BlockActs {
     Operand ln1;                 // (N, C) (sequence parallel: gathered from every rank's rows)
     float *ln1_mean, *ln1_rstd;  // (Nr)  (mean unused by RMSNorm)
     float* qkv;                  // (N, 3A)  q, k as the attention step left them (rotated)
-    float* atty;                 // (N, A)   attention output before the projection
+    Operand atty;                // (N, A)   attention output before the projection
     float* att;                  // what the attention step saves for backward (or nullptr)
     float* res2;                 // (Nr, C)  x + attn
     Operand ln2;                 // (N, C)
@@ -113,11 +114,11 @@ public:
     virtual ~AttentionStep() = default;
     // qkv (N, 3A) as projected; may be rotated in place (backward reads it as left). out (N, A)
     // (writes). saved: the step's buffer for backward, per layer (null where there is none).
-    virtual void forward(int layer, float* qkv, float* out, float* saved) = 0;
+    virtual void forward(int layer, float* qkv, Operand out, float* saved) = 0;
     // dqkv (N, 3A) += the gradient of the unrotated qkv, from dout (N, A) and what forward kept
     // (= with GradStore::Overwrite). Steps that only run forward (generation) refuse.
     virtual void backward(int layer, float* dqkv, const float* dout, const float* qkv,
-                          const float* saved, const float* out, GradStore store);
+                          const float* saved, Operand out, GradStore store);
 };
 
 class TransformerBlock {

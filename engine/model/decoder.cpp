@@ -168,19 +168,20 @@ void Model::reserve(int B, int T_whole) {
     acts->bf16 = backend_->bf16_activations() && !tp_.active();
     acts->saved_floats = saved;
     acts->qkv_layers = qkv_layers;
+    acts->atty_bf16 = acts->bf16 && !cp_ && backend_->attention_out_bf16(attention_mode_);
     const size_t Lq = qkv_layers ? L : 1;  // layers of qkv kept
     // ln1, ln2, fch, fch_act, lnf
     auto op = [&](size_t n) { return operand_floats(n, acts->bf16); };
     // Sizes in the order of the struct; each rounded to 16 floats.
     const std::vector<size_t> sizes = {
-        N * C, N * C, N, N,                                   // encoded, emb_ln, mean, rstd
+        N * C, N * C, N, N,                                    // encoded, emb_ln, mean, rstd
         op(L * N * C), L * Nr, L * Nr, Lq * N * 3 * A, N * Q,  // ln1, m, r, qkv, grouped
-        L * N * A, L * saved, L * Nr * C,                     // atty, att (or lse), res2
-        op(L * N * C), L * Nr, L * Nr, op(L * N * F2), op(L * N * F),  // ln2, m, r, fch, act
+        operand_floats(L * N * A, acts->atty_bf16), L * saved, L * Nr * C,  // atty, att, res2
+        op(L * N * C), L * Nr, L * Nr, op(L * N * F2), op(L * N * F),       // ln2, m, r, fch, act
         (L + 1) * Nr * C, op(N * C), N, N, logits, N, N * C,  // resid, lnf, m, r, logits,
                                                               // losses, tmp
         N * C, N * C, N * C, N * A, N * 3 * A, N * F2, N * F, N * C, scratch,  // grads, scratch
-        table, table, xent, xent * W,  // bias_table, dbias_table, xent_stats, xent_stats_all
+        table, table, xent, xent * W,     // bias_table, dbias_table, xent_stats, xent_stats_all
         sp ? N * C : 0, sp ? 2 * C : 0};  // dx_full, norm_scratch (sequence parallel)
     size_t total = 0;
     for (size_t s : sizes) total += (s + 15) / 16 * 16;
@@ -394,7 +395,8 @@ BlockActs Model::layer_acts(int l, int B, int T) const {
                      a.ln1_mean + L * Nr,
                      a.ln1_rstd + L * Nr,
                      a.qkv + (a.qkv_layers ? L * NA * 3 : 0),
-                     a.atty + L * NA,
+                     a.atty_bf16 ? Operand::in_bf16(reinterpret_cast<Bf16*>(a.atty) + L * NA)
+                                 : Operand(a.atty + L * NA),
                      a.att + L * a.saved_floats,
                      a.res2 + L * NrC,
                      a.operand(a.ln2, L * NC),

@@ -22,6 +22,8 @@ struct Model::Acts {
     // forward (the bf16 flash kernels keep their own packed q, k, v in `saved`).
     size_t saved_floats = 0;
     bool qkv_layers = true;
+    // The attention output in bf16 too (Backend::attention_out_bf16: flash on the bf16 kernels).
+    bool atty_bf16 = false;
     Operand operand(float* slot, size_t elems = 0) const {
         return bf16 ? Operand::in_bf16(reinterpret_cast<Bf16*>(slot) + elems)
                     : Operand(slot + elems);

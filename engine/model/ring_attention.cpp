@@ -155,8 +155,9 @@ void RingAttention::finish_pass(std::unique_ptr<Comm::Exchange> x, Arena& cur, A
     std::swap(cur, next);
 }
 
-void RingAttention::forward(int, float* qkv, float* out, float* saved) {
+void RingAttention::forward(int, float* qkv, Operand out_op, float* saved) {
     const int cp = cp_.size(), r = cp_.rank();
+    float* out = out_op.fp32("ring attention");
     if (rotary_.enabled())
         be_.rotary_forward(qkv, local_positions_, B_, Tl_, C_, H_, rotary_.spec());
     float* lse = saved;  // (B, H, Tl)
@@ -177,8 +178,9 @@ void RingAttention::forward(int, float* qkv, float* out, float* saved) {
 }
 
 void RingAttention::backward(int, float* dqkv, const float* dout, const float* qkv,
-                             const float* saved, const float* out, GradStore store) {
+                             const float* saved, Operand out_op, GradStore store) {
     const int cp = cp_.size(), r = cp_.rank();
+    const float* out = out_op.fp32("ring attention");
     // every block adds into dqkv: Overwrite starts it from zeros
     if (store == GradStore::Overwrite)
         be_.zero(dqkv, static_cast<size_t>(B_) * Tl_ * 3 * static_cast<size_t>(C_));

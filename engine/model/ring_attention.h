@@ -58,9 +58,9 @@ public:
     void set_block_bias(BlockBias b) { block_bias_ = std::move(b); }
     void finish_backward();
     // qkv (B, T / cp, 3C) of this rank's tokens; saved: lse (B, H, T / cp).
-    void forward(int layer, float* qkv, float* out, float* saved) override;
-    void backward(int layer, float* dqkv, const float* dout, const float* qkv,
-                  const float* saved, const float* out, GradStore store) override;
+    void forward(int layer, float* qkv, Operand out, float* saved) override;
+    void backward(int layer, float* dqkv, const float* dout, const float* qkv, const float* saved,
+                  Operand out, GradStore store) override;
 
 private:
     struct BlockMeta {  // one rank's tokens: (B, Tl) each, host memory

@@ -124,7 +124,7 @@ SparsityData collect_sparsity_data(Model& model, const std::vector<std::vector<i
         // generation keeps its activations in fp32
         be.copy_to_host(ln1.data(), a.ln1.fp32("the predictors' training data"), NC);
         be.copy_to_host(act.data(), a.fch_act.fp32("the predictors' training data"), act.size());
-        be.copy_to_host(atty.data(), a.atty, NC);
+        be.copy_to_host(atty.data(), a.atty.fp32("the predictors' training data"), NC);
         // layer l's ln1 output is the input of layer l + 1's predictors (and layer 0's own)
         if (l + 1 < L) {
             auto& z = d.z[static_cast<size_t>(l + 1)];

@@ -177,6 +177,64 @@ bool CudaBackend::attention_backward_reads_qkv(AttentionMode mode) const {
     return !flash_.keeps_qkv(mode);
 }
 
+bool CudaBackend::attention_out_bf16(AttentionMode mode) const {
+    return bf16_activations_ && flash_.keeps_qkv(mode);
+}
+
+void CudaBackend::attention_forward_bf16(Bf16* out, float* saved, const float* qkv,
+                                         const float* positions, int B, int T, int C, int H,
+                                         const AttentionOptions& opt) {
+    static constexpr const char* op = "attention_forward_bf16";
+    require_bf16_activations(op);
+    check_attention(T, C, H, opt);
+    check_mode(opt.mode, C, H, op);
+    CTX_CHECK(attention_out_bf16(opt.mode),
+              "{}: {} writes the attention output in bf16 in flash mode only, not {}", op, name_,
+              attention_mode_name(opt.mode));
+    if (B <= 0) return;
+    activate();
+    flash_.forward(stream_, nullptr, reinterpret_cast<uint16_t*>(out), saved, qkv, positions, B, T,
+                   C, H, opt);
+    if (sync_each_op_) sync(op);
+}
+
+void CudaBackend::attention_backward_bf16(float* dqkv, float* scratch, const float* dout,
+                                          const float* qkv, const float* saved, const Bf16* out,
+                                          const float* positions, int B, int T, int C, int H,
+                                          const AttentionOptions& opt) {
+    static constexpr const char* op = "attention_backward_bf16";
+    require_bf16_activations(op);
+    check_attention(T, C, H, opt);
+    check_mode(opt.mode, C, H, op);
+    CTX_CHECK(attention_out_bf16(opt.mode),
+              "{}: {} reads the attention output in bf16 in flash mode only, not {}", op, name_,
+              attention_mode_name(opt.mode));
+    if (B <= 0) return;
+    flash_backward(dqkv, scratch, dout, qkv, saved, nullptr, reinterpret_cast<const uint16_t*>(out),
+                   positions, B, T, C, H, opt, op);
+}
+
+// The flash backward with out in fp32 or (out16) bf16. GradStore::Overwrite: the tensor-core
+// kernels write dqkv themselves; the caller zeroed it for the others.
+void CudaBackend::flash_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                 const float* saved, const float* out, const uint16_t* out16,
+                                 const float* positions, int B, int T, int C, int H,
+                                 const AttentionOptions& opt, const char* op) {
+    CTX_CHECK(out != nullptr || out16 != nullptr,
+              "{}: flash mode needs the forward's output `out` (B, T, C) (it recomputes the "
+              "probabilities from it and the saved log-sum-exp); got null",
+              op);
+    CTX_CHECK(saved != nullptr, "{}: flash mode needs the forward's saved lse (B, H, T); got null",
+              op);
+    CTX_CHECK(qkv != nullptr || flash_.keeps_qkv(opt.mode),
+              "{}: {} needs the forward's qkv (B, T, 3C) for the flash backward; got null", op,
+              name_);
+    activate();
+    flash_.backward(stream_, dqkv, scratch, dout, qkv, out, out16, saved, positions, B, T, C, H,
+                    opt);
+    if (sync_each_op_) sync(op);
+}
+
 void CudaBackend::attention_forward(float* out, float* saved, const float* qkv,
                                     const float* positions, int B, int T, int C, int H,
                                     const AttentionOptions& opt) {
@@ -187,7 +245,7 @@ void CudaBackend::attention_forward(float* out, float* saved, const float* qkv,
     activate();
     if (opt.mode == AttentionMode::Flash) {
         // saved = lse (B, H, T) [+ the tensor-core kernels' packed q, k, v]
-        flash_.forward(stream_, out, saved, qkv, positions, B, T, C, H, opt);
+        flash_.forward(stream_, out, nullptr, saved, qkv, positions, B, T, C, H, opt);
         if (sync_each_op_) sync(op);
         return;
     }
@@ -230,18 +288,8 @@ void CudaBackend::attention_backward(float* dqkv, float* scratch, const float* d
     if (opt.dqkv_store == GradStore::Overwrite && !flash_.writes_dqkv(opt.mode))
         zero(dqkv, size_t(B) * T * 3 * C);
     if (opt.mode == AttentionMode::Flash) {
-        CTX_CHECK(out != nullptr,
-                  "{}: flash mode needs the forward's output `out` (B, T, C) (it recomputes the "
-                  "probabilities from it and the saved log-sum-exp); got null",
-                  op);
-        CTX_CHECK(saved != nullptr,
-                  "{}: flash mode needs the forward's saved lse (B, H, T); got null", op);
-        CTX_CHECK(qkv != nullptr || flash_.keeps_qkv(opt.mode),
-                  "{}: {} needs the forward's qkv (B, T, 3C) for the flash backward; got null", op,
-                  name_);
-        activate();
-        flash_.backward(stream_, dqkv, scratch, dout, qkv, out, saved, positions, B, T, C, H, opt);
-        if (sync_each_op_) sync(op);
+        flash_backward(dqkv, scratch, dout, qkv, saved, out, nullptr, positions, B, T, C, H, opt,
+                       op);
         return;
     }
     activate();

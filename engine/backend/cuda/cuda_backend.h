@@ -221,6 +221,12 @@ public:
                                     AttentionMode mode) const override;
     size_t attention_saved_floats(AttentionMode mode, int B, int T, int C, int H) const override;
     bool attention_backward_reads_qkv(AttentionMode mode) const override;
+    bool attention_out_bf16(AttentionMode mode) const override;
+    void attention_forward_bf16(Bf16* out, float* saved, const float* qkv, const float* positions,
+                                int B, int T, int C, int H, const AttentionOptions& opt) override;
+    void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                 const float* saved, const Bf16* out, const float* positions, int B,
+                                 int T, int C, int H, const AttentionOptions& opt) override;
     bool attention_mode_supported(AttentionMode mode, int C, int H) const override;
     AttentionMode attention_mode_auto(int T, int C, int H) const override;
     void attention_cached_forward(float* out, float* scratch, const float* qkv, const float* kc,
@@ -342,6 +348,10 @@ private:
                            const float* pre, const uint16_t* pre16, const uint16_t* a,
                            const float* W, int N, int IC, int OC, Activation act,
                            GradStore dinp_store, const char* op);
+    void flash_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                        const float* saved, const float* out, const uint16_t* out16,
+                        const float* positions, int B, int T, int C, int H,
+                        const AttentionOptions& opt, const char* op);
     // lm_head_loss with x as fp32 (inp) or, bf16 activation storage, as bf16 (inp16).
     void lm_head(float* losses, float* dinp, float* dW, float* scratch, const float* inp,
                  const uint16_t* inp16, const float* W, const int32_t* targets,

@@ -13,6 +13,12 @@ namespace ctx::cuda {
 
 inline constexpr unsigned kFullMask = 0xffffffffu;
 
+// Element i of an activation stored in fp32, or in bf16 as its bit pattern.
+__device__ __forceinline__ float load_value(const float* p, size_t i) { return p[i]; }
+__device__ __forceinline__ float load_value(const uint16_t* p, size_t i) {
+    return __uint_as_float(uint32_t(p[i]) << 16);
+}
+
 template <class T>
 __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll

@@ -187,9 +187,10 @@ __global__ void flash_fwd_kernel(float* out, float* lse, FlashArgs a) {
 
 constexpr int kRowWarps = 8;
 
-// dvec (B, H, T) = rowsum(dout * out) per head; one warp per (b, h, i).
-__global__ void flash_bwd_dvec_kernel(float* dvec, const float* dout, const float* out, int B,
-                                      int T, int C, int H, float* zero_dq) {
+// dvec (B, H, T) = rowsum(dout * out) per head; one warp per (b, h, i). out in fp32 or bf16.
+template <class Out>
+__global__ void flash_bwd_dvec_kernel(float* dvec, const float* dout, const Out* out, int B, int T,
+                                      int C, int H, float* zero_dq) {
     const int lane = threadIdx.x & 31;
     const size_t row = size_t(blockIdx.x) * kRowWarps + (threadIdx.x >> 5);
     if (row >= size_t(B) * H * T) return;  // whole warps leave together
@@ -197,7 +198,7 @@ __global__ void flash_bwd_dvec_kernel(float* dvec, const float* dout, const floa
     const int D = C / H;
     const size_t off = (size_t(b) * T + i) * C + size_t(h) * D;
     float x = 0.0f;
-    for (int d = lane; d < D; d += 32) x += dout[off + d] * out[off + d];
+    for (int d = lane; d < D; d += 32) x += dout[off + d] * load_value(out, off + d);
     x = warp_sum(x);
     if (lane == 0) dvec[row] = x;
     if (zero_dq != nullptr) {
@@ -491,13 +492,24 @@ cudaError_t launch_flash_forward(float* out, float* lse, const float* qkv, const
     return cudaErrorInvalidValue;
 }
 
-cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, int B, int T,
-                              int C, int H, cudaStream_t s, float* zero_dq) {
+template <class Out>
+cudaError_t dvec_t(float* dvec, const float* dout, const Out* out, int B, int T, int C, int H,
+                   cudaStream_t s, float* zero_dq) {
     const size_t rows = size_t(B) * H * T;
     if (rows == 0) return cudaSuccess;
-    flash_bwd_dvec_kernel<<<unsigned((rows + kRowWarps - 1) / kRowWarps), 32 * kRowWarps, 0, s>>>(
-        dvec, dout, out, B, T, C, H, zero_dq);
+    const unsigned grid = unsigned((rows + kRowWarps - 1) / kRowWarps), threads = 32 * kRowWarps;
+    flash_bwd_dvec_kernel<Out><<<grid, threads, 0, s>>>(dvec, dout, out, B, T, C, H, zero_dq);
     return cudaGetLastError();
+}
+
+cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, int B, int T, int C,
+                              int H, cudaStream_t s, float* zero_dq) {
+    return dvec_t(dvec, dout, out, B, T, C, H, s, zero_dq);
+}
+
+cudaError_t launch_flash_dvec(float* dvec, const float* dout, const uint16_t* out16, int B, int T,
+                              int C, int H, cudaStream_t s, float* zero_dq) {
+    return dvec_t(dvec, dout, out16, B, T, C, H, s, zero_dq);
 }
 
 cudaError_t launch_flash_backward(float* dqkv, float* dvec, float* partials, float* dtable,

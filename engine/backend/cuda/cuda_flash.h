@@ -51,6 +51,9 @@ cudaError_t launch_flash_backward(float* dqkv, float* dvec, float* partials, flo
 // backward under GradStore::Overwrite).
 cudaError_t launch_flash_dvec(float* dvec, const float* dout, const float* out, int B, int T,
                               int C, int H, cudaStream_t s, float* zero_dq = nullptr);
+// The same with out in bf16 (Backend::attention_backward_bf16).
+cudaError_t launch_flash_dvec(float* dvec, const float* dout, const uint16_t* out16, int B, int T,
+                              int C, int H, cudaStream_t s, float* zero_dq = nullptr);
 
 // The tensor-core kernels (cuda_flash_tc.cu): the same contract as launch_flash_forward /
 // launch_flash_backward, with q, k, v, dout and the probabilities / dlogits entering each product
@@ -71,9 +74,10 @@ size_t flash_tc_backward_packed_elems(int B, int T, int C, int H, int bias_kind 
 // before 2026-11-28), for A/B timings.
 size_t flash_tc_forward_smem_bytes(int D, int mtiles = 2);
 size_t flash_tc_backward_smem_bytes(int D, bool t5);
-cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* qkv16, const float* qkv,
-                                    const float* positions, int B, int T, int C, int H,
-                                    KeyMask mask, const BiasArgs& bias, cudaStream_t s,
+// out (fp32) or out16 (bf16, rounded as written): one of them, the other null.
+cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uint16_t* qkv16,
+                                    const float* qkv, const float* positions, int B, int T, int C,
+                                    int H, KeyMask mask, const BiasArgs& bias, cudaStream_t s,
                                     int mtiles = 2);
 // How the tensor-core backward is split into kernels (CTX_FLASH_BACKWARD, cuda_backend.cpp):
 //   Split     a dq kernel per query tile and a dk / dv kernel per key tile (7 products per
@@ -85,9 +89,10 @@ enum class FlashBackward { Split, AtomicDq };
 // accumulate: dqkv += the gradient, else dqkv = (each entry of the B x T rows written once).
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                      const uint16_t* qkv16, uint16_t* packed, const float* dout,
-                                     const float* out, const float* lse, const float* positions,
-                                     int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
-                                     bool accumulate, FlashBackward kernels, cudaStream_t s);
+                                     const float* out, const uint16_t* out16, const float* lse,
+                                     const float* positions, int B, int T, int C, int H,
+                                     KeyMask mask, const BiasArgs& bias, bool accumulate,
+                                     FlashBackward kernels, cudaStream_t s);
 
 // Host side: argument checks, bias parameters staged on the device through the backend's
 // BiasStaging (host ALiBi slopes, the T5 bucket table; shared with the materialised path, so one
@@ -122,9 +127,10 @@ public:
     // 16-byte boundary after it.
     size_t saved_floats(int B, int T, int C, int H) const;
 
-    // out (B, T, C) (writes), saved (writes): lse (B, H, T), and the packed q, k, v where
-    // keeps_qkv. Logit(i, j) as attention_forward.
-    void forward(cudaStream_t stream, float* out, float* saved, const float* qkv,
+    // out (B, T, C) (writes; fp32 in out, or bf16 in out16 where keeps_qkv: one of them),
+    // saved (writes): lse (B, H, T), and the packed q, k, v where keeps_qkv. Logit(i, j) as
+    // attention_forward.
+    void forward(cudaStream_t stream, float* out, uint16_t* out16, float* saved, const float* qkv,
                  const float* positions, int B, int T, int C, int H, const AttentionOptions& opt);
 
     // Scratch floats of backward: dvec (B, H, T) + bias partials (B, H, ceil(T/32), 512).
@@ -135,8 +141,8 @@ public:
     // contents. opt.dqkv_store Overwrite is done by the kernels where writes_dqkv(), else the
     // caller zeroes dqkv first.
     void backward(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
-                  const float* qkv, const float* out, const float* saved, const float* positions,
-                  int B, int T, int C, int H, const AttentionOptions& opt);
+                  const float* qkv, const float* out, const uint16_t* out16, const float* saved,
+                  const float* positions, int B, int T, int C, int H, const AttentionOptions& opt);
 
 private:
     // Throws a clear ctx::Error when this GPU's shared memory per block (its opt-in limit) is

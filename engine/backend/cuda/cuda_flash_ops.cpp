@@ -75,20 +75,22 @@ size_t FlashAttention::backward_scratch_floats(int B, int T, int /*C*/, int H) {
     return size_t(B) * H * T + size_t(B) * H * query_tiles(T) * kMaxT5Buckets;
 }
 
-void FlashAttention::forward(cudaStream_t stream, float* out, float* saved, const float* qkv,
-                             const float* positions, int B, int T, int C, int H,
+void FlashAttention::forward(cudaStream_t stream, float* out, uint16_t* out16, float* saved,
+                             const float* qkv, const float* positions, int B, int T, int C, int H,
                              const AttentionOptions& opt) {
     static constexpr const char* op = "flash_attention_forward";
     check_attention(T, C, H, opt);
     check_supported(C, H, op);
+    CTX_CHECK((out == nullptr) != (out16 == nullptr) && (out16 == nullptr || packed_ != nullptr),
+              "internal: {}: out in fp32, or in bf16 on the tensor-core kernels", op);
     if (B <= 0) return;
     const BiasArgs ba = bias_.stage(opt.bias, H, stream, op);
     float* lse = saved;  // (B, H, T)
     if (packed_ != nullptr) {
         check_tc_smem(flash_tc_forward_smem_bytes(C / H, forward_mtiles_), C / H, op);
-        check_cuda(launch_flash_tc_forward(out, lse, kept_qkv(saved, B, T, H), qkv, positions, B, T,
-                                           C, H, KeyMask{opt.window, opt.doc_start}, ba, stream,
-                                           forward_mtiles_),
+        check_cuda(launch_flash_tc_forward(
+                       out, out16, lse, kept_qkv(saved, B, T, H), qkv, positions, B, T, C, H,
+                       KeyMask{opt.window, opt.doc_start}, ba, stream, forward_mtiles_),
                    op);
         return;
     }
@@ -98,13 +100,15 @@ void FlashAttention::forward(cudaStream_t stream, float* out, float* saved, cons
 }
 
 void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
-                              const float* qkv, const float* out, const float* saved,
-                              const float* positions, int B, int T, int C, int H,
-                              const AttentionOptions& opt) {
+                              const float* qkv, const float* out, const uint16_t* out16,
+                              const float* saved, const float* positions, int B, int T, int C,
+                              int H, const AttentionOptions& opt) {
     static constexpr const char* op = "flash_attention_backward";
     const float* lse = saved;  // (B, H, T)
     check_attention(T, C, H, opt);
     check_supported(C, H, op);
+    CTX_CHECK((out == nullptr) != (out16 == nullptr) && (out16 == nullptr || packed_ != nullptr),
+              "internal: {}: out in fp32, or in bf16 on the tensor-core kernels", op);
     if (B <= 0) return;
     const BiasSpec& bs = opt.bias;
     const BiasArgs ba = bias_.stage(bs, H, stream, op);
@@ -119,8 +123,8 @@ void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, 
                       C / H, op);
         uint16_t* packed = packed_->ensure(flash_tc_backward_packed_elems(B, T, C, H, ba.kind), op);
         check_cuda(launch_flash_tc_backward(
-                       dqkv, dvec, parts, dtable, kept_qkv(saved, B, T, H), packed, dout, out, lse,
-                       positions, B, T, C, H, KeyMask{opt.window, opt.doc_start}, ba,
+                       dqkv, dvec, parts, dtable, kept_qkv(saved, B, T, H), packed, dout, out,
+                       out16, lse, positions, B, T, C, H, KeyMask{opt.window, opt.doc_start}, ba,
                        opt.dqkv_store == GradStore::Accumulate, backward_kernels_, stream),
                    op);
     } else {

@@ -278,12 +278,23 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
         const int i = row_i(rr), m = rr >> 1, r = rr & 1;
         if (i >= T) continue;  // every real row has its diagonal: l > 0
         const float inv = 1.0f / l[rr];
-        float* dst = out + (size_t(b) * T + i) * C + size_t(h) * D;
+        const size_t row = (size_t(b) * T + i) * C + size_t(h) * D;
+        if (a.out16 != nullptr) {  // rounded as it is written (bf16 activation storage)
+            uint16_t* dst = a.out16 + row;
 #pragma unroll
-        for (int dn = 0; dn < DN; dn++) {
-            const int d = dn * 8 + 2 * t;
-            if (d < D) dst[d] = o[m][dn][2 * r] * inv;
-            if (d + 1 < D) dst[d + 1] = o[m][dn][2 * r + 1] * inv;
+            for (int dn = 0; dn < DN; dn++) {
+                const int d = dn * 8 + 2 * t;
+                if (d < D) dst[d] = uint16_t(bf16_bits(o[m][dn][2 * r] * inv));
+                if (d + 1 < D) dst[d + 1] = uint16_t(bf16_bits(o[m][dn][2 * r + 1] * inv));
+            }
+        } else {
+            float* dst = out + row;
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                const int d = dn * 8 + 2 * t;
+                if (d < D) dst[d] = o[m][dn][2 * r] * inv;
+                if (d + 1 < D) dst[d + 1] = o[m][dn][2 * r + 1] * inv;
+            }
         }
         if (t == 0) lse[(size_t(b) * a.H + h) * T + i] = (m_run[rr] + log2f(l[rr])) * kLn2;
     }
@@ -475,13 +486,14 @@ size_t flash_tc_forward_smem_bytes(int D, int mtiles) {
     return tc::fwd_smem(kD, tc::fwd_m(kD, mtiles));
 }
 
-cudaError_t launch_flash_tc_forward(float* out, float* lse, uint16_t* qkv16, const float* qkv,
-                                    const float* positions, int B, int T, int C, int H,
-                                    KeyMask mask, const BiasArgs& bias, cudaStream_t s,
+cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uint16_t* qkv16,
+                                    const float* qkv, const float* positions, int B, int T, int C,
+                                    int H, KeyMask mask, const BiasArgs& bias, cudaStream_t s,
                                     int mtiles) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
+    a.out16 = out16;
     if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
     const size_t n = flash_tc_operand_elems(B, T, C, H);
     uint16_t *q = qkv16, *k = q + n, *v = k + n;

@@ -38,6 +38,9 @@ struct TcArgs {
     float scale;               // 1 / sqrt(D)
     BiasArgs bs;
     bool accumulate = true;    // backward: dqkv += (else =, GradStore::Overwrite)
+    // forward: out written in bf16 here (B, T, C) instead of in fp32 (Backend::
+    // attention_forward_bf16); backward: out read from here (dvec)
+    uint16_t* out16 = nullptr;
     // KERPLE-log (backward): per head h and integer distance d, log2(1 + b[h] d) at
     // ktab[h kcap + d] and d / (1 + b[h] d) at ktab[(H + h) kcap + d] (launch_kerple_tables),
     // computed as the MUFU path computes them, so bit-identical; kinfo[0] = 1 when this call's

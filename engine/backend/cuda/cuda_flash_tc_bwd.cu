@@ -696,9 +696,10 @@ size_t flash_tc_backward_smem_bytes(int D, bool t5) {
 
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                      const uint16_t* qkv16, uint16_t* packed, const float* dout,
-                                     const float* out, const float* lse, const float* positions,
-                                     int B, int T, int C, int H, KeyMask mask, const BiasArgs& bias,
-                                     bool accumulate, FlashBackward kernels, cudaStream_t s) {
+                                     const float* out, const uint16_t* out16, const float* lse,
+                                     const float* positions, int B, int T, int C, int H,
+                                     KeyMask mask, const BiasArgs& bias, bool accumulate,
+                                     FlashBackward kernels, cudaStream_t s) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
@@ -709,8 +710,10 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
         kernels == FlashBackward::AtomicDq && !(partials != nullptr && a.bs.kind == kT5);
     // the atomic dq adds onto dqkv: under Overwrite its dq columns start at 0 (zeroed by the
     // dvec pass, which reads the same rows)
-    if (cudaError_t e = launch_flash_dvec(dvec, dout, out, B, T, C, H, s,
-                                          atomic_dq && !accumulate ? dqkv : nullptr);
+    float* zero_dq = atomic_dq && !accumulate ? dqkv : nullptr;
+    if (cudaError_t e = out16 != nullptr
+                            ? launch_flash_dvec(dvec, dout, out16, B, T, C, H, s, zero_dq)
+                            : launch_flash_dvec(dvec, dout, out, B, T, C, H, s, zero_dq);
         e != cudaSuccess)
         return e;
     // q, k, v as the forward packed them; dout packed here

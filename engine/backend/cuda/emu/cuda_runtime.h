@@ -114,6 +114,11 @@ inline unsigned __float_as_uint(float f) {
     std::memcpy(&u, &f, sizeof u);
     return u;
 }
+inline float __uint_as_float(unsigned u) {
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+}
 template <class T> T __shfl_xor_sync(unsigned, T v, int o) { return emu::shfl_impl(v, emu::lane_id() ^ o); }
 template <class T> T __shfl_sync(unsigned, T v, int src) { return emu::shfl_impl(v, src); }
 inline int min(int a, int b) { return a < b ? a : b; }
