@@ -181,16 +181,23 @@ bool CudaBackend::attention_out_bf16(AttentionMode mode) const {
     return bf16_activations_ && flash_.keeps_qkv(mode);
 }
 
-void CudaBackend::attention_forward_bf16(Bf16* out, float* saved, const float* qkv,
-                                         const float* positions, int B, int T, int C, int H,
-                                         const AttentionOptions& opt) {
-    static constexpr const char* op = "attention_forward_bf16";
+// The argument checks of attention_forward / attention_backward, and that this backend keeps the
+// attention output in bf16 in opt.mode.
+void CudaBackend::check_attention_bf16(const char* op, int T, int C, int H,
+                                       const AttentionOptions& opt) const {
     require_bf16_activations(op);
     check_attention(T, C, H, opt);
     check_mode(opt.mode, C, H, op);
     CTX_CHECK(attention_out_bf16(opt.mode),
-              "{}: {} writes the attention output in bf16 in flash mode only, not {}", op, name_,
+              "{}: {} keeps the attention output in bf16 in flash mode only, not {}", op, name_,
               attention_mode_name(opt.mode));
+}
+
+void CudaBackend::attention_forward_bf16(Bf16* out, float* saved, const float* qkv,
+                                         const float* positions, int B, int T, int C, int H,
+                                         const AttentionOptions& opt) {
+    static constexpr const char* op = "attention_forward_bf16";
+    check_attention_bf16(op, T, C, H, opt);
     if (B <= 0) return;
     activate();
     flash_.forward(stream_, nullptr, reinterpret_cast<uint16_t*>(out), saved, qkv, positions, B, T,
@@ -203,12 +210,7 @@ void CudaBackend::attention_backward_bf16(float* dqkv, float* scratch, const flo
                                           const float* positions, int B, int T, int C, int H,
                                           const AttentionOptions& opt) {
     static constexpr const char* op = "attention_backward_bf16";
-    require_bf16_activations(op);
-    check_attention(T, C, H, opt);
-    check_mode(opt.mode, C, H, op);
-    CTX_CHECK(attention_out_bf16(opt.mode),
-              "{}: {} reads the attention output in bf16 in flash mode only, not {}", op, name_,
-              attention_mode_name(opt.mode));
+    check_attention_bf16(op, T, C, H, opt);
     if (B <= 0) return;
     flash_backward(dqkv, scratch, dout, qkv, saved, nullptr, reinterpret_cast<const uint16_t*>(out),
                    positions, B, T, C, H, opt, op);

@@ -348,6 +348,8 @@ private:
                            const float* pre, const uint16_t* pre16, const uint16_t* a,
                            const float* W, int N, int IC, int OC, Activation act,
                            GradStore dinp_store, const char* op);
+    void check_attention_bf16(const char* op, int T, int C, int H,
+                              const AttentionOptions& opt) const;
     void flash_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* saved, const float* out, const uint16_t* out16,
                         const float* positions, int B, int T, int C, int H,
