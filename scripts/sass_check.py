@@ -47,8 +47,10 @@ STACK_ALLOWED = [
     # the one-kernel backward at D 128 on sm_80 (not the default backward): two staging values
     # kept on the stack, reloaded from L1 when a tile is prefetched
     (r"flash_tc_dkv_kernelILi128ELb1E", {"sm_80": 8, "sm_90": 0}),
-    # the rotary kernel's per-thread table of pair frequencies (a local array, not a spill)
-    (r"rotary_kernel", {"sm_80": 40, "sm_90": 40}),
+    # the rotary kernels' double-precision sincos (cuda_rotary.cuh pair_rotation): libdevice's
+    # argument reduction for large angles keeps its words in a local array, not a spill
+    # (2026-12-05: the separate pass and the flash kernels' per-token table)
+    (r"rotary(_table)?_kernel", {"sm_80": 40, "sm_90": 40}),
 ]
 
 

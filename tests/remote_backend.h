@@ -211,6 +211,9 @@ public:
     bool attention_backward_reads_qkv(AttentionMode m) const override {
         return cpu_->attention_backward_reads_qkv(m);
     }
+    bool attention_fuses_rotary(AttentionMode m, int C, int H, const RotarySpec& s) const override {
+        return cpu_->attention_fuses_rotary(m, C, H, s);
+    }
     bool attention_mode_supported(AttentionMode m, int C, int H) const override {
         return cpu_->attention_mode_supported(m, C, H);
     }

@@ -138,6 +138,12 @@ struct AttentionOptions {
     // attention_backward only: dqkv is added to (Accumulate) or written over (Overwrite; every
     // entry of the B x T rows is written, and the old contents are not read).
     GradStore dqkv_store = GradStore::Accumulate;
+    // The rotation of q and k, done inside attention_forward / attention_backward where
+    // Backend::attention_fuses_rotary says so (every other op refuses it): qkv is then the
+    // product's output before rotary_forward, left as it is, and dqkv is the gradient w.r.t. it
+    // (rotary_backward included; with Accumulate, only the new terms are rotated). Null: qkv is
+    // as the logits read it.
+    const RotarySpec* rotary = nullptr;
 };
 
 // Arithmetic of the matrix products (everything else, and all stored parameters, gradients and
@@ -420,6 +426,11 @@ public:
     // that a caller need not keep qkv for the backward pass (attention_backward_reads_qkv).
     virtual size_t attention_saved_floats(AttentionMode mode, int B, int T, int C, int H) const = 0;
     virtual bool attention_backward_reads_qkv(AttentionMode mode) const = 0;
+    // Whether attention_forward / attention_backward in `mode` apply `spec` themselves
+    // (AttentionOptions::rotary): the caller then skips rotary_forward / rotary_backward and the
+    // passes they make over q and k. The same values as those ops where it is true.
+    virtual bool attention_fuses_rotary(AttentionMode mode, int C, int H,
+                                        const RotarySpec& spec) const = 0;
 
     // ---- attention across blocks of a row (context parallelism: ring attention)
     // A rank's queries meet the key/value blocks of the ring one at a time; the blocks' results

@@ -51,9 +51,14 @@ void check_rotary(int C, int H, const RotarySpec& spec) {
     CTX_CHECK(spec.rotary_dims == 0 || spec.inv_freq != nullptr, "rotary: inv_freq is null");
 }
 
-void check_attention(int T, int C, int H, const AttentionOptions& opt) {
+void check_attention(int T, int C, int H, const AttentionOptions& opt, bool rotary_fused) {
     CTX_CHECK(T >= 1, "attention: T must be >= 1, got {}", T);
     CTX_CHECK(H > 0 && C % H == 0, "attention: d_model {} is not divisible by {} heads", C, H);
+    CTX_CHECK(opt.rotary == nullptr || rotary_fused,
+              "attention: this backend and mode do not rotate q and k inside the op "
+              "(AttentionOptions::rotary); apply rotary_forward / rotary_backward around it "
+              "(Backend::attention_fuses_rotary says where the op does)");
+    if (opt.rotary != nullptr) check_rotary(C, H, *opt.rotary);
     CTX_CHECK(opt.window >= 0, "attention: window must be >= 0, got {}", opt.window);
     // The cached op checks its head subset itself and passes the rest here without it.
     CTX_CHECK(opt.heads == nullptr, "attention: a subset of heads (contextual sparsity) is "

@@ -25,8 +25,9 @@ void check_embedding_tokens(const int32_t* tokens, const float* positions, int N
 void check_targets(const int32_t* targets, const float* mask, int N, int V);
 // rotary_dims even, within the head dimension and kMaxRotaryPairs; inv_freq present.
 void check_rotary(int C, int H, const RotarySpec& spec);
-// T >= 1, heads divide d_model, window >= 0, and the bias family's parameters present and valid.
-void check_attention(int T, int C, int H, const AttentionOptions& opt);
+// T >= 1, heads divide d_model, window >= 0, and the bias family's parameters present and valid;
+// opt.rotary only where the op applies it (rotary_fused: Backend::attention_fuses_rotary).
+void check_attention(int T, int C, int H, const AttentionOptions& opt, bool rotary_fused = false);
 // Attention over a KV cache: the above, packed rows refused, and its head subset (opt.heads).
 void check_attention_cached(int S, int C, int H, const AttentionOptions& opt);
 // The contextual-sparsity ops' shapes: matmul_rows_* (N, K >= 0, groups of G >= 1 rows) and

@@ -134,6 +134,10 @@ public:
     bool attention_backward_reads_qkv(AttentionMode mode) const override {
         return inner_.attention_backward_reads_qkv(mode);
     }
+    bool attention_fuses_rotary(AttentionMode mode, int C, int H,
+                                const RotarySpec& spec) const override {
+        return inner_.attention_fuses_rotary(mode, C, H, spec);
+    }
     bool attention_mode_supported(AttentionMode mode, int C, int H) const override {
         return inner_.attention_mode_supported(mode, C, H);
     }

@@ -123,6 +123,9 @@ public:
         return ctx::attention_saved_floats(mode, B, T, H);
     }
     bool attention_backward_reads_qkv(AttentionMode) const override { return true; }
+    bool attention_fuses_rotary(AttentionMode, int, int, const RotarySpec&) const override {
+        return false;
+    }
     bool attention_mode_supported(AttentionMode mode, int C, int H) const override;
     AttentionMode attention_mode_auto(int T, int C, int H) const override;
     void attention_cached_forward(float* out, float* scratch, const float* qkv, const float* kc,

@@ -15,9 +15,10 @@
 
 #include <cmath>
 
-#include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_bias.cuh"
+#include "backend/cuda/cuda_device.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_rotary.cuh"
 
 namespace ctx::cuda {
 
@@ -27,45 +28,41 @@ constexpr int kWarpsPerBlock = 8;  // row kernels: one warp per attention row
 
 // ================================================================ rotary
 
-// One thread per (token, pair k): the angle and scales in double (positions reach ~1e5 where a
-// float angle would be off by ~1e-2 rad), then every head's q and k pair.
-__global__ void rotary_kernel(float* qkv, const float* positions, int BT, int C, int H, int dr,
-                              int layout, const float* inv_freq, float position_scale,
-                              float attention_factor, const float* amp_base,
-                              float amp_scale_base, float sign) {
-    const int half = dr / 2, D = C / H;
-    const int stride = layout == 0 ? 1 : 2;     // index of x0 of pair k
-    const int offset = layout == 0 ? half : 1;  // x1 = x0 + offset
+// One thread per (token, pair k): its rotation (cuda_rotary.cuh), then every head's q and k pair.
+__global__ void rotary_kernel(float* qkv, const float* positions, int BT, int C, int H,
+                              RotaryArgs r, float sign) {
+    const int half = r.dr / 2, D = C / H;
+    const int stride = r.layout == 0 ? 1 : 2;     // index of x0 of pair k
+    const int offset = r.layout == 0 ? half : 1;  // x1 = x0 + offset
     const size_t total = size_t(BT) * half;
     for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
          idx += size_t(gridDim.x) * blockDim.x) {
         const int bt = int(idx / half), k = int(idx % half);
-        const float p = positions[bt];
-        const double ang = double(p) * double(position_scale) * double(inv_freq[k]);
-        double sd, cd;
-        sincos(ang, &sd, &cd);
-        const float c = float(cd), sa = sign * float(sd);
-        double qs = attention_factor, ks = attention_factor;
-        if (amp_base != nullptr) {
-            const double e = double(p) / double(amp_scale_base);
-            qs *= pow(double(amp_base[k]), e);
-            ks *= pow(double(amp_base[k]), -e);
-        }
-        const float sq = float(qs), sk = float(ks);
+        const PairRotation rt = pair_rotation(positions[bt], k, r);
+        const float sa = sign * rt.s;
         float* x = qkv + size_t(bt) * 3 * C;
         for (int h = 0; h < H; h++) {
             float* q0 = x + h * D + k * stride;
             float* q1 = q0 + offset;
             const float a0 = *q0, a1 = *q1;
-            *q0 = sq * (c * a0 - sa * a1);
-            *q1 = sq * (sa * a0 + c * a1);
+            *q0 = rotated_first(rt.c, sa, rt.sq, a0, a1);
+            *q1 = rotated_second(rt.c, sa, rt.sq, a0, a1);
             float* k0 = x + C + h * D + k * stride;
             float* k1 = k0 + offset;
             const float b0 = *k0, b1 = *k1;
-            *k0 = sk * (c * b0 - sa * b1);
-            *k1 = sk * (sa * b0 + c * b1);
+            *k0 = rotated_first(rt.c, sa, rt.sk, b0, b1);
+            *k1 = rotated_second(rt.c, sa, rt.sk, b0, b1);
         }
     }
+}
+
+__global__ void rotary_table_kernel(PairRotation* table, const float* positions, int BT,
+                                    RotaryArgs r) {
+    const int half = r.dr / 2;
+    const size_t total = size_t(BT) * half;
+    for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+         idx += size_t(gridDim.x) * blockDim.x)
+        table[idx] = pair_rotation(positions[idx / half], int(idx % half), r);
 }
 
 // ================================================================ attention forward
@@ -300,15 +297,20 @@ __global__ void attention_cached_kernel(float* out, const float* qkv, const floa
 
 // ================================================================ launchers
 
-cudaError_t launch_rotary(float* qkv, const float* positions, int BT, int C, int H, int dr,
-                          int layout, const float* inv_freq, float position_scale,
-                          float attention_factor, const float* amp_base, float amp_scale_base,
-                          float sign, cudaStream_t s) {
-    const size_t total = size_t(BT) * size_t(dr / 2);
+cudaError_t launch_rotary(float* qkv, const float* positions, int BT, int C, int H,
+                          const RotaryArgs& r, float sign, cudaStream_t s) {
+    const size_t total = size_t(BT) * size_t(r.dr / 2);
     if (total == 0) return cudaSuccess;
-    rotary_kernel<<<grid_for(total, 128), 128, 0, s>>>(qkv, positions, BT, C, H, dr, layout,
-                                                       inv_freq, position_scale, attention_factor,
-                                                       amp_base, amp_scale_base, sign);
+    rotary_kernel<<<grid_for(total, 128), 128, 0, s>>>(qkv, positions, BT, C, H, r, sign);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_rotary_table(float* table, const float* positions, int BT, const RotaryArgs& r,
+                                cudaStream_t s) {
+    const size_t total = size_t(BT) * size_t(r.dr / 2);
+    if (total == 0) return cudaSuccess;
+    rotary_table_kernel<<<grid_for(total, 128), 128, 0, s>>>(reinterpret_cast<PairRotation*>(table),
+                                                             positions, BT, r);
     return cudaGetLastError();
 }
 

@@ -107,17 +107,49 @@ void CudaBackend::rotary_apply(float* x, const float* positions, int B, int T, i
     check_rotary(C, H, spec);
     if (spec.rotary_dims == 0 || B * T == 0) return;
     activate();
+    done(launch_rotary(x, positions, B * T, C, H, stage_rotary(spec, op), sign, stream_), op);
+}
+
+RotaryArgs CudaBackend::stage_rotary(const RotarySpec& spec, const char* op) {
     const int half = spec.rotary_dims / 2;
     // inv_freq and amp_base are host memory (backend.h): [inv_freq | amp_base] in one upload
     h_rotary_.assign(spec.inv_freq, spec.inv_freq + half);
-    if (spec.amp_base != nullptr) h_rotary_.insert(h_rotary_.end(), spec.amp_base, spec.amp_base + half);
+    if (spec.amp_base != nullptr)
+        h_rotary_.insert(h_rotary_.end(), spec.amp_base, spec.amp_base + half);
     float* d = d_rotary_.ensure(h_rotary_.size(), op);
     upload(d, h_rotary_.data(), h_rotary_.size() * sizeof(float), op);
-    done(launch_rotary(x, positions, B * T, C, H, spec.rotary_dims, int(spec.layout), d,
-                       spec.position_scale, spec.attention_factor,
-                       spec.amp_base != nullptr ? d + half : nullptr, spec.amp_scale_base, sign,
-                       stream_),
-         op);
+    RotaryArgs r;
+    r.dr = spec.rotary_dims;
+    r.layout = int(spec.layout);
+    r.inv_freq = d;
+    r.position_scale = spec.position_scale;
+    r.attention_factor = spec.attention_factor;
+    r.amp_base = spec.amp_base != nullptr ? d + half : nullptr;
+    r.amp_scale_base = spec.amp_scale_base;
+    return r;
+}
+
+RotationTable CudaBackend::flash_rotation(const float* positions, int B, int T, int C, int H,
+                                          const AttentionOptions& opt, const char* op) {
+    RotationTable rot;
+    if (opt.rotary == nullptr || B <= 0) return rot;
+    CTX_CHECK(flash_.fuses_rotary(opt.mode, C, H, *opt.rotary),
+              "{}: {} does not rotate q and k inside flash attention for this call (it does on "
+              "the bf16 kernels with the split backward, for rotary dims whose pairs fit a "
+              "thread: Interleaved, or Half with rotary_dims a multiple of 16)",
+              op, name_);
+    const RotaryArgs r = stage_rotary(*opt.rotary, op);
+    float* table = d_rotation_.ensure(size_t(B) * T * size_t(r.dr / 2) * 4, op);
+    check(launch_rotary_table(table, positions, B * T, r, stream_), op);
+    rot.table = table;
+    rot.dr = r.dr;
+    rot.layout = r.layout;
+    return rot;
+}
+
+bool CudaBackend::attention_fuses_rotary(AttentionMode mode, int C, int H,
+                                         const RotarySpec& spec) const {
+    return flash_.fuses_rotary(mode, C, H, spec);
 }
 
 void CudaBackend::rotary_forward(float* qkv, const float* positions, int B, int T, int C, int H,
@@ -186,7 +218,7 @@ bool CudaBackend::attention_out_bf16(AttentionMode mode) const {
 void CudaBackend::check_attention_bf16(const char* op, int T, int C, int H,
                                        const AttentionOptions& opt) const {
     require_bf16_activations(op);
-    check_attention(T, C, H, opt);
+    check_attention(T, C, H, opt, opt.rotary != nullptr);  // flash_rotation checks the fusion
     check_mode(opt.mode, C, H, op);
     CTX_CHECK(attention_out_bf16(opt.mode),
               "{}: {} keeps the attention output in bf16 in flash mode only, not {}", op, name_,
@@ -200,8 +232,9 @@ void CudaBackend::attention_forward_bf16(Bf16* out, float* saved, const float* q
     check_attention_bf16(op, T, C, H, opt);
     if (B <= 0) return;
     activate();
+    const RotationTable rot = flash_rotation(positions, B, T, C, H, opt, op);
     flash_.forward(stream_, nullptr, reinterpret_cast<uint16_t*>(out), saved, qkv, positions, B, T,
-                   C, H, opt);
+                   C, H, opt, rot);
     if (sync_each_op_) sync(op);
 }
 
@@ -232,8 +265,9 @@ void CudaBackend::flash_backward(float* dqkv, float* scratch, const float* dout,
               "{}: {} needs the forward's qkv (B, T, 3C) for the flash backward; got null", op,
               name_);
     activate();
+    const RotationTable rot = flash_rotation(positions, B, T, C, H, opt, op);
     flash_.backward(stream_, dqkv, scratch, dout, qkv, out, out16, saved, positions, B, T, C, H,
-                    opt);
+                    opt, rot);
     if (sync_each_op_) sync(op);
 }
 
@@ -241,13 +275,15 @@ void CudaBackend::attention_forward(float* out, float* saved, const float* qkv,
                                     const float* positions, int B, int T, int C, int H,
                                     const AttentionOptions& opt) {
     static constexpr const char* op = "attention_forward";
-    check_attention(T, C, H, opt);
+    // opt.rotary: flash mode only, where flash_rotation checks that the kernels fuse it
+    check_attention(T, C, H, opt, opt.mode == AttentionMode::Flash);
     check_mode(opt.mode, C, H, op);
     if (B <= 0) return;
     activate();
     if (opt.mode == AttentionMode::Flash) {
         // saved = lse (B, H, T) [+ the tensor-core kernels' packed q, k, v]
-        flash_.forward(stream_, out, nullptr, saved, qkv, positions, B, T, C, H, opt);
+        const RotationTable rot = flash_rotation(positions, B, T, C, H, opt, op);
+        flash_.forward(stream_, out, nullptr, saved, qkv, positions, B, T, C, H, opt, rot);
         if (sync_each_op_) sync(op);
         return;
     }
@@ -282,7 +318,7 @@ void CudaBackend::attention_backward(float* dqkv, float* scratch, const float* d
                                      const float* positions, int B, int T, int C, int H,
                                      const AttentionOptions& opt) {
     static constexpr const char* op = "attention_backward";
-    check_attention(T, C, H, opt);
+    check_attention(T, C, H, opt, opt.mode == AttentionMode::Flash);  // as attention_forward
     check_mode(opt.mode, C, H, op);
     if (B <= 0) return;
     // Overwrite: the tensor-core flash kernels write dqkv themselves; every other path adds its

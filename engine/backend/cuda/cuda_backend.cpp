@@ -184,16 +184,21 @@ CudaBackend::CudaBackend(int device, Precision precision)
     const bool one_mtile =
         env_switch("CTX_FLASH_FORWARD_MTILES", "2", "32 queries a warp", "1", "16 queries a warp");
     flash_.set_forward_mtiles(one_mtile ? 1 : 2);
+    // rotary inside the tensor-core attention kernels (the default) or as passes of its own
+    // over q, k and dq, dk (the layout before 2026-12-05), for A/B timings
+    const bool separate_rotary = env_switch("CTX_FLASH_ROTARY", "fused", "inside the kernels",
+                                            "separate", "rotary passes of its own");
+    flash_.set_rotary_fusion(!separate_rotary);
     // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
     // fp32 accumulation; "bf16 activations" when the products' inputs are stored in bf16)
-    name_ = fmt::format("cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{})", device,
-                        prop.name, prop.major, prop.minor,
-                        double(prop.totalGlobalMem) / double(size_t(1) << 30),
-                        precision_name(precision_), bf16_activations_ ? " activations" : "",
-                        lt_.enabled() ? "Lt" : "",
-                        atomic_dq && precision_ == Precision::Bf16 ? ", atomic dq" : "",
-                        one_mtile && precision_ == Precision::Bf16 ? ", 1 m-tile forward" : "",
-                        sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
+    name_ = fmt::format(
+        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{})", device, prop.name, prop.major,
+        prop.minor, double(prop.totalGlobalMem) / double(size_t(1) << 30),
+        precision_name(precision_), bf16_activations_ ? " activations" : "",
+        lt_.enabled() ? "Lt" : "", atomic_dq && precision_ == Precision::Bf16 ? ", atomic dq" : "",
+        one_mtile && precision_ == Precision::Bf16 ? ", 1 m-tile forward" : "",
+        separate_rotary && precision_ == Precision::Bf16 ? ", separate rotary" : "",
+        sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
 }
 
 CudaBackend::~CudaBackend() {
@@ -208,6 +213,7 @@ CudaBackend::~CudaBackend() {
     bias_staging_.release();
     d_weights_pe_.release();
     d_rotary_.release();
+    d_rotation_.release();
     d_partials_.release();
     d_sumsq_.release();
     d_block_partials_.release();

@@ -221,6 +221,8 @@ public:
                                     AttentionMode mode) const override;
     size_t attention_saved_floats(AttentionMode mode, int B, int T, int C, int H) const override;
     bool attention_backward_reads_qkv(AttentionMode mode) const override;
+    bool attention_fuses_rotary(AttentionMode mode, int C, int H,
+                                const RotarySpec& spec) const override;
     bool attention_out_bf16(AttentionMode mode) const override;
     void attention_forward_bf16(Bf16* out, float* saved, const float* qkv, const float* positions,
                                 int B, int T, int C, int H, const AttentionOptions& opt) override;
@@ -374,6 +376,13 @@ private:
     // ---- rotary (sign +1 forward, -1 the transpose) and attention helpers
     void rotary_apply(float* x, const float* positions, int B, int T, int C, int H,
                       const RotarySpec& spec, float sign, const char* op);
+    // spec's device view: [inv_freq | amp_base] uploaded into d_rotary_
+    RotaryArgs stage_rotary(const RotarySpec& spec, const char* op);
+    // The checks of attention_forward / _backward in flash mode when opt.rotary is set (the
+    // kernels fuse it, else ctx::Error), and its table of the B T tokens' pair rotations in
+    // d_rotation_ (none without opt.rotary).
+    RotationTable flash_rotation(const float* positions, int B, int T, int C, int H,
+                                 const AttentionOptions& opt, const char* op);
     BiasArgs bias_args(const BiasSpec& bs, int H, const char* op) {
         return bias_staging_.stage(bs, H, stream_, op);
     }
@@ -397,6 +406,7 @@ private:
     // staged inputs and reduction partials (grow on demand)
     DeviceScratch<int32_t> d_tokens_, d_targets_, d_lens_, d_groups_, d_groups_pe_;
     DeviceScratch<float> d_weights_pe_, d_rotary_, d_partials_;
+    DeviceScratch<float> d_rotation_;  // flash_rotation's table (B T, dr / 2, 4 floats)
     DeviceScratch<double> d_sumsq_;
     DeviceScratch<double> d_block_partials_;  // attention_block_backward's bias partial sums
     // adamw_update_segments' chunk table: this call's, the one on the device (AdamWChunk as

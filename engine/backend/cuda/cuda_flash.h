@@ -75,10 +75,12 @@ size_t flash_tc_backward_packed_elems(int B, int T, int C, int H, int bias_kind 
 size_t flash_tc_forward_smem_bytes(int D, int mtiles = 2);
 size_t flash_tc_backward_smem_bytes(int D, bool t5);
 // out (fp32) or out16 (bf16, rounded as written): one of them, the other null.
+// rot (a table, or none): q and k are rotated as they are packed (qkv is the product's output
+// before rotary; the packed q, k the rotated ones the logits read).
 cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uint16_t* qkv16,
                                     const float* qkv, const float* positions, int B, int T, int C,
-                                    int H, KeyMask mask, const BiasArgs& bias, cudaStream_t s,
-                                    int mtiles = 2);
+                                    int H, KeyMask mask, const BiasArgs& bias,
+                                    const RotationTable& rot, cudaStream_t s, int mtiles = 2);
 // How the tensor-core backward is split into kernels (CTX_FLASH_BACKWARD, cuda_backend.cpp):
 //   Split     a dq kernel per query tile and a dk / dv kernel per key tile (7 products per
 //             tile pair); every entry owned by one thread: bit-for-bit repeatable. The default.
@@ -87,12 +89,17 @@ cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uin
 //             run to run; T5's gradients keep Split. For timing against Split on a GPU.
 enum class FlashBackward { Split, AtomicDq };
 // accumulate: dqkv += the gradient, else dqkv = (each entry of the B x T rows written once).
+// rot (a table, or none; Split only): dq and dk leave the kernels rotated back (the transpose of
+// the forward's rotation), before they are added to dqkv. Its layout Half needs dr / 2 a
+// multiple of 8 (each pair's two entries in one thread's accumulators).
+
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                      const uint16_t* qkv16, uint16_t* packed, const float* dout,
                                      const float* out, const uint16_t* out16, const float* lse,
                                      const float* positions, int B, int T, int C, int H,
                                      KeyMask mask, const BiasArgs& bias, bool accumulate,
-                                     FlashBackward kernels, cudaStream_t s);
+                                     FlashBackward kernels, const RotationTable& rot,
+                                     cudaStream_t s);
 
 // Host side: argument checks, bias parameters staged on the device through the backend's
 // BiasStaging (host ALiBi slopes, the T5 bucket table; shared with the materialised path, so one
@@ -126,12 +133,20 @@ public:
     // Floats of `saved`: lse (B, H, T), then (keeps_qkv) the packed q, k, v at the first
     // 16-byte boundary after it.
     size_t saved_floats(int B, int T, int C, int H) const;
+    // Whether forward and backward in `mode` rotate q and k themselves by `spec`
+    // (AttentionOptions::rotary, with a RotationTable): the tensor-core kernels with the Split
+    // backward, a layout whose pairs the backward's threads hold whole (Interleaved, or Half
+    // with dr / 2 a multiple of 8), unless set_rotary_fusion(false) (CTX_FLASH_ROTARY=separate).
+    bool fuses_rotary(AttentionMode mode, int C, int H, const RotarySpec& spec) const;
+    void set_rotary_fusion(bool on) { rotary_fusion_ = on; }
 
     // out (B, T, C) (writes; fp32 in out, or bf16 in out16 where keeps_qkv: one of them),
     // saved (writes): lse (B, H, T), and the packed q, k, v where keeps_qkv. Logit(i, j) as
     // attention_forward.
+    // rot: the table of opt.rotary (null table when opt.rotary is null).
     void forward(cudaStream_t stream, float* out, uint16_t* out16, float* saved, const float* qkv,
-                 const float* positions, int B, int T, int C, int H, const AttentionOptions& opt);
+                 const float* positions, int B, int T, int C, int H, const AttentionOptions& opt,
+                 const RotationTable& rot);
 
     // Scratch floats of backward: dvec (B, H, T) + bias partials (B, H, ceil(T/32), 512).
     static size_t backward_scratch_floats(int B, int T, int C, int H);
@@ -142,7 +157,8 @@ public:
     // caller zeroes dqkv first.
     void backward(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
                   const float* qkv, const float* out, const uint16_t* out16, const float* saved,
-                  const float* positions, int B, int T, int C, int H, const AttentionOptions& opt);
+                  const float* positions, int B, int T, int C, int H, const AttentionOptions& opt,
+                  const RotationTable& rot);
 
 private:
     // Throws a clear ctx::Error when this GPU's shared memory per block (its opt-in limit) is
@@ -154,6 +170,7 @@ private:
     size_t smem_limit_ = 0;  // the device's opt-in shared memory per block, once read
     FlashBackward backward_kernels_ = FlashBackward::Split;
     int forward_mtiles_ = 2;
+    bool rotary_fusion_ = true;
 };
 
 }  // namespace ctx::cuda

@@ -44,6 +44,13 @@ size_t FlashAttention::saved_floats(int B, int T, int C, int H) const {
     return lse + 4 + (3 * flash_tc_operand_elems(B, T, C, H) + 1) / 2;
 }
 
+bool FlashAttention::fuses_rotary(AttentionMode mode, int C, int H, const RotarySpec& spec) const {
+    const int dr = spec.rotary_dims;
+    const bool whole_pairs = spec.layout == RotaryLayout::Interleaved || (dr / 2) % 8 == 0;
+    return rotary_fusion_ && keeps_qkv(mode) && supports(C, H) &&
+           backward_kernels_ == FlashBackward::Split && dr > 0 && dr <= C / H && whole_pairs;
+}
+
 bool FlashAttention::supports(int C, int H) {
     return H > 0 && C > 0 && C % H == 0 && C / H <= kFlashMaxHeadDim;
 }
@@ -77,12 +84,15 @@ size_t FlashAttention::backward_scratch_floats(int B, int T, int /*C*/, int H) {
 
 void FlashAttention::forward(cudaStream_t stream, float* out, uint16_t* out16, float* saved,
                              const float* qkv, const float* positions, int B, int T, int C, int H,
-                             const AttentionOptions& opt) {
+                             const AttentionOptions& opt, const RotationTable& rot) {
     static constexpr const char* op = "flash_attention_forward";
-    check_attention(T, C, H, opt);
+    check_attention(T, C, H, opt, true);  // opt.rotary: checked against rot below
     check_supported(C, H, op);
     CTX_CHECK((out == nullptr) != (out16 == nullptr) && (out16 == nullptr || packed_ != nullptr),
               "internal: {}: out in fp32, or in bf16 on the tensor-core kernels", op);
+    CTX_CHECK((opt.rotary != nullptr) == (rot.table != nullptr) &&
+                  (opt.rotary == nullptr || fuses_rotary(opt.mode, C, H, *opt.rotary)),
+              "internal: {}: a rotation table exactly when the kernels rotate (fuses_rotary)", op);
     if (B <= 0) return;
     const BiasArgs ba = bias_.stage(opt.bias, H, stream, op);
     float* lse = saved;  // (B, H, T)
@@ -90,7 +100,7 @@ void FlashAttention::forward(cudaStream_t stream, float* out, uint16_t* out16, f
         check_tc_smem(flash_tc_forward_smem_bytes(C / H, forward_mtiles_), C / H, op);
         check_cuda(launch_flash_tc_forward(
                        out, out16, lse, kept_qkv(saved, B, T, H), qkv, positions, B, T, C, H,
-                       KeyMask{opt.window, opt.doc_start}, ba, stream, forward_mtiles_),
+                       KeyMask{opt.window, opt.doc_start}, ba, rot, stream, forward_mtiles_),
                    op);
         return;
     }
@@ -102,13 +112,16 @@ void FlashAttention::forward(cudaStream_t stream, float* out, uint16_t* out16, f
 void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
                               const float* qkv, const float* out, const uint16_t* out16,
                               const float* saved, const float* positions, int B, int T, int C,
-                              int H, const AttentionOptions& opt) {
+                              int H, const AttentionOptions& opt, const RotationTable& rot) {
     static constexpr const char* op = "flash_attention_backward";
     const float* lse = saved;  // (B, H, T)
-    check_attention(T, C, H, opt);
+    check_attention(T, C, H, opt, true);  // opt.rotary: checked against rot below
     check_supported(C, H, op);
     CTX_CHECK((out == nullptr) != (out16 == nullptr) && (out16 == nullptr || packed_ != nullptr),
               "internal: {}: out in fp32, or in bf16 on the tensor-core kernels", op);
+    CTX_CHECK((opt.rotary != nullptr) == (rot.table != nullptr) &&
+                  (opt.rotary == nullptr || fuses_rotary(opt.mode, C, H, *opt.rotary)),
+              "internal: {}: a rotation table exactly when the kernels rotate (fuses_rotary)", op);
     if (B <= 0) return;
     const BiasSpec& bs = opt.bias;
     const BiasArgs ba = bias_.stage(bs, H, stream, op);
@@ -125,7 +138,7 @@ void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, 
         check_cuda(launch_flash_tc_backward(
                        dqkv, dvec, parts, dtable, kept_qkv(saved, B, T, H), packed, dout, out,
                        out16, lse, positions, B, T, C, H, KeyMask{opt.window, opt.doc_start}, ba,
-                       opt.dqkv_store == GradStore::Accumulate, backward_kernels_, stream),
+                       opt.dqkv_store == GradStore::Accumulate, backward_kernels_, rot, stream),
                    op);
     } else {
         check_cuda(launch_flash_backward(dqkv, dvec, parts, dtable, dout, qkv, out, lse, positions,

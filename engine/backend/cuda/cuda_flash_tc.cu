@@ -305,9 +305,12 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
 // dst (B, H, Tp, kD) bf16 = the H heads of D columns at [col0, col0 + H D) of src (B, T, ld),
 // zero past T and past D; part p > 0 of `parts` packs the columns H D p further on into the
 // operand B H Tp kD elements p times further on. One thread per bf16 pair (coalesced reads
-// along d).
+// along d). With a rotation table, parts 0 and 1 (q and k) are rotated first, each entry as
+// rotary_kernel computes it (the same bits as that pass, then packing).
 __global__ void pack_rows_kernel(uint16_t* dst, const float* src, int ld, int col0, int B, int T,
-                                 int Tp, int H, int D, int kD, int parts) {
+                                 int Tp, int H, int D, int kD, int parts, RotationTable rot) {
+    const auto* table = reinterpret_cast<const PairRotation*>(rot.table);
+    const int half = rot.dr / 2;
     const int P = kD / 2;
     const size_t pairs = size_t(B) * H * Tp * P;  // per part: the pairs of one operand
     for (size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x; idx < pairs * parts;
@@ -323,6 +326,15 @@ __global__ void pack_rows_kernel(uint16_t* dst, const float* src, int ld, int co
                 src + (size_t(b) * T + t) * ld + col0 + size_t(part) * H * D + size_t(h) * D;
             if (d < D) x0 = p[d];
             if (d + 1 < D) x1 = p[d + 1];
+            if (table != nullptr && part < 2) {
+                const PairRotation* rt = table + (size_t(b) * T + t) * half;
+                if (d < rot.dr)
+                    x0 = rotated_entry(p, d, rot.dr, rot.layout,
+                                       rt[pair_slot(d, rot.dr, rot.layout).k], 1.0f, part == 1);
+                if (d + 1 < rot.dr)
+                    x1 = rotated_entry(p, d + 1, rot.dr, rot.layout,
+                                       rt[pair_slot(d + 1, rot.dr, rot.layout).k], 1.0f, part == 1);
+            }
         }
         reinterpret_cast<uint32_t*>(dst)[idx] = pack_bf16(x0, x1);  // part p at p * pairs
     }
@@ -394,13 +406,13 @@ cudaError_t launch_kerple_tables(TcArgs& a, uint16_t* space, int B, cudaStream_t
 int tc_head_dim(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 80 ? 80 : kFlashMaxHeadDim; }
 int padded_T(int T) { return (T + kBrF - 1) / kBrF * kBrF; }  // whole forward query blocks
 
-// rows (B, H, Tp, kD) of src's heads at col0.
+// rows (B, H, Tp, kD) of src's heads at col0 (q and k rotated by rot's table, if any).
 cudaError_t pack(uint16_t* rows, const float* src, int ld, int col0, int B, int T, int H, int D,
-                 cudaStream_t s, int parts) {
+                 cudaStream_t s, int parts, const RotationTable& rot) {
     const int kD = tc_head_dim(D), Tp = padded_T(T);
     const size_t pairs = size_t(B) * H * Tp * kD / 2 * size_t(parts);
     pack_rows_kernel<<<grid_for(pairs, 256), 256, 0, s>>>(rows, src, ld, col0, B, T, Tp, H, D, kD,
-                                                          parts);
+                                                          parts, rot);
     return cudaGetLastError();
 }
 
@@ -488,8 +500,8 @@ size_t flash_tc_forward_smem_bytes(int D, int mtiles) {
 
 cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uint16_t* qkv16,
                                     const float* qkv, const float* positions, int B, int T, int C,
-                                    int H, KeyMask mask, const BiasArgs& bias, cudaStream_t s,
-                                    int mtiles) {
+                                    int H, KeyMask mask, const BiasArgs& bias,
+                                    const RotationTable& rot, cudaStream_t s, int mtiles) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
@@ -498,7 +510,7 @@ cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uin
     const size_t n = flash_tc_operand_elems(B, T, C, H);
     uint16_t *q = qkv16, *k = q + n, *v = k + n;
     // q, k, v in one launch (C = H D: the three blocks of columns follow one another)
-    if (cudaError_t e = pack(q, qkv, 3 * C, 0, B, T, H, a.D, s, 3); e != cudaSuccess) return e;
+    if (cudaError_t e = pack(q, qkv, 3 * C, 0, B, T, H, a.D, s, 3, rot); e != cudaSuccess) return e;
     a.q = q;
     a.k = k;
     a.v = v;

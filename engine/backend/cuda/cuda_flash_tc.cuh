@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_flash.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_mma.cuh"
+#include "backend/cuda/cuda_rotary.cuh"
 
 namespace ctx::cuda::tc {
 
@@ -49,6 +50,9 @@ struct TcArgs {
     const float* ktab = nullptr;
     const int* kinfo = nullptr;
     int kcap = 0;
+    // The rotation of q and k (AttentionOptions::rotary), or none: the forward's packing applies
+    // it, the backward's dq and dk leave rotated back (rotate_back_rows).
+    RotationTable rot;
 };
 
 inline constexpr int kKerpleCap = 65536;  // distances per head in the KERPLE-log tables
@@ -374,9 +378,10 @@ int tc_head_dim(int D);  // the kernel's head dim (32, 64, 80, 128) for D
 int padded_T(int T);     // T rounded up to whole forward query blocks (whole key tiles)
 // rows (B, H, Tp, kD) bf16 of src's heads at col0 (src (B, T, ld)), zero-padded; with parts > 1
 // also the next parts - 1 blocks of H D columns into the next operands of rows (each B H Tp kD
-// elements on from the last): q, k, v of qkv rows in one launch.
+// elements on from the last): q, k, v of qkv rows in one launch, q and k rotated by rot's
+// table if it has one.
 cudaError_t pack(uint16_t* rows, const float* src, int ld, int col0, int B, int T, int H, int D,
-                 cudaStream_t s, int parts = 1);
+                 cudaStream_t s, int parts = 1, const RotationTable& rot = RotationTable{});
 TcArgs make_args(const float* positions, int T, int C, int H, KeyMask mask, const BiasArgs& bias);
 // KERPLE-log's backward only: decides on the device whether this call's B x T positions allow
 // the tables and fills them from the bias's b, in `space` (kerple_space_elems bf16 elements past

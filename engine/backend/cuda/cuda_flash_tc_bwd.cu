@@ -106,13 +106,21 @@ __device__ __forceinline__ void store_grads(const float (&x)[DN][4], float* cons
     }
     each_entry<DN>(row, D, t, [&](int dn, int i, float* p) { *p = x[dn][i]; });
 }
-template <int DN>
+// rotate(x) runs between the scaling and the stores (rotate_back_rows), so that with Accumulate
+// only the new terms are rotated.
+struct NoRotation {
+    template <class X>
+    __device__ __forceinline__ void operator()(X&) const {}
+};
+template <int DN, class Rotate = NoRotation>
 __device__ __forceinline__ void write_grads(float (&x)[DN][4], float* const (&row)[2], float scale,
-                                            bool accumulate, int D, int t) {
+                                            bool accumulate, int D, int t,
+                                            Rotate&& rotate = Rotate{}) {
 #pragma unroll
     for (int dn = 0; dn < DN; dn++)
 #pragma unroll
         for (int i = 0; i < 4; i++) x[dn][i] *= scale;
+    rotate(x);
     const float* any = row[0] != nullptr ? row[0] : row[1];
     const bool pairs = D % 2 == 0 && (reinterpret_cast<uintptr_t>(any) & 7u) == 0;
     if (accumulate) add_old_grads<DN>(x, row, D, t, pairs);
@@ -337,7 +345,14 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int r = 0; r < 2; r++)
         dq[r] = i[r] < T ? dqkv + (size_t(b) * T + i[r]) * 3 * C + size_t(h) * D : nullptr;
-    write_grads<DN>(acc, dq, a.scale, a.accumulate, D, t);
+    if (a.rot.table != nullptr) {  // the gradient w.r.t. q before rotary
+        const long long tok[2] = {i[0] < T ? (long long)b * T + i[0] : -1,
+                                  i[1] < T ? (long long)b * T + i[1] : -1};
+        write_grads<DN>(acc, dq, a.scale, a.accumulate, D, t,
+                        [&](auto& x) { rotate_back_rows<DN>(x, a.rot, tok, false, t); });
+    } else {
+        write_grads<DN>(acc, dq, a.scale, a.accumulate, D, t);
+    }
     if (grads) {
         // this block's rows are 32-row chunks 2 tile and 2 tile + 1 of the partials layout
         const int chunks = (T + kBiasGradRows - 1) / kBiasGradRows;
@@ -615,7 +630,17 @@ __global__ void __launch_bounds__(kThreads, 2)
         dkr[r] = row ? row + C : nullptr;
         dvr[r] = row ? row + 2 * C : nullptr;
     }
-    write_grads<DN>(dk, dkr, a.scale, a.accumulate, D, t);
+    bool rotated = false;
+    if constexpr (!kDq) {  // the gradient w.r.t. k before rotary (the Split kernels only)
+        if (a.rot.table != nullptr) {
+            const long long tok[2] = {j[0] < T ? (long long)b * T + j[0] : -1,
+                                      j[1] < T ? (long long)b * T + j[1] : -1};
+            write_grads<DN>(dk, dkr, a.scale, a.accumulate, D, t,
+                            [&](auto& x) { rotate_back_rows<DN>(x, a.rot, tok, true, t); });
+            rotated = true;
+        }
+    }
+    if (!rotated) write_grads<DN>(dk, dkr, a.scale, a.accumulate, D, t);
     write_grads<DN>(dv, dvr, 1.0f, a.accumulate, D, t);
     if (grads) {  // as the dq kernel: this block's partial in the first of its two slots
         __shared__ double red[32];
@@ -699,12 +724,19 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
                                      const float* out, const uint16_t* out16, const float* lse,
                                      const float* positions, int B, int T, int C, int H,
                                      KeyMask mask, const BiasArgs& bias, bool accumulate,
-                                     FlashBackward kernels, cudaStream_t s) {
+                                     FlashBackward kernels, const RotationTable& rot,
+                                     cudaStream_t s) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
     a.accumulate = accumulate;
+    a.rot = rot;
     if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
+    // the atomic dq's terms cannot be rotated back in the kernel (fuses_rotary asks for Split);
+    // Half pairs must sit in one thread's accumulators
+    if (rot.table != nullptr &&
+        (kernels != FlashBackward::Split || (rot.layout == 0 && (rot.dr / 2) % 8 != 0)))
+        return cudaErrorInvalidValue;
     // T5's gradients keep the two kernels (their bucket scan is per query tile)
     const bool atomic_dq =
         kernels == FlashBackward::AtomicDq && !(partials != nullptr && a.bs.kind == kT5);

@@ -41,6 +41,23 @@ struct BiasArgs {
     const float* table = nullptr; // Table: (B, H, T, T) (forward) / (B, H, Tq, S) (cached)
 };
 
+// A RotarySpec's device view: inv_freq and amp_base (dr / 2 each, amp_base may be null) device.
+// layout is RotaryLayout's value (0 Half, 1 Interleaved).
+struct RotaryArgs {
+    int dr = 0, layout = 0;
+    const float* inv_freq = nullptr;
+    float position_scale = 1.0f, attention_factor = 1.0f;
+    const float* amp_base = nullptr;
+    float amp_scale_base = 512.0f;
+};
+
+// A launch_rotary_table table (B T, dr / 2) for kernels that rotate q and k themselves; null
+// table: no rotation.
+struct RotationTable {
+    const float* table = nullptr;
+    int dr = 0, layout = 0;
+};
+
 // ---------------------------------------------------------------- elementwise, reductions
 cudaError_t launch_add(float* out, const float* a, const float* b, size_t n, cudaStream_t s);
 cudaError_t launch_accumulate(float* y, const float* x, size_t n, cudaStream_t s);
@@ -172,12 +189,14 @@ cudaError_t launch_adamw_chunks(float* params, const float* grads, float* m, flo
                                 cudaStream_t s);
 
 // ---------------------------------------------------------------- rotary, attention
-// In place on the q and k thirds of qkv (B*T tokens of 3C). inv_freq, amp_base (dr/2) device
-// (amp_base may be null). sign +1: forward map, -1: its transpose.
-cudaError_t launch_rotary(float* qkv, const float* positions, int BT, int C, int H, int dr,
-                          int layout, const float* inv_freq, float position_scale,
-                          float attention_factor, const float* amp_base, float amp_scale_base,
-                          float sign, cudaStream_t s);
+// In place on the q and k thirds of qkv (B*T tokens of 3C). sign +1: forward map, -1: its
+// transpose.
+cudaError_t launch_rotary(float* qkv, const float* positions, int BT, int C, int H,
+                          const RotaryArgs& r, float sign, cudaStream_t s);
+// table (BT, dr / 2) of PairRotation (cuda_rotary.cuh: 4 floats c, s, sq, sk, 16-byte aligned):
+// every token's rotation of every pair, for the kernels that rotate as they go.
+cudaError_t launch_rotary_table(float* table, const float* positions, int BT, const RotaryArgs& r,
+                                cudaStream_t s);
 // att (B, H, T, T) holds q.k / sqrt(D) on entry; adds the bias, masks, and turns every row into
 // softmax probabilities (0 above the diagonal and outside the window).
 cudaError_t launch_attention_softmax(float* att, const float* positions, int B, int H, int T,

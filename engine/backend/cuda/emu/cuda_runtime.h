@@ -103,6 +103,8 @@ inline float __log2f(float x) { return std::log2(x); }  // the fast intrinsic; e
 inline float __fdividef(float x, float y) { return x / y; }  // the fast intrinsic; exact here
 // never contracted into an fma: out of line, so no caller's product can fuse with the add
 __attribute__((noinline)) inline float __fadd_rn(float x, float y) { return x + y; }
+__attribute__((noinline)) inline float __fmul_rn(float x, float y) { return x * y; }
+inline float __fmaf_rn(float x, float y, float z) { return std::fma(x, y, z); }
 // Blocks run one at a time and threads switch only at barriers, so a read-modify-write is atomic.
 inline float atomicAdd(float* p, float v) {
     const float old = *p;
