@@ -27,14 +27,16 @@ void usage() {
         "           [--batch B] [--heads H] [--steps N] [--warmup N] [--repeats N] [--threads N]\n"
         "           [--precision fp32|bf16]\n\n"
         "Times causal attention forward and backward through the backend on random q, k, v\n"
-        "(B, T, 3 H D), for every head dim x T x mode x PE. A PE adds its rotary_forward /\n"
-        "rotary_backward (rope) or its bias (alibi: fixed slopes; kerple_log: learned, with\n"
+        "(B, T, 3 H D), for every head dim x T x mode x PE. A PE adds its rotation (rope:\n"
+        "inside the attention calls where the backend fuses it, else rotary_forward /\n"
+        "rotary_backward) or its bias (alibi: fixed slopes; kerple_log: learned, with\n"
         "parameter gradients) exactly as the model calls them. FLOPs (FlashAttention-2\n"
         "convention, causal): fwd = 4 B H T^2 D / 2, bwd = 2.5 x fwd, fwd+bwd = 3.5 x fwd.\n"
         "Defaults on CUDA: --head-dim 64,128 --T 1024,2048,4096,8192,16384, B = 16384 / T,\n"
         "H = 2048 / D (16k tokens of d_model 2048, as in the FlashAttention-2 paper),\n"
         "--steps 10. On the CPU: --head-dim 64 --T 256,512 --batch 1 --heads 4 --steps 3.\n"
-        "--pe defaults to none,rope,alibi,kerple_log,t5_bias; --mode to auto (the backend's choice).\n"
+        "--pe defaults to none,rope,alibi,kerple_log,t5_bias; --mode to auto (the backend's "
+        "choice).\n"
         "--precision bf16 (CUDA): the bf16 backend, whose flash kernels run on tensor cores.\n"
         "Times are the best of --repeats (3) loops of --steps calls, per phase.\n");
 }
@@ -196,8 +198,9 @@ struct CaseBuffers {
     }
 };
 
-// One PE's calls on one shape, as a training step makes them: rotary works in place on qkv (a
-// rotation: the values stay bounded however often it runs), the output in bf16 where the
+// One PE's calls on one shape, as a training step makes them: the rotation inside the attention
+// calls where the backend fuses it (opt.rotary), else rotary ops in place on qkv (a rotation: the
+// values stay bounded however often they run), the output in bf16 where the
 // backend keeps it so (Backend::attention_out_bf16, as the model does), the backward writes dqkv
 // (GradStore::Overwrite, as the model's layers ask) and adds into the bias gradients.
 struct Case {
@@ -206,16 +209,17 @@ struct Case {
     const PeSetup& pe;
     AttentionOptions opt;
     int B, T, C, H;
+    bool separate_rotary;  // pe.rotary and not fused (opt.rotary null)
     void forward() {
         const float* pos = buf.positions.p;
-        if (pe.rotary) be.rotary_forward(buf.qkv.p, pos, B, T, C, H, pe.rot);
+        if (separate_rotary) be.rotary_forward(buf.qkv.p, pos, B, T, C, H, pe.rot);
         attention_forward(be, out(), buf.saved.p, buf.qkv.p, pos, B, T, C, H, opt);
     }
     void backward() {
         const float* pos = buf.positions.p;
         attention_backward(be, buf.dqkv.p, buf.scratch.p, buf.dout.p, buf.qkv.p, buf.saved.p, out(),
                            pos, B, T, C, H, opt);
-        if (pe.rotary) be.rotary_backward(buf.dqkv.p, pos, B, T, C, H, pe.rot);
+        if (separate_rotary) be.rotary_backward(buf.dqkv.p, pos, B, T, C, H, pe.rot);
     }
     Operand out() {
         return be.attention_out_bf16(opt.mode)
@@ -288,7 +292,11 @@ int run_group(Backend& be, PluginRegistry& registry, CaseBuffers& buf, const Att
             opt.mode = mode;
             opt.bias = pes[i]->bias;
             opt.dqkv_store = GradStore::Overwrite;
-            cases[i] = std::make_unique<Case>(Case{be, buf, *pes[i], opt, B, T, C, H});
+            const PeSetup& pe = *pes[i];
+            const bool fused = pe.rotary && be.attention_fuses_rotary(mode, C, H, pe.rot);
+            if (fused) opt.rotary = &pe.rot;
+            cases[i] =
+                std::make_unique<Case>(Case{be, buf, pe, opt, B, T, C, H, pe.rotary && !fused});
             for (int64_t s = 0; s < a.warmup; ++s) cases[i]->forward(), cases[i]->backward();
         });
     for (int rep = 0; rep < a.repeats; ++rep)

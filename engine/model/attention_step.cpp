@@ -47,11 +47,17 @@ void CausalAttention::begin(int B, int T, const float* positions, const RotarySp
     positions_ = positions;
     rotary_ = OwnedRotarySpec(rotary);
     opt_ = opt;
+    // inside the attention ops where the backend can (the bf16 flash kernels rotate q and k as
+    // they pack them, and dq, dk as they write them): no passes of their own over q and k
+    const bool fused =
+        rotary_.enabled() && backend_.attention_fuses_rotary(opt.mode, C_, H_, rotary_.spec());
+    opt_.rotary = fused ? &rotary_.spec() : nullptr;
+    separate_rotary_ = rotary_.enabled() && !fused;
     scratch_ = scratch;
 }
 
 void CausalAttention::forward(int, float* qkv, Operand out, float* saved) {
-    if (rotary_.enabled()) backend_.rotary_forward(qkv, positions_, B_, T_, C_, H_, rotary_.spec());
+    if (separate_rotary_) backend_.rotary_forward(qkv, positions_, B_, T_, C_, H_, rotary_.spec());
     attention_forward(backend_, out, saved, qkv, positions_, B_, T_, C_, H_, opt_);
 }
 
@@ -61,7 +67,8 @@ void CausalAttention::backward(int, float* dqkv, const float* dout, const float*
     opt.dqkv_store = store;
     attention_backward(backend_, dqkv, scratch_, dout, qkv, saved, out, positions_, B_, T_, C_, H_,
                        opt);
-    if (rotary_.enabled()) backend_.rotary_backward(dqkv, positions_, B_, T_, C_, H_, rotary_.spec());
+    if (separate_rotary_)
+        backend_.rotary_backward(dqkv, positions_, B_, T_, C_, H_, rotary_.spec());
 }
 
 // ---------------------------------------------------------------- over a key/value cache

@@ -39,6 +39,8 @@ private:
 class CausalAttention final : public AttentionStep {
 public:
     CausalAttention(Backend& backend, int C, int H) : backend_(backend), C_(C), H_(H) {}
+    CausalAttention(const CausalAttention&) = delete;  // opt_.rotary points into rotary_
+    CausalAttention& operator=(const CausalAttention&) = delete;
     // positions (B, T) device memory; scratch: attention_scratch_floats(B, T, C, H, opt.mode).
     void begin(int B, int T, const float* positions, const RotarySpec& rotary,
                const AttentionOptions& opt, float* scratch);
@@ -52,7 +54,8 @@ private:
     int C_, H_, B_ = 0, T_ = 0;
     const float* positions_ = nullptr;
     OwnedRotarySpec rotary_;
-    AttentionOptions opt_;
+    bool separate_rotary_ = false;  // rotary_forward / _backward around the ops (not fused)
+    AttentionOptions opt_;          // its rotary points into rotary_ when the ops fuse it
     float* scratch_ = nullptr;
 };
 
