@@ -245,6 +245,30 @@ inline FVec make_positions(ref::Rng& rng, int B, int T, PosStyle style) {
     return pos;
 }
 
+// A rotation as the rope plugin makes one: frequencies 10000^(-2k/dr) (GPT-NeoX's and Llama's
+// base), xPos amplitudes (2k/dr + 0.4) / 1.4 where asked, base 512. Holds the host arrays the
+// RotarySpec points into (so it is not copied).
+struct TestRotation {
+    FVec inv_freq, amp;
+    ctx::RotarySpec spec;
+    TestRotation(int dr, ctx::RotaryLayout layout, float position_scale, float attention_factor,
+                 bool xpos) {
+        for (int k = 0; k < dr / 2; k++) {
+            inv_freq.push_back(float(std::pow(10000.0, -2.0 * k / dr)));
+            amp.push_back(float((2.0 * k / dr + 0.4) / 1.4));
+        }
+        spec.rotary_dims = dr;
+        spec.layout = layout;
+        spec.inv_freq = inv_freq.data();
+        spec.position_scale = position_scale;
+        spec.attention_factor = attention_factor;
+        spec.amp_base = xpos ? amp.data() : nullptr;
+        spec.amp_scale_base = 512.0f;
+    }
+    TestRotation(const TestRotation&) = delete;
+    TestRotation& operator=(const TestRotation&) = delete;
+};
+
 // A case's bias parameters (host values; gradients pre-filled with noise so accumulation shows).
 struct BiasData {
     FVec a, b, da, db, table, dtable;

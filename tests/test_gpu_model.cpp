@@ -601,5 +601,65 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"alibi_bloom_packed", "alibi", "bloom", {}, true}),
     [](const auto& info) { return info.param.label; });
 
+// Rotary inside the bf16 flash kernels (Backend::attention_fuses_rotary, the default) against the
+// separate rotary passes (CTX_FLASH_ROTARY=separate) in whole models: the same rotation
+// arithmetic on the same values, so the same bits for the losses and every parameter gradient
+// over AdamW steps, with no rotary_forward / rotary_backward calls left in the fused model's
+// step. The cases cover both layouts, partial rotation (GPT-NeoX's quarter), YaRN's attention
+// factor, xPos's scales, grouped-query attention with a window and packed rows.
+class OpsGpuModelFusedRotary : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(OpsGpuModelFusedRotary, TrainsBitForBitAsTheSeparatePasses) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (cuda_device_count() == 0)";
+    const ModelCase& mc = GetParam();
+    const ModelConfig c = config_for(mc);
+    const BatchBuffers buf = make_batch(c.vocab_size, mc.packed);
+    const Batch b = buf.batch();
+    setenv("CTX_FLASH_ROTARY", "separate", 1);
+    const std::unique_ptr<Backend> separate = make_cuda_backend(0, Precision::Bf16);
+    unsetenv("CTX_FLASH_ROTARY");
+    const std::unique_ptr<Backend> fused = make_cuda_backend(0, Precision::Bf16);
+    ProfilingBackend seen_f(*fused), seen_s(*separate);
+    Model m_f(c, seen_f, test::make_pe(mc.pe, c, mc.opts), 3);
+    Model m_s(c, seen_s, test::make_pe(mc.pe, c, mc.opts), 3);
+    Optimizer o_f(m_f, adamw_config(3e-3f)), o_s(m_s, adamw_config(3e-3f));
+    const size_t P = m_f.layout().total();
+    for (int step = 1; step <= 3; ++step) {
+        fused->zero(m_f.grads().data(), P);
+        separate->zero(m_s.grads().data(), P);
+        const double l_f = m_f.forward_backward(b, 0.05f).mean();
+        const double l_s = m_s.forward_backward(b, 0.05f).mean();
+        EXPECT_EQ(l_f, l_s) << "step " << step;
+        const std::vector<float> g_f = to_host(*fused, m_f.grads().data(), P);
+        const std::vector<float> g_s = to_host(*separate, m_s.grads().data(), P);
+        EXPECT_EQ(std::memcmp(g_f.data(), g_s.data(), P * sizeof(float)), 0)
+            << "gradients differ at step " << step;
+        o_f.update();
+        o_s.update();
+        std::printf("  step %d: loss fused rotary %.7f  separate %.7f\n", step, l_f, l_s);
+    }
+    std::map<std::string, long> calls_f, calls_s;
+    for (const OpProfileRow& r : seen_f.rows()) calls_f[r.op] += r.calls;
+    for (const OpProfileRow& r : seen_s.rows()) calls_s[r.op] += r.calls;
+    EXPECT_EQ(calls_f["rotary_forward"] + calls_f["rotary_backward"], 0);
+    EXPECT_EQ(calls_s["rotary_forward"], 3 * c.n_layer);
+    EXPECT_EQ(calls_s["rotary_backward"], 3 * c.n_layer);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Pe, OpsGpuModelFusedRotary,
+    ::testing::Values(ModelCase{"rope_neox", "rope", "neox", {}},
+                      ModelCase{"rope_interleaved_yarn",
+                                "rope",
+                                "neox",
+                                {{"rotary_pct", 0.5},
+                                 {"layout", std::string("interleaved")},
+                                 {"scaling", std::string("yarn")},
+                                 {"factor", 2.0}}},
+                      ModelCase{"rope_xpos", "rope", "gpt2", {{"scaling", std::string("xpos")}}},
+                      ModelCase{"rope_llama_mqa_window", "rope", "llama_mqa", {}},
+                      ModelCase{"rope_llama_packed", "rope", "llama", {}, true}),
+    [](const auto& info) { return info.param.label; });
+
 }  // namespace
 }  // namespace ctx

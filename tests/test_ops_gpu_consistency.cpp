@@ -499,19 +499,8 @@ TEST_P(OpsGpuRotary, ForwardAndTransposeMatchCpu) {
     ref::Rng rng(100 + rc.dr + T);
     FVec positions = make_positions(rng, B, T, rc.pos);
     for (auto& p : positions) p += rc.offset;
-    FVec inv_freq, amp;
-    for (int k = 0; k < rc.dr / 2; k++) {
-        inv_freq.push_back(float(std::pow(10000.0, -2.0 * k / rc.dr)));
-        amp.push_back(float((2.0 * k / rc.dr + 0.4) / 1.4));
-    }
-    ctx::RotarySpec spec;
-    spec.rotary_dims = rc.dr;
-    spec.layout = rc.layout;
-    spec.inv_freq = inv_freq.data();
-    spec.position_scale = rc.position_scale;
-    spec.attention_factor = rc.attention_factor;
-    spec.amp_base = rc.xpos ? amp.data() : nullptr;
-    spec.amp_scale_base = 512.0f;
+    const TestRotation rot(rc.dr, rc.layout, rc.position_scale, rc.attention_factor, rc.xpos);
+    const ctx::RotarySpec& spec = rot.spec;
 
     FVec qkv = randn(rng, size_t(B) * T * 3 * C);
     Dev gqkv(qkv), gpos(positions);
