@@ -272,6 +272,16 @@ quick_bench() {
     done
     step ab-gpt2-124m-bf16-atomic-dq 60 env CTX_FLASH_BACKWARD=atomic "${B[@]}" \
         --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
+    # A/B: RoPE inside the flash kernels (2026-12-05) against its rotary passes of their own
+    step bench-gpt2-124m-bf16-rope 60 "${B[@]}" --config gpt2-124m --device cuda \
+        --precision bf16 --pe rope --steps 20 --warmup 3
+    step ab-gpt2-124m-bf16-rope-separate 60 env CTX_FLASH_ROTARY=separate "${B[@]}" \
+        --config gpt2-124m --device cuda --precision bf16 --pe rope --steps 20 --warmup 3
+    for m in fused separate; do
+        step "ab-attention-d128-bf16-rope-$m" 45 env CTX_FLASH_ROTARY=$m "${B[@]}" attention \
+            --device cuda --precision bf16 --head-dim 128 --T 1024,4096,16384 --pe none,rope \
+            --steps 5 --repeats 2
+    done
     if [[ -f "$peer" ]] && python3 -c "import torch" 2>/dev/null; then
         step bench-attention-sdpa-peer 60 python3 "$peer" --device cuda --head-dim 64,128 \
             --T 1024,4096,16384 --dtype bf16 --pe none --steps 3 --repeats 2
@@ -309,6 +319,9 @@ quick_bench() {
         # the MLP activation's backward written in bf16 for fc's products (odd widths: padding)
         step memcheck-mlp-backward 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_mlp_backward"
+        # the rotation table and the fused rotary epilogues (table reads at the last rows)
+        step memcheck-flash-rotary 45 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash_rotary"
     fi
     ncu=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
           2>/dev/null | head -1 || true)
