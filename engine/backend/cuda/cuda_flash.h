@@ -92,7 +92,6 @@ enum class FlashBackward { Split, AtomicDq };
 // rot (a table, or none; Split only): dq and dk leave the kernels rotated back (the transpose of
 // the forward's rotation), before they are added to dqkv. Its layout Half needs dr / 2 a
 // multiple of 8 (each pair's two entries in one thread's accumulators).
-
 cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, float* dtable,
                                      const uint16_t* qkv16, uint16_t* packed, const float* dout,
                                      const float* out, const uint16_t* out16, const float* lse,

@@ -328,12 +328,8 @@ __global__ void pack_rows_kernel(uint16_t* dst, const float* src, int ld, int co
             if (d + 1 < D) x1 = p[d + 1];
             if (table != nullptr && part < 2) {
                 const PairRotation* rt = table + (size_t(b) * T + t) * half;
-                if (d < rot.dr)
-                    x0 = rotated_entry(p, d, rot.dr, rot.layout,
-                                       rt[pair_slot(d, rot.dr, rot.layout).k], 1.0f, part == 1);
-                if (d + 1 < rot.dr)
-                    x1 = rotated_entry(p, d + 1, rot.dr, rot.layout,
-                                       rt[pair_slot(d + 1, rot.dr, rot.layout).k], 1.0f, part == 1);
+                if (d < rot.dr) x0 = rotated_entry(p, d, rot.dr, rot.layout, rt, part == 1);
+                if (d + 1 < rot.dr) x1 = rotated_entry(p, d + 1, rot.dr, rot.layout, rt, part == 1);
             }
         }
         reinterpret_cast<uint32_t*>(dst)[idx] = pack_bf16(x0, x1);  // part p at p * pairs

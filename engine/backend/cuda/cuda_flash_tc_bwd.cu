@@ -346,10 +346,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int r = 0; r < 2; r++)
         dq[r] = i[r] < T ? dqkv + (size_t(b) * T + i[r]) * 3 * C + size_t(h) * D : nullptr;
     if (a.rot.table != nullptr) {  // the gradient w.r.t. q before rotary
-        const long long tok[2] = {i[0] < T ? (long long)b * T + i[0] : -1,
-                                  i[1] < T ? (long long)b * T + i[1] : -1};
         write_grads<DN>(acc, dq, a.scale, a.accumulate, D, t,
-                        [&](auto& x) { rotate_back_rows<DN>(x, a.rot, tok, false, t); });
+                        [&](auto& x) { rotate_back_rows<DN>(x, a.rot, b, T, i, false, t); });
     } else {
         write_grads<DN>(acc, dq, a.scale, a.accumulate, D, t);
     }
@@ -633,10 +631,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     bool rotated = false;
     if constexpr (!kDq) {  // the gradient w.r.t. k before rotary (the Split kernels only)
         if (a.rot.table != nullptr) {
-            const long long tok[2] = {j[0] < T ? (long long)b * T + j[0] : -1,
-                                      j[1] < T ? (long long)b * T + j[1] : -1};
             write_grads<DN>(dk, dkr, a.scale, a.accumulate, D, t,
-                            [&](auto& x) { rotate_back_rows<DN>(x, a.rot, tok, true, t); });
+                            [&](auto& x) { rotate_back_rows<DN>(x, a.rot, b, T, j, true, t); });
             rotated = true;
         }
     }

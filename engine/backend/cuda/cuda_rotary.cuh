@@ -59,14 +59,15 @@ __device__ __forceinline__ PairSlot pair_slot(int d, int dr, int layout) {
     return PairSlot{d / 2, d ^ 1, (d & 1) == 0};
 }
 
-// Entry d of the rotated row x (the caller checks d < dr), with the pair's rotation rt: sign +1
-// for the forward map, -1 for its transpose; q or k's scale.
+// Entry d of the rotated row x (the caller checks d < dr): the forward map with the token's
+// pair rotations row[k], q's scale or k's (is_k).
 __device__ __forceinline__ float rotated_entry(const float* x, int d, int dr, int layout,
-                                               const PairRotation& rt, float sign, bool is_k) {
+                                               const PairRotation* row, bool is_k) {
     const PairSlot ps = pair_slot(d, dr, layout);
-    const float sa = sign * rt.s, sc = is_k ? rt.sk : rt.sq;
-    return ps.first ? rotated_first(rt.c, sa, sc, x[d], x[ps.partner])
-                    : rotated_second(rt.c, sa, sc, x[ps.partner], x[d]);
+    const PairRotation& rt = row[ps.k];
+    const float sc = is_k ? rt.sk : rt.sq;
+    return ps.first ? rotated_first(rt.c, rt.s, sc, x[d], x[ps.partner])
+                    : rotated_second(rt.c, rt.s, sc, x[ps.partner], x[d]);
 }
 
 // ---------------------------------------------------------------- on mma C fragments
@@ -110,15 +111,16 @@ __device__ __forceinline__ void rotate_back_half_n(float (&x)[DN][4],
             rotate_back_half_n<DN, H8 + 1>(x, rt, is_k, t, h8);
     }
 }
-// rows tok[r] = b T + the row's token (-1 past T).
+// The fragments' rows are tokens row[r] of batch row b (none at or past T).
 template <int DN>
-__device__ __forceinline__ void rotate_back_rows(float (&x)[DN][4], const RotationTable& rot,
-                                                 const long long (&tok)[2], bool is_k, int t) {
+__device__ __forceinline__ void rotate_back_rows(float (&x)[DN][4], const RotationTable& rot, int b,
+                                                 int T, const int (&row)[2], bool is_k, int t) {
     const auto* table = reinterpret_cast<const PairRotation*>(rot.table);
     const int half = rot.dr / 2;
     const PairRotation* rt[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) rt[r] = tok[r] >= 0 ? table + size_t(tok[r]) * half : nullptr;
+    for (int r = 0; r < 2; r++)
+        rt[r] = row[r] < T ? table + (size_t(b) * T + row[r]) * half : nullptr;
     if (rot.layout == 0) {
         rotate_back_half_n<DN>(x, rt, is_k, t, half / 8);
         return;
