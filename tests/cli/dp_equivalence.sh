@@ -4,9 +4,12 @@
 # all-reduce sums in another order) and the two ranks are bit-identical after every step.
 set -u
 mpiexec=$1; exe=$2; recipe=$3; dir=$4
-single=$("$exe" --threads 1 "$recipe" 4 "$dir" 2>&1) || { echo "$single"; exit 1; }
-multi=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$exe" --threads 1 "$recipe" 2 "$dir" 2>&1) \
-  || { echo "$multi"; exit 1; }
+# stdout only (the parsed lines): mpirun forwards stderr (the log) independently, and in one
+# stream a log line can split a printed line
+err=$(mktemp); trap 'rm -f "$err"' EXIT
+single=$("$exe" --threads 1 "$recipe" 4 "$dir" 2>"$err") || { echo "$single"; cat "$err"; exit 1; }
+multi=$("$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$exe" --threads 1 "$recipe" 2 "$dir" \
+  2>"$err") || { echo "$multi"; cat "$err"; exit 1; }
 python3 - "$single" "$multi" <<'PY'
 import re, sys
 pat = re.compile(r"^step (\d+) rank (\d+) loss (\S+) fp (\S+)$", re.M)

@@ -9,9 +9,11 @@ set -u
 mpiexec=$1 exe=$2 work=$3
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 rm -rf "$work" && mkdir -p "$work"
+# stdout (the printed fingerprints) to RUN.log, stderr (the log, errors) to RUN.err: mpirun
+# forwards the two streams independently, so in one file a log line can split a printed line
 run() { "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$exe" --threads 1 \
-          "$here/preempt.lua" "$1" >> "$1.log" 2>&1; }
-run "$work/ref" || { echo "reference run failed"; cat "$work/ref.log"; exit 1; }
+          "$here/preempt.lua" "$1" >> "$1.log" 2>> "$1.err"; }
+run "$work/ref" || { echo "reference run failed"; cat "$work/ref.log" "$work/ref.err"; exit 1; }
 mkdir -p "$work/run"
 run "$work/run" &
 pid=$!
@@ -22,12 +24,13 @@ for _ in $(seq 1 600); do  # up to 60 s for 60 steps
 done
 pkill -USR1 -f "ctxengine --threads 1 $here/preempt.lua $work/run" || true
 wait $pid; rc=$?
-[ $rc -eq 75 ] || { echo "preempted run: expected exit 75, got $rc"; cat "$work/run.log"; exit 1; }
-grep -q "stopped by SIGUSR1 after optimizer step" "$work/run.log" ||
-  { echo "no stop message"; cat "$work/run.log"; exit 1; }
+[ $rc -eq 75 ] ||
+  { echo "preempted run: expected exit 75, got $rc"; cat "$work/run.log" "$work/run.err"; exit 1; }
+grep -q "stopped by SIGUSR1 after optimizer step" "$work/run.err" ||
+  { echo "no stop message"; cat "$work/run.log" "$work/run.err"; exit 1; }
 [ -f "$work/run/ckpt/latest" ] || { echo "no checkpoint written"; exit 1; }
-run "$work/run" || { echo "resumed run failed"; cat "$work/run.log"; exit 1; }
-grep -q "resumed from" "$work/run.log" || { echo "the rerun did not resume"; exit 1; }
+run "$work/run" || { echo "resumed run failed"; cat "$work/run.log" "$work/run.err"; exit 1; }
+grep -q "resumed from" "$work/run.err" || { echo "the rerun did not resume"; exit 1; }
 fp() { grep -Eo "rank 0 fingerprint [0-9a-f]+" "$1" | tail -1; }
 [ -n "$(fp "$work/ref.log")" ] && [ "$(fp "$work/ref.log")" = "$(fp "$work/run.log")" ] ||
   { echo "final state differs: $(fp "$work/ref.log") vs $(fp "$work/run.log")"; exit 1; }
@@ -37,5 +40,5 @@ print("\n".join("%d %.9g" % (r["step"], r["loss"]) for r in rows))' "$1"; }
 if ! diff <(losses "$work/ref/metrics.jsonl") <(losses "$work/run/metrics.jsonl") > "$work/diff.txt"; then
   echo "per-step losses differ:"; head "$work/diff.txt"; exit 1
 fi
-stopped=$(grep -Eo "stopped by SIGUSR1 after optimizer step [0-9]+" "$work/run.log" | head -1)
+stopped=$(grep -Eo "stopped by SIGUSR1 after optimizer step [0-9]+" "$work/run.err" | head -1)
 echo "ok: $stopped, resumed, 400 steps and the final state equal the uninterrupted run's"

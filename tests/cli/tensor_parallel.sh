@@ -19,10 +19,12 @@ mpi=$1; exe=$2; recipe=$3; dir=$4
 rm -rf "$dir"; mkdir -p "$dir"
 run() {  # run NAME NP [--tp N] -- ARGS...
   local name=$1 np=$2; shift 2
-  local log="$dir/$name.log"
-  if [[ $np == 1 ]]; then "$exe" --threads 1 "$@" >"$log" 2>&1
-  else "$mpi" --allow-run-as-root --oversubscribe -np "$np" "$exe" --threads 1 "$@" >"$log" 2>&1
-  fi || { echo "run $name failed:"; cat "$log"; exit 1; }
+  # stdout (the lines parsed below) apart from stderr (the log): mpirun forwards the two
+  # streams independently, so in one file a log line can split a printed line
+  local log="$dir/$name.log" err="$dir/$name.err"
+  if [[ $np == 1 ]]; then "$exe" --threads 1 "$@" >"$log" 2>"$err"
+  else "$mpi" --allow-run-as-root --oversubscribe -np "$np" "$exe" --threads 1 "$@" >"$log" 2>"$err"
+  fi || { echo "run $name failed:"; cat "$log" "$err"; exit 1; }
 }
 run single 1 "$recipe" "$dir/single" 4
 run tp2 2 --tp 2 "$recipe" "$dir/tp2" 4
