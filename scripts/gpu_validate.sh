@@ -163,6 +163,8 @@ bench() {
     # The goals first (docs/BENCHMARKS.md): bf16 MFU, tensor-core attention at head dim 128;
     # then the rest while time is left.
     step bench-gpt2-124m-bf16 90 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
+    step bench-gpt2-124m-bf16-b64 60 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 \
+        --batch 64 --steps 10 --warmup 2
     step bench-attention-d128-bf16 60 "${B[@]}" attention --device cuda --precision bf16 \
         --head-dim 128 --T 1024,2048,4096,8192,16384 --pe none,rope,alibi,kerple_log,t5_bias --steps 5 --repeats 2
     step bench-attention-d64-bf16 60 "${B[@]}" attention --device cuda --precision bf16 \
@@ -245,6 +247,10 @@ quick_bench() {
     local B=("$RUN" ctxengine bench) ncu cs m stall d peer="$BUNDLE/benchmarks/sdpa_peer.py"
     step bench-gpt2-124m-bf16 60 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 \
         --steps 20 --warmup 3
+    # at B 64 (T 1024), the per-GPU batch of llm.c's GPT-2 124M run, the goal's peer: the
+    # products 8x larger than at the bench's default B 8
+    step bench-gpt2-124m-bf16-b64 60 "${B[@]}" --config gpt2-124m --device cuda --precision bf16 \
+        --batch 64 --steps 10 --warmup 2
     # A/B: the activations kept in fp32 and rounded by each product (before 2026-11-28)
     step ab-gpt2-124m-bf16-fp32-activations 60 env CTX_BF16_ACTIVATIONS=0 "${B[@]}" \
         --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
