@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/cuda_activation.cuh"
 #include "backend/cuda/cuda_device.cuh"
@@ -124,28 +125,50 @@ __global__ void grouped_row_add_kernel(float* dst, const float* dout, const int3
 constexpr int kRowsPerBlock = 4;  // one warp per row
 
 // Rms: RMS norm (no centering, no bias, mean not written): the same kernels with m = 0.
-template <bool Rms, class Out>
+// K > 0 (C <= 32 K): the warp keeps its row in registers (K values per lane, columns
+// lane + 32 k), so x is read from memory once instead of once per pass (mean, variance,
+// output), in the same order of sums as K = 0.
+template <bool Rms, int K, class Out>
 __global__ void layernorm_forward_kernel(Out* out, float* mean, float* rstd, const float* inp,
-                                         const float* w, const float* b, int N, int C,
-                                         float eps) {
+                                         const float* w, const float* b, int N, int C, float eps) {
     const int n = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (n >= N) return;
     const float* x = inp + size_t(n) * C;
     Out* y = out + size_t(n) * C;
+    constexpr int KR = K > 0 ? K : 1;
+    float xr[KR];  // K > 0: x[lane + 32 k]
+    auto row = [&](int k, int c) {
+        if constexpr (K > 0)
+            return xr[k];
+        else
+            return x[c];
+    };
+    if constexpr (K > 0)
+#pragma unroll
+        for (int k = 0; k < K; k++) xr[k] = lane + 32 * k < C ? x[lane + 32 * k] : 0.0f;
+    // the columns of this lane, k = 0, 1, ... (K = 0: until past C)
+    auto each = [&](auto&& f) {
+        if constexpr (K > 0) {
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                if (lane + 32 * k < C) f(k, lane + 32 * k);
+        } else {
+            for (int c = lane, k = 0; c < C; c += 32, k++) f(k, c);
+        }
+    };
     float sum = 0.0f;
-    if (!Rms)
-        for (int c = lane; c < C; c += 32) sum += x[c];
+    if (!Rms) each([&](int k, int c) { sum += row(k, c); });
     const float m = Rms ? 0.0f : warp_sum(sum) / float(C);
     float var = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        const float d = x[c] - m;
+    each([&](int k, int c) {
+        const float d = row(k, c) - m;
         var += d * d;
-    }
+    });
     const float s = 1.0f / sqrtf(warp_sum(var) / float(C) + eps);
-    for (int c = lane; c < C; c += 32) {
-        const float v = (x[c] - m) * s * w[c];
+    each([&](int k, int c) {
+        const float v = (row(k, c) - m) * s * w[c];
         store(y + c, b != nullptr ? v + b[c] : v);
-    }
+    });
     if (lane == 0) {
         if (!Rms) mean[n] = m;
         rstd[n] = s;
@@ -489,8 +512,18 @@ cudaError_t layernorm_forward(Out* out, float* mean, float* rstd, const float* i
                               cudaStream_t s) {
     if (N <= 0) return cudaSuccess;
     const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-    auto* kernel = mean == nullptr ? &layernorm_forward_kernel<true, Out>  // RMS norm
-                                   : &layernorm_forward_kernel<false, Out>;
+    // the row in registers up to the one-pass backward's width (its K buckets)
+    static_assert(kNormOnePassMaxC == 32 * 32, "the widest bucket is K = 32");
+    auto pick = [&](auto rms) {
+        constexpr bool R = decltype(rms)::value;
+        return C <= 256                ? &layernorm_forward_kernel<R, 8, Out>
+               : C <= 512              ? &layernorm_forward_kernel<R, 16, Out>
+               : C <= 768              ? &layernorm_forward_kernel<R, 24, Out>
+               : C <= kNormOnePassMaxC ? &layernorm_forward_kernel<R, 32, Out>
+                                       : &layernorm_forward_kernel<R, 0, Out>;
+    };
+    auto* kernel = mean == nullptr ? pick(std::true_type{})  // RMS norm
+                                   : pick(std::false_type{});
     kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(out, mean, rstd, inp, w, b, N, C, eps);
     return cudaGetLastError();
 }
