@@ -6,10 +6,11 @@
 #
 #   all       GPU report, the gpu test executables, end-to-end recipes, the benchmarks
 #   quick     one device call's worth (~4 minutes on an H100): the tests, then the numbers that
-#             track issue 17 (GPT-2 124M bf16, its A/B with CTX_BF16_ACTIVATIONS=0 and its
-#             `bench --profile`; attention at D 64 / 128 for none, alibi and kerple_log at T 1k /
-#             4k / 16k; the same and GPT-2 with CTX_FLASH_BACKWARD=atomic; attention with
-#             CTX_FLASH_FORWARD_MTILES=1; the SDPA peer),
+#             track issue 17 (GPT-2 124M bf16 at B 8 and 64, its A/B with
+#             CTX_BF16_ACTIVATIONS=0 and its `bench --profile`; attention at D 64 / 128 for
+#             none, alibi and kerple_log at T 1k / 4k / 16k; the same and GPT-2 with
+#             CTX_FLASH_BACKWARD=atomic; attention with CTX_FLASH_FORWARD_MTILES=1; the SDPA
+#             peer),
 #             racecheck of the flash full-tile cases (both backwards), memcheck of the bf16
 #             activation kernels, the atomic-dq backward, the one-launch AdamW and the forward's
 #             edge cases, ncu of the forward at D 64 / 128, T 4k (tensor pipe, shared-memory
@@ -32,7 +33,8 @@
 # executable that skips every test while nvidia-smi lists a GPU is ALLSKIP (not ok). Exit code 0
 # only when every step passed. Run from the repository, it uses $BUNDLE (default
 # build-gpu-bundle/, made by scripts/gpu_bundle.sh). CTX_VALIDATE_PACK=1 packs logs/ and tests/
-# into $OUT/logs.tar.gz at the end (the device tool brings back at most 8 files).
+# into $OUT/logs.tar.gz at the end (the device tool brings back at most 8 files). Back on the
+# build machine, scripts/gpu_digest.py OUT puts the numbers side by side.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -49,7 +51,7 @@ BUNDLE=$(cd "$BUNDLE" && pwd)
 mode=${1:-all}
 case "$mode" in
 all | quick | tests | bench | profile | sanitize) ;;
-*) sed -n 2,30p "$0"; exit 2 ;;
+*) sed -n "2,/^set -uo pipefail/{/^set /!p}" "$0"; exit 2 ;;
 esac
 
 OUT=${OUT:-$PWD/gpu_validate_out}
