@@ -24,7 +24,8 @@ log bench-attention-sdpa-peer "python3 sdpa_peer.py" "$run/sdpa_peer_bf16.log"
 printf '%s\n' "gpu: NVIDIA H100 80GB HBM3, 580.159.04, 81559 MiB, 9.0, 1980 MHz" \
   "nvidia-smi                         ok          1s  " \
   "racecheck-flash-full-tiles         FAIL(99)    3s  error" >"$dir/out/summary.txt"
-out=$(python3 "$repo/scripts/gpu_digest.py" "$dir/out" --baseline "$repo/docs/gpu_runs/2026-11-27-h100") ||
+digest=$repo/scripts/gpu_digest.py
+out=$(python3 "$digest" "$dir/out" --baseline "$repo/docs/gpu_runs/2026-11-27-h100") ||
   { echo "gpu_digest failed: $out"; exit 1; }
 fail=0
 expect() {
@@ -43,10 +44,11 @@ expect "- MFU, GPT-2 124M bf16, B 8: 0.130 against 0.5 (not met)"
 expect "- attention, D 128, none: 45.6-108.3 TFLOP/s against 300 (not met)"
 expect "- kerple_log over none: +28.3% to +90.9% against <= 5% (not met)"
 # the profile's run is not a row of the training table (its timing carries the marks)
-grep -q '^| `profile-gpt2-124m-bf16` | gpt2' <<<"$out" && { echo "profile run in the training table"; fail=1; }
+grep -q '^| `profile-gpt2-124m-bf16` | gpt2' <<<"$out" &&
+  { echo "profile run in the training table"; fail=1; }
 # a directory with no logs is refused
 mkdir -p "$dir/empty"
-msg=$(python3 "$repo/scripts/gpu_digest.py" "$dir/empty" 2>&1) && { echo "empty dir accepted"; fail=1; }
+msg=$(python3 "$digest" "$dir/empty" 2>&1) && { echo "empty dir accepted"; fail=1; }
 grep -q "no .log files in" <<<"$msg" || { echo "no message for an empty dir: $msg"; fail=1; }
 if [[ $fail != 0 ]]; then echo "---- digest"; echo "$out"; exit 1; fi
 echo "gpu_digest carries the run's numbers"
