@@ -327,6 +327,9 @@ quick_bench() {
         # the MLP activation's backward written in bf16 for fc's products (odd widths: padding)
         step memcheck-mlp-backward 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_mlp_backward"
+        # the norm forward's rows in registers (widths 8 to 1056: every K bucket and the loop)
+        step memcheck-norm-forward 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_consistency" --gtest_filter='*LayerNorm*'
         # the rotation table and the fused rotary epilogues (table reads at the last rows)
         step memcheck-flash-rotary 45 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash_rotary"
