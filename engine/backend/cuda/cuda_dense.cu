@@ -136,7 +136,7 @@ __global__ void layernorm_forward_kernel(Out* out, float* mean, float* rstd, con
     const float* x = inp + size_t(n) * C;
     Out* y = out + size_t(n) * C;
     constexpr int KR = K > 0 ? K : 1;
-    float xr[KR];  // K > 0: x[lane + 32 k]
+    float xr[KR] = {};  // K > 0: x[lane + 32 k]
     auto row = [&](int k, int c) {
         if constexpr (K > 0)
             return xr[k];
@@ -512,15 +512,13 @@ cudaError_t layernorm_forward(Out* out, float* mean, float* rstd, const float* i
                               cudaStream_t s) {
     if (N <= 0) return cudaSuccess;
     const int blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-    // the row in registers up to the one-pass backward's width (its K buckets)
-    static_assert(kNormOnePassMaxC == 32 * 32, "the widest bucket is K = 32");
+    // the row in registers up to the one-pass backward's width (its buckets), else the loop
+    static_assert(kNormOnePassMaxC == kRowInRegistersMaxC, "every width has its bucket");
     auto pick = [&](auto rms) {
         constexpr bool R = decltype(rms)::value;
-        return C <= 256                ? &layernorm_forward_kernel<R, 8, Out>
-               : C <= 512              ? &layernorm_forward_kernel<R, 16, Out>
-               : C <= 768              ? &layernorm_forward_kernel<R, 24, Out>
-               : C <= kNormOnePassMaxC ? &layernorm_forward_kernel<R, 32, Out>
-                                       : &layernorm_forward_kernel<R, 0, Out>;
+        if (C > kRowInRegistersMaxC) return &layernorm_forward_kernel<R, 0, Out>;
+        return with_row_width(
+            C, [](auto K) { return &layernorm_forward_kernel<R, decltype(K)::value, Out>; });
     };
     auto* kernel = mean == nullptr ? pick(std::true_type{})  // RMS norm
                                    : pick(std::false_type{});

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace ctx::cuda {
 
@@ -69,6 +70,18 @@ __device__ __forceinline__ void add_old_entries(float (&x)[K], const float* p, i
     for (int k = 0; k < K; k++) old[k] = d0 + 4 * k < n ? p[d0 + 4 * k] : 0.0f;
 #pragma unroll
     for (int k = 0; k < K; k++) x[k] = old[k] + x[k] * scale;
+}
+
+// The norm kernels that keep a warp's row in registers (columns lane + 32 k, k < K): f called
+// with std::integral_constant<int, K> for the bucket of width C (<= kRowInRegistersMaxC), its
+// result returned.
+inline constexpr int kRowInRegistersMaxC = 1024;
+template <class F>
+auto with_row_width(int C, F&& f) {
+    if (C <= 256) return f(std::integral_constant<int, 8>{});
+    if (C <= 512) return f(std::integral_constant<int, 16>{});
+    if (C <= 768) return f(std::integral_constant<int, 24>{});
+    return f(std::integral_constant<int, 32>{});
 }
 
 // Raises a kernel's dynamic shared-memory limit above the default 48 KiB (sm_80: up to

@@ -102,10 +102,9 @@ cudaError_t norm_backward(float* dinp, float* dw, float* db, float* partials, co
     const int G = norm_backward_chunks(N), rows = (N + G - 1) / G;
     float* part_w = partials;
     float* part_b = db != nullptr ? partials + size_t(G) * C : nullptr;
-    auto* kernel = C <= 256   ? &norm_backward_kernel<Rms, 8>
-                   : C <= 512 ? &norm_backward_kernel<Rms, 16>
-                   : C <= 768 ? &norm_backward_kernel<Rms, 24>
-                              : &norm_backward_kernel<Rms, 32>;
+    static_assert(kNormOnePassMaxC == kRowInRegistersMaxC, "every width has its bucket");
+    auto* kernel =
+        with_row_width(C, [](auto K) { return &norm_backward_kernel<Rms, decltype(K)::value>; });
     kernel<<<G, 32 * kNormWarps, 0, s>>>(dinp, part_w, part_b, dout, inp, w, mean, rstd, N, C,
                                          rows);
     const dim3 grid((C + 31) / 32), block(32, kReduceLanes);
