@@ -96,7 +96,10 @@ void PinnedUploads::wait_for(uint64_t ticket, const char* op) {
 // refused, the ring there is keeps serving what fits and larger uploads go pageable.
 void PinnedUploads::grow(size_t bytes, const char* op) {
     size_t want = std::max({kMinRingBytes, 2 * spans_.capacity(), 4 * bytes});
-    want = std::min(want, kMaxRingBytes);
+    // whole spans' alignment up: RingSpans rounds its capacity down, and a ring just short of
+    // 4 * bytes would grow again (and wait for the stream) at the next upload of that size
+    want = std::min((want + RingSpans::kAlign - 1) / RingSpans::kAlign * RingSpans::kAlign,
+                    kMaxRingBytes);
     void* p = nullptr;
     if (cudaHostAlloc(&p, want, cudaHostAllocDefault) != cudaSuccess) {
         cudaGetLastError();
