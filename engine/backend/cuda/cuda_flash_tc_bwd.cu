@@ -37,6 +37,14 @@ __device__ __noinline__ BiasParamTerms bias_param_terms(int kind, float v, float
     }
 }
 
+// The exponent of P = 2^(x - lse log2 e) for a base-2 logit x and its row's log-sum-exp, as one
+// fused multiply-add in every backward kernel: written x - lse * kLog2e, nvcc fused it in the
+// dk/dv kernel but not in the dq kernel (which hoisted the product out of its loop), so their
+// P differed in the last bits on a GPU (the table gradient of the one-kernel backward, taken
+// from dk/dv, is to equal the dq kernel's) while the emulation, built without contraction,
+// rounded both twice.
+__device__ __forceinline__ float p_exponent(float x, float lse) { return fmaf(-lse, kLog2e, x); }
+
 // ================================================================ the gradient rows
 
 // f(dn, i, p) for each of a thread's gradient entries that is there, one at a time (the rows
@@ -193,7 +201,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
     const int wr = warp * 16, w0 = q0 + wr, w1 = w0 + 15;
     int i[2], lo[2], hi[2];
-    float pi[2], lse2[2], d_r[2];
+    float pi[2], lse_r[2], d_r[2];
     const float* trow[2];
     size_t row[2];
 #pragma unroll
@@ -204,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         lo[r] = real ? row_lo(a, b, i[r]) : 1;
         hi[r] = real ? i[r] : 0;
         pi[r] = real && positions ? pos[i[r]] : 0.0f;
-        lse2[r] = real ? lse[row[r]] * kLog2e : 0.0f;
+        lse_r[r] = real ? lse[row[r]] : 0.0f;
         d_r[r] = real ? dvec[row[r]] : 0.0f;
         trow[r] = table_row(a, b, h, i[r]);
     }
@@ -278,7 +286,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                                 float ratio = 0.0f;
                                 const float lg =
                                     kerple_log2<F, kParamGrads>(kr, pb, pi[r], pj, &ratio);
-                                v = exp2_ftz(fmaf(s[n][e], scale2, -pa * lg) - lse2[r]) *
+                                v = exp2_ftz(
+                                        p_exponent(fmaf(s[n][e], scale2, -pa * lg), lse_r[r])) *
                                     (dp[n][e] - d_r[r]);
                                 if constexpr (kParamGrads) {
                                     fa -= v * lg * kLn2;
@@ -288,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                 const float x =
                                     fmaf(s[n][e], scale2,
                                          bias2_of<F>(a.bs, h, pa, pb, pi[r], pj, trow[r], j, kr));
-                                v = exp2_ftz(x - lse2[r]) * (dp[n][e] - d_r[r]);
+                                v = exp2_ftz(p_exponent(x, lse_r[r])) * (dp[n][e] - d_r[r]);
                                 if constexpr (kParamGrads && F == kLinear) {
                                     fa -= v * (pi[r] - pj);
                                 } else if constexpr (kParamGrads) {  // KERPLE-power
@@ -538,7 +547,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                 // the log the bias needs is the one its a-gradient needs
                                 float ratio = 0.0f;
                                 const float lg = kerple_log2<F, true>(kr, pb, pi, pj[r], &ratio);
-                                p = exp2_ftz(fmaf(s[n][e], scale2, -pa * lg) - lq[c] * kLog2e);
+                                p = exp2_ftz(p_exponent(fmaf(s[n][e], scale2, -pa * lg), lq[c]));
                                 ds = p * (dp[n][e] - dd[c]);
                                 fa -= ds * lg * kLn2;
                                 fb -= ds * pa * ratio;
@@ -548,7 +557,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                 const float x = fmaf(s[n][e], scale2,
                                                      bias2_of<F>(a.bs, h, pa, pb, pi, pj[r],
                                                                  trow, j[r], kr));
-                                p = exp2_ftz(x - lq[c] * kLog2e);
+                                p = exp2_ftz(p_exponent(x, lq[c]));
                                 ds = p * (dp[n][e] - dd[c]);
                                 if constexpr (kParamGrads && F == kLinear) {
                                     fa -= ds * (pi - pj[r]);
