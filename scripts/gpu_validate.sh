@@ -120,7 +120,8 @@ step_note() {
 
 # The gpu test executables, the most basic first.
 gpu_tests() {
-    local t order=(test_ops_gpu_consistency test_ops_gpu_flash test_ops_gpu_bf16
+    # the wgmma layout check first: a second, and what the next kernels are to be built on
+    local t order=(test_ops_gpu_wgmma test_ops_gpu_consistency test_ops_gpu_flash test_ops_gpu_bf16
                    test_ops_gpu_vocab_parallel test_gpu_model
                    test_gpu_resume test_gpu_nccl)
     for t in "${order[@]}"; do [[ -x "$BUNDLE/tests/$t" ]] && echo "$t"; done

@@ -17,6 +17,8 @@ registers, stack bytes, SASS instructions and serialized load-store pairs, and f
      of fewer than 8 loads then stores counts as one (its first load sees its first store).
   2. stack (spills, local arrays) in a function that STACK_ALLOWED does not list, or more than
      it allows: ptxas spilling a kernel's accumulators after an edit is a silent slowdown.
+  3. a kernel written with wgmma (WGMMA_KERNELS) without an HGMMA instruction: built for a
+     target that lacks it (sm_90 rather than sm_90a), its wgmma calls compile to traps.
 
 cuobjdump: --cuobjdump, else as scripts/cuda_code_size.py finds it (whose SASS parser this
 shares) with --build (default build-bundle): $CUOBJDUMP, PATH, /usr/local/cuda/bin,
@@ -54,6 +56,15 @@ STACK_ALLOWED = [
 ]
 
 
+# Kernels built on the warpgroup instruction (backend/cuda/*_sm90a.cu), by a regex on the name.
+WGMMA_KERNELS = re.compile(r"wgmma_gemm_kernel")
+
+
+def lacks_wgmma(fn, instructions):
+    """A wgmma kernel whose code has no HGMMA (its calls are traps)."""
+    return bool(WGMMA_KERNELS.search(fn)) and not any("HGMMA" in i for i in instructions)
+
+
 def stack_allowed(fn, arch):
     """Bytes of stack fn may have on arch (0: none)."""
     for pattern, limits in STACK_ALLOWED:
@@ -62,7 +73,7 @@ def stack_allowed(fn, arch):
     return 0
 
 
-ARCH = re.compile(r"arch = (sm_\d+)")
+ARCH = re.compile(r"arch = (sm_\d+a?)")
 
 
 def by_arch(listing):
@@ -141,6 +152,12 @@ def self_test():
     got = [stack_allowed(fwd, a) for a in ("sm_80", "sm_90", "?")]
     assert got == [120, 64, 120], got
     assert stack_allowed(fwd.replace("ELi2E", "ELi1E"), "sm_90") == 0
+    wg = parse_sass("\n arch = sm_90a\n        Function : _Z17wgmma_gemm_kernelILi64ELb0EEvv\n" +
+                    text(["HGMMA.64x64x16.F32.BF16 R24, gdesc[UR16], R24, gsb0", "EXIT"]))
+    assert list(wg) == [("sm_90a", "_Z17wgmma_gemm_kernelILi64ELb0EEvv")], wg
+    assert [lacks_wgmma(fn, ins) for (_, fn), ins in wg.items()] == [False]
+    assert lacks_wgmma("_Z17wgmma_gemm_kernelILi64ELb0EEvv", ["BPT.TRAP 0x1", "EXIT"])
+    assert not lacks_wgmma("_Z10add_kernelv", ["EXIT"])
     print("sass_check: self-test passed (pairs counted 20 / 0 / 0 / 1)")
     return 0
 
@@ -173,6 +190,9 @@ def main():
             if pairs >= MAX_SERIAL:
                 failures.append(f"{where}: {pairs} serialized load-store pairs (at most "
                                 f"{MAX_SERIAL - 1}): load every old value before storing any")
+            if lacks_wgmma(fn, ins):
+                failures.append(f"{where}: no HGMMA instruction: built for a target without "
+                                f"wgmma (sm_90a)?")
             if stack > stack_allowed(fn, arch):
                 failures.append(f"{where}: {stack} bytes of stack (spills?), at most "
                                 f"{stack_allowed(fn, arch)} allowed (STACK_ALLOWED)")

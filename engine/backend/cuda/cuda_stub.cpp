@@ -14,4 +14,11 @@ bool cuda_backend_available() { return false; }
 
 int cuda_device_count() { return 0; }
 
+bool cuda_has_wgmma(int /*device*/) { return false; }
+
+void cuda_wgmma_gemm(float*, const uint16_t*, const uint16_t*, int, int, int,
+                     const WgmmaGemmOptions&) {
+    fail("ctxengine was built without CUDA: no wgmma");
+}
+
 }  // namespace ctx

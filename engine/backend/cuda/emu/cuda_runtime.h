@@ -40,6 +40,21 @@ void cp_async(void* dst, const void* src, int bytes, int src_bytes);
 void cp_async_commit();
 void cp_async_wait(int newest_pending);  // every committed group but the newest n has landed
 void* dyn_shared();
+// The warpgroup tensor-core instruction (wgmma, cuda_wgmma.cuh), per thread of a warpgroup (4
+// warps, threads 128 w .. 128 w + 127): an issued product (64 x n, K 16) computes this thread's
+// accumulators d (n / 2 floats, the wgmma accumulator layout) only when a wait covers its
+// group, reading its shared-memory operands then, as the GPU may: a tile overwritten before the
+// wait, or accumulators read before it, give wrong numbers. a_rows: this thread's two rows of A
+// (row g, then row g + 8 of its warp's 16; 16 values each) when A comes from registers, else
+// null and A comes from desc_a. Descriptors: no swizzle (K-major core matrices), addresses in
+// the block's dynamic shared memory; anything else aborts.
+void wgmma_issue(float* d, int n, const float* a_rows, uint64_t desc_a, uint64_t desc_b,
+                 bool accumulate);
+void wgmma_commit();
+void wgmma_wait(int newest_pending);  // every committed group but the newest n has run
+// The 128 threads of this thread's warpgroup (wgmma's .sync.aligned: every warp of the group
+// executes it; one that does not is a deadlock report).
+void warpgroup_barrier();
 void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body);
 void check_dyn_shared(const void* kernel, size_t shmem);  // aborts above the kernel's limit
 // Dynamic shared memory a kernel may launch with: 48 KiB unless raised (up to 227 KiB, sm_90) by

@@ -30,6 +30,13 @@ dim3 g_bdim, g_gdim;
 
 namespace {
 struct PendingCopy { void* dst; unsigned char bytes[16]; int n; };
+struct PendingWgmma {
+    float* d;
+    int n;
+    bool a_regs, accumulate;
+    float a[32];  // rows g and g + 8 of A (a_regs)
+    uint64_t desc_a, desc_b;
+};
 struct Fiber {
     ucontext_t ctx;
     emu_uint3 tid;
@@ -37,6 +44,8 @@ struct Fiber {
     bool done = false;
     std::vector<PendingCopy> open;                   // cp.async copies not yet committed
     std::vector<std::vector<PendingCopy>> committed;  // groups in commit order
+    std::vector<PendingWgmma> wg_open;                // wgmma products not yet committed
+    std::vector<std::vector<PendingWgmma>> wg_committed;  // groups in commit order
 };
 struct Barrier { int count = 0, alive = 0; unsigned gen = 0; };
 ucontext_t g_sched;
@@ -44,7 +53,7 @@ std::vector<Fiber> g_fibers;
 std::vector<std::vector<char>> g_stacks;
 Fiber* g_cur = nullptr;
 Barrier g_block;
-std::vector<Barrier> g_warps;
+std::vector<Barrier> g_warps, g_warpgroups;
 std::vector<uint64_t> g_slots;
 std::vector<char> g_dyn;
 const std::function<void()>* g_body = nullptr;
@@ -79,13 +88,20 @@ void setup_fiber(int t, dim3 b) {
 
 void trampoline() {
     (*g_body)();
+    if (!g_cur->wg_open.empty() || !g_cur->wg_committed.empty()) {
+        fprintf(stderr, "emu: thread %d ended with wgmma products not waited for\n", g_cur->linear);
+        abort();
+    }
     g_cur->done = true;
     g_progress = true;
     g_block.alive--;
     Barrier& w = g_warps[size_t(g_cur->linear / 32)];
     w.alive--;
+    Barrier& wg = g_warpgroups[size_t(g_cur->linear / 128)];
+    wg.alive--;
     release_if_complete(g_block);
     release_if_complete(w);
+    release_if_complete(wg);
     swapcontext(&g_cur->ctx, &g_sched);
 }
 }  // namespace
@@ -143,6 +159,88 @@ void warp_gather(const void* mine, size_t bytes, void* all) {
     warp_barrier();
     for (int l = 0; l < 32; l++) std::memcpy(static_cast<char*>(all) + l * bytes, buf[w][l], bytes);
     warp_barrier();
+}
+
+// ---------------------------------------------------------------- wgmma
+void warpgroup_barrier() {
+    if (g_bdim.x * g_bdim.y * g_bdim.z % 128 != 0) {
+        fprintf(stderr, "emu: wgmma in a block of %u threads (whole warpgroups of 128 needed)\n",
+                g_bdim.x * g_bdim.y * g_bdim.z);
+        abort();
+    }
+    wait(g_warpgroups[size_t(g_cur->linear / 128)]);
+}
+
+namespace {
+// The bf16 at byte offset `at` of the dynamic shared memory, as a float.
+float smem_bf16(size_t at) {
+    if (at % 2 != 0 || at + 2 > g_dyn.size() - 16) {
+        fprintf(stderr,
+                "emu: wgmma operand byte %zu outside the %zu bytes of dynamic shared "
+                "memory\n",
+                at, g_dyn.size() - 16);
+        abort();
+    }
+    uint16_t h;
+    std::memcpy(&h, g_dyn.data() + at, 2);
+    const uint32_t u = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+// Element (row, k) of a K-major no-swizzle operand: 8 x 8 core matrices of 16-byte rows, core
+// matrix (row / 8, k / 8) at start + (row / 8) SBO + (k / 8) LBO.
+float desc_element(uint64_t desc, int row, int k) {
+    if ((desc >> 62) != 0 || ((desc >> 49) & 7u) != 0) {
+        fprintf(stderr,
+                "emu: wgmma descriptor 0x%016llx: only the no-swizzle layout with base "
+                "offset 0 is emulated\n",
+                static_cast<unsigned long long>(desc));
+        abort();
+    }
+    const size_t start = size_t(desc & 0x3FFFu) << 4, lbo = size_t((desc >> 16) & 0x3FFFu) << 4,
+                 sbo = size_t((desc >> 32) & 0x3FFFu) << 4;
+    return smem_bf16(start + size_t(row / 8) * sbo + size_t(k / 8) * lbo + size_t(row % 8) * 16 +
+                     size_t(k % 8) * 2);
+}
+void run_wgmma(const PendingWgmma& op, int linear) {
+    const int w = (linear / 32) % 4, lane = linear % 32, g = lane / 4, t = lane % 4;
+    for (int i = 0; i < op.n / 8; i++)
+        for (int h = 0; h < 2; h++)
+            for (int e = 0; e < 2; e++) {
+                const int row = 16 * w + g + 8 * h, col = 8 * i + 2 * t + e;
+                float& out = op.d[4 * i + 2 * h + e];
+                float acc = op.accumulate ? out : 0.0f;
+                for (int k = 0; k < 16; k++) {
+                    const float x = op.a_regs ? op.a[16 * h + k] : desc_element(op.desc_a, row, k);
+                    acc = std::fma(x, desc_element(op.desc_b, col, k), acc);
+                }
+                out = acc;
+            }
+}
+}  // namespace
+
+void wgmma_issue(float* d, int n, const float* a_rows, uint64_t desc_a, uint64_t desc_b,
+                 bool accumulate) {
+    if (n % 8 != 0 || n < 8 || n > 256) {
+        fprintf(stderr, "emu: wgmma with n = %d\n", n);
+        abort();
+    }
+    warpgroup_barrier();
+    PendingWgmma op{d, n, a_rows != nullptr, accumulate, {}, desc_a, desc_b};
+    if (a_rows != nullptr) std::memcpy(op.a, a_rows, sizeof op.a);
+    g_cur->wg_open.push_back(op);
+}
+void wgmma_commit() {
+    g_cur->wg_committed.push_back(std::move(g_cur->wg_open));
+    g_cur->wg_open.clear();
+}
+void wgmma_wait(int newest_pending) {
+    auto& groups = g_cur->wg_committed;
+    while (int(groups.size()) > newest_pending) {
+        for (const PendingWgmma& op : groups.front()) run_wgmma(op, g_cur->linear);
+        groups.erase(groups.begin());
+    }
 }
 
 namespace {
@@ -253,6 +351,9 @@ void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body) {
         g_block = Barrier{0, nt, 0};
         g_warps.assign(size_t(nw), Barrier{});
         for (int w = 0; w < nw; w++) g_warps[size_t(w)].alive = std::min(32, nt - 32 * w);
+        g_warpgroups.assign(size_t((nt + 127) / 128), Barrier{});
+        for (size_t w = 0; w < g_warpgroups.size(); w++)
+            g_warpgroups[w].alive = std::min(128, nt - 128 * int(w));
         g_slots.assign(size_t(nw) * 32, 0);
         for (int t = 0; t < nt; t++) setup_fiber(t, b);
         int alive = nt;

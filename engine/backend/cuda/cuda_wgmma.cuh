@@ -1,0 +1,264 @@
+// CUDA backend (private, device code): the sm_90 warpgroup tensor-core instruction,
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16 (sm_90a), its shared-memory operand
+// descriptors and its ordering instructions, with an exact emulation for the CPU build.
+//
+// A warpgroup is 4 warps (128 threads, the first a multiple of 128 in the block). One wgmma
+// computes D (64 x N, fp32) += A (64 x 16) B (16 x N) for the whole group, asynchronously:
+//   wgmma_fence()                 before the first product and after registers it reads (A
+//                                 fragments, accumulators) were written by other instructions
+//   wgmma_ss / wgmma_rs ...       issued products (A from shared memory, or from registers)
+//   wgmma_commit()                closes a group of them
+//   wgmma_wait<N>()               until at most N groups are in flight; then
+//   wgmma_fence_operands(d)       so the compiler reads d only after the wait
+// Shared memory written by ordinary stores (or cp.async) before a product reads it is made
+// visible to the tensor core's (async) proxy by fence_proxy_async() before the barrier.
+//
+// Layouts (PTX ISA, "Asynchronous Warpgroup Level Matrix"):
+//   Operands in shared memory, K-major, no swizzle: 8 x 8 "core matrices" of bf16, each 8 rows
+//   of 16 contiguous bytes (128 bytes); core matrix (r / 8, k / 8) of an M (or N) x K operand
+//   at start + (r / 8) SBO + (k / 8) LBO. B is given as its transpose (N rows of K), so K and
+//   Q rows serve as B and A of S = Q K^T as they are stored. wgmma_desc encodes start, LBO and
+//   SBO (each >> 4, 14 bits) with swizzle mode 0.
+//   A from registers (wgmma_rs): warp w of the group holds rows 16 w .. 16 w + 15 as the A
+//   fragment of mma.m16n8k16 (cuda_mma.cuh): the C fragments of a previous product, packed to
+//   bf16, are A fragments, as FlashAttention-3 feeds P to P V.
+//   Accumulators d[N / 2]: thread (w, g = lane / 4, t = lane % 4) holds d[4 i + 2 h + e] =
+//   D[16 w + g + 8 h][8 i + 2 t + e]: mma.m16n8k16's C fragment, once per 8 columns.
+//
+// Built by nvcc for sm_90a (the only target with wgmma; other targets trap, and the host never
+// launches them there), these are the instructions; compiled by the CUDA emulation they are a
+// per-thread computation from the descriptors and the warp's gathered A fragments that runs
+// when a wait covers it (emu/cuda_runtime.h), so the emulated kernels exercise the layouts,
+// the grouping and the waits.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_mma.cuh"
+
+namespace ctx::cuda {
+
+// A K-major, no-swizzle shared-memory operand starting at smem (16-byte aligned): core matrices
+// LBO bytes apart along K and SBO bytes apart along M / N.
+__device__ __forceinline__ uint64_t wgmma_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
+#if defined(__CUDACC__)
+    const uint32_t addr = uint32_t(__cvta_generic_to_shared(smem));
+#else
+    const uint32_t addr =
+        uint32_t(static_cast<const char*>(smem) - static_cast<const char*>(emu::dyn_shared()));
+#endif
+    return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t((lbo >> 4) & 0x3FFFu) << 16) |
+           (uint64_t((sbo >> 4) & 0x3FFFu) << 32);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#elif defined(__CUDACC__)
+    __trap();
+#else
+    emu::warpgroup_barrier();
+#endif
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#elif defined(__CUDACC__)
+    __trap();
+#else
+    emu::wgmma_commit();
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#elif defined(__CUDACC__)
+    __trap();
+#else
+    emu::wgmma_wait(N);
+#endif
+}
+
+// Shared memory written by the generic proxy (st.shared, cp.async) visible to wgmma's reads.
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// Keeps the compiler from moving reads of the accumulators above the wait that completes them
+// (the wait names no registers).
+template <int R>
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
+#if defined(__CUDACC__)
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+#else
+    (void)d;  // the emulated wait wrote them already
+#endif
+}
+
+#if !defined(__CUDACC__)
+namespace wgmma_emu {
+// This thread's rows g and g + 8 of its warp's A (16 x 16) from the 32 lanes' fragments.
+inline void a_rows(const uint32_t (&a)[4], float (&rows)[32]) {
+    struct Frag {
+        uint32_t a[4];
+    };
+    const Frag mine = {{a[0], a[1], a[2], a[3]}};
+    Frag all[32];
+    emu::warp_gather(&mine, sizeof mine, all);
+    const int g = emu::lane_id() >> 2;
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 16; k++) {
+            const int r = g + 8 * h;
+            rows[16 * h + k] =
+                bf16_half(all[(r % 8) * 4 + (k % 8) / 2].a[(r >= 8) + 2 * (k >= 8)], k & 1);
+        }
+}
+}  // namespace wgmma_emu
+#endif
+
+// d (64 x N) (+)= A B: A (64 x 16) and B (as N x 16) from shared memory. accumulate false
+// ignores d's old values (scale-d 0).
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
+                                         bool accumulate);
+// d (64 x N) (+)= A B: A from registers (this warp's 16 rows as an m16n8k16 A fragment), B (as
+// N x 16) from shared memory.
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                         bool accumulate);
+
+template <>
+__device__ __forceinline__ void wgmma_ss<64>(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+#elif defined(__CUDACC__)
+    __trap();
+#else
+    emu::wgmma_issue(d, 64, nullptr, desc_a, desc_b, accumulate);
+#endif
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs<64>(float (&d)[32], const uint32_t (&a)[4],
+                                             uint64_t desc_b, bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+#elif defined(__CUDACC__)
+    __trap();
+#else
+    float rows[32];
+    wgmma_emu::a_rows(a, rows);
+    emu::wgmma_issue(d, 64, rows, 0, desc_b, accumulate);
+#endif
+}
+
+template <>
+__device__ __forceinline__ void wgmma_ss<128>(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                              bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)));
+#elif defined(__CUDACC__)
+    __trap();
+#else
+    emu::wgmma_issue(d, 128, nullptr, desc_a, desc_b, accumulate);
+#endif
+}
+
+template <>
+__device__ __forceinline__ void wgmma_rs<128>(float (&d)[64], const uint32_t (&a)[4],
+                                              uint64_t desc_b, bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)));
+#elif defined(__CUDACC__)
+    __trap();
+#else
+    float rows[32];
+    wgmma_emu::a_rows(a, rows);
+    emu::wgmma_issue(d, 128, rows, 0, desc_b, accumulate);
+#endif
+}
+
+}  // namespace ctx::cuda

@@ -1,0 +1,118 @@
+// The wgmma check product (backend.h cuda_wgmma_gemm): C = A B^T through the warpgroup
+// instruction of cuda_wgmma.cuh, one warpgroup per 64 x kN tile of C, the whole K in shared
+// memory. Its purpose is the layouts, not speed: it stages the operands in the K-major
+// no-swizzle core-matrix layout the flash kernels will use, issues one product per 16 columns of
+// K (A by descriptor, or as register fragments read with ldmatrix from the same tiles), and
+// stores the accumulators by their documented layout, so a wrong idea of any of them shows as
+// a wrong C on the GPU while the emulation (which implements those ideas) passes.
+//
+// Compiled for sm_90a only (engine/CMakeLists.txt: wgmma exists on no other target); the host
+// launches it only on a compute capability 9.0 device (cuda_wgmma_check.cpp).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_wgmma.cuh"
+
+namespace ctx::cuda {
+
+namespace {
+
+constexpr int kGroupThreads = 128;
+constexpr uint32_t kCoreBytes = 128;  // a core matrix: 8 rows x 16 bytes
+
+// Byte offset of element (r, k) in a K-major no-swizzle tile of K columns: core matrices
+// kCoreBytes apart along K (LBO), 16 K bytes apart along the rows (SBO).
+__device__ __forceinline__ uint32_t core_offset(int r, int k, int K) {
+    return uint32_t(r / 8) * uint32_t(16 * K) + uint32_t(k / 8) * kCoreBytes +
+           uint32_t(r % 8) * 16u + uint32_t(k % 8) * 2u;
+}
+
+// rows x K bf16 of src (row-major, ld K) into the core-matrix layout at dst, 16 bytes at a time.
+__device__ __forceinline__ void stage_tile(char* dst, const uint16_t* src, int rows, int K) {
+    const int chunks = rows * K / 8;
+    for (int c = int(threadIdx.x); c < chunks; c += kGroupThreads) {
+        const int r = c / (K / 8), k = (c % (K / 8)) * 8;
+        *reinterpret_cast<uint4*>(dst + core_offset(r, k, K)) =
+            *reinterpret_cast<const uint4*>(src + size_t(r) * K + k);
+    }
+}
+
+template <int kN, bool kRegA>
+__global__ void __launch_bounds__(kGroupThreads)
+    wgmma_gemm_kernel(float* C, const uint16_t* A, const uint16_t* B, int N, int K,
+                      bool accumulate) {
+    // As (64 x K) | Bs (kN x K), both K-major core-matrix tiles
+    extern __shared__ float sm[];
+    char* As = reinterpret_cast<char*>(sm);
+    char* Bs = As + 64 * K * 2;
+    const int m0 = int(blockIdx.y) * 64, n0 = int(blockIdx.x) * kN;
+    const int tid = int(threadIdx.x), w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    stage_tile(As, A + size_t(m0) * K, 64, K);
+    stage_tile(Bs, B + size_t(n0) * K, kN, K);
+    fence_proxy_async();  // the stores above, visible to the tensor core's reads
+    __syncthreads();
+
+    // d[4 i + 2 h + e] = C[m0 + 16 w + g + 8 h][n0 + 8 i + 2 t + e]
+    float d[kN / 2];
+    for (int i = 0; i < kN / 8; i++)
+        for (int h = 0; h < 2; h++)
+            for (int e = 0; e < 2; e++)
+                d[4 * i + 2 * h + e] =
+                    accumulate ? C[size_t(m0 + 16 * w + g + 8 * h) * N + n0 + 8 * i + 2 * t + e]
+                               : NAN;  // scale-d 0 must not read these
+    const uint32_t sbo = uint32_t(16 * K);
+    for (int ks = 0; ks < K / 16; ks++) {
+        // this k step's two core-matrix columns of each operand
+        const uint64_t db = wgmma_desc(Bs + 2 * ks * kCoreBytes, kCoreBytes, sbo);
+        const bool acc = accumulate || ks > 0;
+        if constexpr (kRegA) {
+            // the warp's 16 rows as an m16n8k16 A fragment: matrices (rows 0-7 | 8-15) x
+            // (k 0-7 | 8-15) in fragment order, each one core matrix
+            uint32_t a[4];
+            const int m = lane >> 3, r = 16 * w + (m & 1) * 8 + (lane & 7);
+            ldsm_x4(a, reinterpret_cast<const uint16_t*>(
+                           As + core_offset(r, 16 * ks + (m >> 1) * 8, K)));
+            wgmma_fence();  // a was written by ldmatrix
+            wgmma_rs<kN>(d, a, db, acc);
+        } else {
+            if (ks == 0) wgmma_fence();
+            wgmma_ss<kN>(d, wgmma_desc(As + 2 * ks * kCoreBytes, kCoreBytes, sbo), db, acc);
+        }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    wgmma_fence_operands(d);
+    for (int i = 0; i < kN / 8; i++)
+        for (int h = 0; h < 2; h++)
+            for (int e = 0; e < 2; e++)
+                C[size_t(m0 + 16 * w + g + 8 * h) * N + n0 + 8 * i + 2 * t + e] =
+                    d[4 * i + 2 * h + e];
+}
+
+template <int kN, bool kRegA>
+cudaError_t launch(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,
+                   bool accumulate, cudaStream_t s) {
+    const int shmem = (64 + kN) * K * 2;
+    auto* kernel = wgmma_gemm_kernel<kN, kRegA>;
+    const cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem);
+    if (e != cudaSuccess) return e;
+    kernel<<<dim3(N / kN, M / 64), kGroupThreads, shmem, s>>>(C, A, B, N, K, accumulate);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_wgmma_gemm(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,
+                              int n_tile, bool a_from_registers, bool accumulate, cudaStream_t s) {
+    if (n_tile == 128)
+        return a_from_registers ? launch<128, true>(C, A, B, M, N, K, accumulate, s)
+                                : launch<128, false>(C, A, B, M, N, K, accumulate, s);
+    return a_from_registers ? launch<64, true>(C, A, B, M, N, K, accumulate, s)
+                            : launch<64, false>(C, A, B, M, N, K, accumulate, s);
+}
+
+}  // namespace ctx::cuda

@@ -1,0 +1,103 @@
+// The sm_90 warpgroup tensor-core instruction (wgmma, backend/cuda/cuda_wgmma.cuh) through
+// cuda_wgmma_gemm: C = A B^T (+ C) against double loops, with A from shared-memory descriptors
+// and from register fragments, 64- and 128-column tiles, one to sixteen k steps, and the
+// scale-d flag (the kernel fills its accumulators with NaN when it must not read them). On a
+// GPU this checks the layouts the flash kernels are to be built on; under the emulation
+// (run_emulated_tests.py) it checks the kernel against the emulator's model of them.
+//
+// Skips without a GPU, and on GPUs other than compute capability 9.0 (no wgmma).
+// Labelled "gpu" in ctest (tests/gpu_tests.cmake).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "gpu_test_support.h"
+#include "op_reference.h"
+
+namespace {
+
+#define REQUIRE_WGMMA()                                                                  \
+    do {                                                                                 \
+        if (!have_gpu())                                                                 \
+            GTEST_SKIP() << "no CUDA device visible: the wgmma tests need an sm_90 GPU"; \
+        if (!ctx::cuda_has_wgmma(0))                                                     \
+            GTEST_SKIP() << "device 0 is not compute capability 9.0: no wgmma";          \
+    } while (0)
+
+FVec bf16_values(ref::Rng& rng, size_t n) {
+    FVec v = randn(rng, n);
+    for (float& x : v) x = round_bf16(x);
+    return v;
+}
+
+struct Case {
+    int M, N, K, n_tile;
+    bool regs, accumulate;
+};
+
+void check(const Case& c, uint64_t seed) {
+    SCOPED_TRACE(testing::Message()
+                 << "M " << c.M << " N " << c.N << " K " << c.K << " tile " << c.n_tile
+                 << (c.regs ? ", A in registers" : ", A by descriptor")
+                 << (c.accumulate ? ", accumulate" : ""));
+    ref::Rng rng(seed);
+    const FVec a = bf16_values(rng, size_t(c.M) * c.K), b = bf16_values(rng, size_t(c.N) * c.K);
+    const FVec c0 = randn(rng, size_t(c.M) * c.N);
+    Dev16 da(a), db(b);
+    Dev dc(c0);
+    ctx::WgmmaGemmOptions o;
+    o.n_tile = c.n_tile;
+    o.a_from_registers = c.regs;
+    o.accumulate = c.accumulate;
+    ctx::cuda_wgmma_gemm(dc.get(), reinterpret_cast<const uint16_t*>(da.get()),
+                         reinterpret_cast<const uint16_t*>(db.get()), c.M, c.N, c.K, o);
+    const FVec got = dc.host();
+    int bad = 0;
+    for (int m = 0; m < c.M; m++)
+        for (int n = 0; n < c.N; n++) {
+            double want = c.accumulate ? double(c0[size_t(m) * c.N + n]) : 0.0,
+                   mag = std::fabs(want);
+            for (int k = 0; k < c.K; k++) {
+                const double p = double(a[size_t(m) * c.K + k]) * double(b[size_t(n) * c.K + k]);
+                want += p;
+                mag += std::fabs(p);
+            }
+            // fp32 accumulation of exact bf16 products: a few ulps of the magnitude
+            const double g = got[size_t(m) * c.N + n];
+            if (!(std::fabs(g - want) <= 1e-5 * mag + 1e-6) && bad++ < 5)
+                ADD_FAILURE() << "C[" << m << "][" << n << "] = " << g << ", expected " << want;
+        }
+    EXPECT_EQ(bad, 0) << "wrong entries";
+}
+
+TEST(OpsGpuWgmma, ProductMatchesLoops) {
+    REQUIRE_WGMMA();
+    uint64_t seed = 1;
+    for (bool regs : {false, true})
+        for (const Case& c :
+             {Case{64, 64, 16, 64, regs, false}, Case{128, 192, 48, 64, regs, false},
+              Case{64, 128, 128, 128, regs, false}, Case{192, 256, 256, 128, regs, false},
+              Case{128, 128, 64, 64, regs, true}, Case{64, 256, 32, 128, regs, true}})
+            check(c, seed++);
+}
+
+TEST(OpsGpuWgmma, RefusesWhatItCannotRun) {
+    REQUIRE_WGMMA();
+    Dev16 a(64 * 32), b(128 * 32);
+    Dev c(64 * 128);
+    const auto* A = reinterpret_cast<const uint16_t*>(a.get());
+    const auto* B = reinterpret_cast<const uint16_t*>(b.get());
+    ctx::WgmmaGemmOptions o;
+    EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 32, 128, 32, o), ctx::Error);   // M
+    EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 64, 96, 32, o), ctx::Error);    // N
+    EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 64, 128, 24, o), ctx::Error);   // K
+    EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 64, 128, 512, o), ctx::Error);  // K
+    o.n_tile = 96;
+    EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 64, 192, 32, o), ctx::Error);
+}
+
+}  // namespace
