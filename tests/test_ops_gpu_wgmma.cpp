@@ -36,14 +36,14 @@ FVec bf16_values(ref::Rng& rng, size_t n) {
 
 struct Case {
     int M, N, K, n_tile;
-    bool regs, accumulate;
+    bool regs, accumulate, n_major = false;
 };
 
 void check(const Case& c, uint64_t seed) {
     SCOPED_TRACE(testing::Message()
                  << "M " << c.M << " N " << c.N << " K " << c.K << " tile " << c.n_tile
                  << (c.regs ? ", A in registers" : ", A by descriptor")
-                 << (c.accumulate ? ", accumulate" : ""));
+                 << (c.accumulate ? ", accumulate" : "") << (c.n_major ? ", B N-major" : ""));
     ref::Rng rng(seed);
     const FVec a = bf16_values(rng, size_t(c.M) * c.K), b = bf16_values(rng, size_t(c.N) * c.K);
     const FVec c0 = randn(rng, size_t(c.M) * c.N);
@@ -53,6 +53,7 @@ void check(const Case& c, uint64_t seed) {
     o.n_tile = c.n_tile;
     o.a_from_registers = c.regs;
     o.accumulate = c.accumulate;
+    o.b_n_major = c.n_major;
     ctx::cuda_wgmma_gemm(dc.get(), reinterpret_cast<const uint16_t*>(da.get()),
                          reinterpret_cast<const uint16_t*>(db.get()), c.M, c.N, c.K, o);
     const FVec got = dc.host();
@@ -62,7 +63,8 @@ void check(const Case& c, uint64_t seed) {
             double want = c.accumulate ? double(c0[size_t(m) * c.N + n]) : 0.0,
                    mag = std::fabs(want);
             for (int k = 0; k < c.K; k++) {
-                const double p = double(a[size_t(m) * c.K + k]) * double(b[size_t(n) * c.K + k]);
+                const double bk = c.n_major ? b[size_t(k) * c.N + n] : b[size_t(n) * c.K + k];
+                const double p = double(a[size_t(m) * c.K + k]) * bk;
                 want += p;
                 mag += std::fabs(p);
             }
@@ -82,6 +84,18 @@ TEST(OpsGpuWgmma, ProductMatchesLoops) {
              {Case{64, 64, 16, 64, regs, false}, Case{128, 192, 48, 64, regs, false},
               Case{64, 128, 128, 128, regs, false}, Case{192, 256, 256, 128, regs, false},
               Case{128, 128, 64, 64, regs, true}, Case{64, 256, 32, 128, regs, true}})
+            check(c, seed++);
+}
+
+// B read N-major (imm-trans-b), as O = P V reads V's rows: which descriptor stride steps which
+// dimension there is the least certain reading of the PTX ISA, so it has a test of its own.
+TEST(OpsGpuWgmma, NMajorBMatchesLoops) {
+    REQUIRE_WGMMA();
+    uint64_t seed = 100;
+    for (bool regs : {false, true})
+        for (const Case& c :
+             {Case{64, 64, 16, 64, regs, false, true}, Case{128, 128, 64, 64, regs, false, true},
+              Case{64, 256, 128, 128, regs, true, true}})
             check(c, seed++);
 }
 

@@ -260,10 +260,11 @@ cudaError_t launch_attention_block_backward(float* dq, float* dkv, double* parti
 
 // ---------------------------------------------------------------- wgmma (sm_90a only)
 
-// C (M x N) (+)= A (M x K) B^T (B: N x K), bf16 in, fp32 out, through wgmma
-// (cuda_wgmma_sm90a.cu): the layout check behind backend.h cuda_wgmma_gemm. M % 64, N % n_tile
-// (64 or 128) and K % 16 are the caller's to check; a compute capability 9.0 device only.
+// C (M x N) (+)= A (M x K) B^T (B: N x K; with b_n_major A B, B: K x N), bf16 in, fp32 out,
+// through wgmma (cuda_wgmma_sm90a.cu): the layout check behind backend.h cuda_wgmma_gemm.
+// M % 64, N % n_tile (64 or 128) and K % 16 are the caller's to check; compute capability 9.0.
 cudaError_t launch_wgmma_gemm(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,
-                              int n_tile, bool a_from_registers, bool accumulate, cudaStream_t s);
+                              int n_tile, bool a_from_registers, bool b_n_major, bool accumulate,
+                              cudaStream_t s);
 
 }  // namespace ctx::cuda

@@ -35,7 +35,7 @@ void cuda_wgmma_gemm(float* C, const uint16_t* A, const uint16_t* B, int M, int 
         CTX_CHECK(reinterpret_cast<uintptr_t>(p) % 16 == 0,
                   "wgmma check: operands must be 16-byte aligned");
     cudaError_t e = cuda::launch_wgmma_gemm(C, A, B, M, N, K, o.n_tile, o.a_from_registers,
-                                            o.accumulate, nullptr);
+                                            o.b_n_major, o.accumulate, nullptr);
     if (e == cudaSuccess) e = cudaDeviceSynchronize();
     CTX_CHECK(e == cudaSuccess, "wgmma check product failed: {}", cudaGetErrorString(e));
 }

@@ -1,4 +1,5 @@
-// The wgmma check product (backend.h cuda_wgmma_gemm): C = A B^T through the warpgroup
+// The wgmma check product (backend.h cuda_wgmma_gemm): C = A B^T (or A B, B read N-major)
+// through the warpgroup
 // instruction of cuda_wgmma.cuh, one warpgroup per 64 x kN tile of C, the whole K in shared
 // memory. Its purpose is the layouts, not speed: it stages the operands in the K-major
 // no-swizzle core-matrix layout the flash kernels will use, issues one product per 16 columns of
@@ -30,6 +31,24 @@ __device__ __forceinline__ uint32_t core_offset(int r, int k, int K) {
            uint32_t(r % 8) * 16u + uint32_t(k % 8) * 2u;
 }
 
+// Byte offset of element (n, k) of an N-major no-swizzle tile of K rows: the core matrices of
+// core_offset (LBO along K, SBO along N), each now 8 K rows of 16 bytes along N.
+__device__ __forceinline__ uint32_t core_offset_n_major(int n, int k, int K) {
+    return uint32_t(n / 8) * uint32_t(16 * K) + uint32_t(k / 8) * kCoreBytes +
+           uint32_t(k % 8) * 16u + uint32_t(n % 8) * 2u;
+}
+
+// Columns [n0, n0 + cols) of the K rows of src (row-major, ld N) into that layout.
+__device__ __forceinline__ void stage_tile_n_major(char* dst, const uint16_t* src, int N, int n0,
+                                                   int cols, int K) {
+    const int chunks = K * cols / 8;
+    for (int c = int(threadIdx.x); c < chunks; c += kGroupThreads) {
+        const int k = c / (cols / 8), n = (c % (cols / 8)) * 8;
+        *reinterpret_cast<uint4*>(dst + core_offset_n_major(n, k, K)) =
+            *reinterpret_cast<const uint4*>(src + size_t(k) * N + n0 + n);
+    }
+}
+
 // rows x K bf16 of src (row-major, ld K) into the core-matrix layout at dst, 16 bytes at a time.
 __device__ __forceinline__ void stage_tile(char* dst, const uint16_t* src, int rows, int K) {
     const int chunks = rows * K / 8;
@@ -40,7 +59,7 @@ __device__ __forceinline__ void stage_tile(char* dst, const uint16_t* src, int r
     }
 }
 
-template <int kN, bool kRegA>
+template <int kN, bool kRegA, bool kTransB>
 __global__ void __launch_bounds__(kGroupThreads)
     wgmma_gemm_kernel(float* C, const uint16_t* A, const uint16_t* B, int N, int K,
                       bool accumulate) {
@@ -51,7 +70,10 @@ __global__ void __launch_bounds__(kGroupThreads)
     const int m0 = int(blockIdx.y) * 64, n0 = int(blockIdx.x) * kN;
     const int tid = int(threadIdx.x), w = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     stage_tile(As, A + size_t(m0) * K, 64, K);
-    stage_tile(Bs, B + size_t(n0) * K, kN, K);
+    if constexpr (kTransB)
+        stage_tile_n_major(Bs, B, N, n0, kN, K);
+    else
+        stage_tile(Bs, B + size_t(n0) * K, kN, K);
     fence_proxy_async();  // the stores above, visible to the tensor core's reads
     __syncthreads();
 
@@ -76,10 +98,11 @@ __global__ void __launch_bounds__(kGroupThreads)
             ldsm_x4(a, reinterpret_cast<const uint16_t*>(
                            As + core_offset(r, 16 * ks + (m >> 1) * 8, K)));
             wgmma_fence();  // a was written by ldmatrix
-            wgmma_rs<kN>(d, a, db, acc);
+            wgmma_rs<kN, kTransB>(d, a, db, acc);
         } else {
             if (ks == 0) wgmma_fence();
-            wgmma_ss<kN>(d, wgmma_desc(As + 2 * ks * kCoreBytes, kCoreBytes, sbo), db, acc);
+            wgmma_ss<kN, kTransB>(d, wgmma_desc(As + 2 * ks * kCoreBytes, kCoreBytes, sbo), db,
+                                  acc);
         }
     }
     wgmma_commit();
@@ -92,11 +115,11 @@ __global__ void __launch_bounds__(kGroupThreads)
                     d[4 * i + 2 * h + e];
 }
 
-template <int kN, bool kRegA>
+template <int kN, bool kRegA, bool kTransB>
 cudaError_t launch(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,
                    bool accumulate, cudaStream_t s) {
     const int shmem = (64 + kN) * K * 2;
-    auto* kernel = wgmma_gemm_kernel<kN, kRegA>;
+    auto* kernel = wgmma_gemm_kernel<kN, kRegA, kTransB>;
     const cudaError_t e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem);
     if (e != cudaSuccess) return e;
@@ -104,15 +127,24 @@ cudaError_t launch(float* C, const uint16_t* A, const uint16_t* B, int M, int N,
     return cudaGetLastError();
 }
 
+template <int kN>
+cudaError_t launch_tile(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,
+                        bool a_from_registers, bool b_n_major, bool accumulate, cudaStream_t s) {
+    if (b_n_major)
+        return a_from_registers ? launch<kN, true, true>(C, A, B, M, N, K, accumulate, s)
+                                : launch<kN, false, true>(C, A, B, M, N, K, accumulate, s);
+    return a_from_registers ? launch<kN, true, false>(C, A, B, M, N, K, accumulate, s)
+                            : launch<kN, false, false>(C, A, B, M, N, K, accumulate, s);
+}
+
 }  // namespace
 
 cudaError_t launch_wgmma_gemm(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,
-                              int n_tile, bool a_from_registers, bool accumulate, cudaStream_t s) {
-    if (n_tile == 128)
-        return a_from_registers ? launch<128, true>(C, A, B, M, N, K, accumulate, s)
-                                : launch<128, false>(C, A, B, M, N, K, accumulate, s);
-    return a_from_registers ? launch<64, true>(C, A, B, M, N, K, accumulate, s)
-                            : launch<64, false>(C, A, B, M, N, K, accumulate, s);
+                              int n_tile, bool a_from_registers, bool b_n_major, bool accumulate,
+                              cudaStream_t s) {
+    return n_tile == 128
+               ? launch_tile<128>(C, A, B, M, N, K, a_from_registers, b_n_major, accumulate, s)
+               : launch_tile<64>(C, A, B, M, N, K, a_from_registers, b_n_major, accumulate, s);
 }
 
 }  // namespace ctx::cuda

@@ -33,7 +33,7 @@ struct PendingCopy { void* dst; unsigned char bytes[16]; int n; };
 struct PendingWgmma {
     float* d;
     int n;
-    bool a_regs, accumulate;
+    bool a_regs, accumulate, trans_b;
     float a[32];  // rows g and g + 8 of A (a_regs)
     uint64_t desc_a, desc_b;
 };
@@ -188,9 +188,10 @@ float smem_bf16(size_t at) {
     std::memcpy(&f, &u, 4);
     return f;
 }
-// Element (row, k) of a K-major no-swizzle operand: 8 x 8 core matrices of 16-byte rows, core
-// matrix (row / 8, k / 8) at start + (row / 8) SBO + (k / 8) LBO.
-float desc_element(uint64_t desc, int row, int k) {
+// Element (row, k) of a no-swizzle operand (row along M / N): 8 x 8 core matrices, core matrix
+// (row / 8, k / 8) at start + (row / 8) SBO + (k / 8) LBO; within it 16-byte rows along K
+// (K-major), or along M / N (n_major: the PTX ISA's MN-major "interleave" layout).
+float desc_element(uint64_t desc, int row, int k, bool n_major = false) {
     if ((desc >> 62) != 0 || ((desc >> 49) & 7u) != 0) {
         fprintf(stderr,
                 "emu: wgmma descriptor 0x%016llx: only the no-swizzle layout with base "
@@ -200,8 +201,9 @@ float desc_element(uint64_t desc, int row, int k) {
     }
     const size_t start = size_t(desc & 0x3FFFu) << 4, lbo = size_t((desc >> 16) & 0x3FFFu) << 4,
                  sbo = size_t((desc >> 32) & 0x3FFFu) << 4;
-    return smem_bf16(start + size_t(row / 8) * sbo + size_t(k / 8) * lbo + size_t(row % 8) * 16 +
-                     size_t(k % 8) * 2);
+    const size_t within = n_major ? size_t(k % 8) * 16 + size_t(row % 8) * 2
+                                  : size_t(row % 8) * 16 + size_t(k % 8) * 2;
+    return smem_bf16(start + size_t(row / 8) * sbo + size_t(k / 8) * lbo + within);
 }
 void run_wgmma(const PendingWgmma& op, int linear) {
     const int w = (linear / 32) % 4, lane = linear % 32, g = lane / 4, t = lane % 4;
@@ -213,7 +215,7 @@ void run_wgmma(const PendingWgmma& op, int linear) {
                 float acc = op.accumulate ? out : 0.0f;
                 for (int k = 0; k < 16; k++) {
                     const float x = op.a_regs ? op.a[16 * h + k] : desc_element(op.desc_a, row, k);
-                    acc = std::fma(x, desc_element(op.desc_b, col, k), acc);
+                    acc = std::fma(x, desc_element(op.desc_b, col, k, op.trans_b), acc);
                 }
                 out = acc;
             }
@@ -221,13 +223,13 @@ void run_wgmma(const PendingWgmma& op, int linear) {
 }  // namespace
 
 void wgmma_issue(float* d, int n, const float* a_rows, uint64_t desc_a, uint64_t desc_b,
-                 bool accumulate) {
+                 bool accumulate, bool trans_b) {
     if (n % 8 != 0 || n < 8 || n > 256) {
         fprintf(stderr, "emu: wgmma with n = %d\n", n);
         abort();
     }
     warpgroup_barrier();
-    PendingWgmma op{d, n, a_rows != nullptr, accumulate, {}, desc_a, desc_b};
+    PendingWgmma op{d, n, a_rows != nullptr, accumulate, trans_b, {}, desc_a, desc_b};
     if (a_rows != nullptr) std::memcpy(op.a, a_rows, sizeof op.a);
     g_cur->wg_open.push_back(op);
 }
