@@ -70,6 +70,13 @@ inline ctx::Backend& gpu_bf16_one_mtile() {
     return *be;
 }
 
+// The same with the tensor-core forward on wgmma where it applies (CTX_FLASH_FORWARD=wgmma: an
+// sm_90 GPU, head dims 64 and 128, the inline bias families; the mma.sync forward elsewhere).
+inline ctx::Backend& gpu_bf16_wgmma_forward() {
+    static std::unique_ptr<ctx::Backend> be = make_bf16_backend_with("CTX_FLASH_FORWARD", "wgmma");
+    return *be;
+}
+
 // A device buffer of a CUDA backend (gpu() unless named), filled from / read back to host
 // vectors through that backend, so copies are ordered with the ops it runs.
 class Dev {

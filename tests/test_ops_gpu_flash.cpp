@@ -320,6 +320,26 @@ TEST_P(OpsGpuFlash, Bf16TensorCoresMatchCpuOnRoundedOperands) {
     }
 }
 
+// The forward on wgmma (CTX_FLASH_FORWARD=wgmma; cuda_flash_wg_sm90a.cu) in a whole forward and
+// backward: every case against the CPU on the rounded operands, as the mma.sync forward is in
+// Bf16TensorCoresMatchCpuOnRoundedOperands (the backward reads its lse and output), and its
+// output within the bf16 band of that forward's (the products' sums run in another order).
+// Cases it does not serve (head dims 32 and 80, T5, tables; a GPU other than sm_90) take the
+// mma.sync forward and pass the same checks.
+TEST_P(OpsGpuFlash, Bf16WgmmaForwardMatchesCpu) {
+    REQUIRE_GPU();
+    const FlashCase& fc = GetParam();
+    const Bf16Case k = bf16_case(fc, 3000 + fc.T * 7 + fc.C + int(fc.kind));
+    const GpuRun wg = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout, k.dqkv0,
+                              fc.learn, gpu_bf16_wgmma_forward());
+    EXPECT_CLOSE(wg.out, k.out, kBf16Tol);
+    EXPECT_CLOSE(wg.saved, reference_lse(fc, k.qkv, k.positions, k.bd), kFwdTol);
+    expect_bf16_grads_match_cpu(wg, k, fc.learn);
+    const GpuRun mma = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout, k.dqkv0,
+                               fc.learn, gpu_bf16());
+    EXPECT_CLOSE(wg.out, mma.out, kBf16Tol);
+}
+
 // The one-kernel backward (CTX_FLASH_BACKWARD=atomic: dq added by fp32 atomics, the bias
 // gradients per key block) against the two kernels of the same bf16 backend: the forward is
 // the same kernel (same bits); dk and dv come from the same products of the same rounded
@@ -565,6 +585,14 @@ TEST(OpsGpuFlashChecks, BackwardKernelsSwitch) {
     expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
                  {"CTX_FLASH_FORWARD_MTILES", "'3'", "2", "1"});
     unsetenv("CTX_FLASH_FORWARD_MTILES");
+    // and the forward's instruction (CTX_FLASH_FORWARD: mma or wgmma)
+    EXPECT_NE(gpu_bf16_wgmma_forward().name().find("wgmma forward"), std::string::npos)
+        << gpu_bf16_wgmma_forward().name();
+    EXPECT_EQ(gpu_bf16().name().find("wgmma"), std::string::npos) << gpu_bf16().name();
+    setenv("CTX_FLASH_FORWARD", "tma", 1);
+    expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
+                 {"CTX_FLASH_FORWARD", "'tma'", "mma", "wgmma"});
+    unsetenv("CTX_FLASH_FORWARD");
     EXPECT_EQ(fp32_name.find("atomic dq"), std::string::npos) << fp32_name;
     EXPECT_EQ(split_name, gpu_bf16().name());
 }

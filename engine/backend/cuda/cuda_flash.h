@@ -71,7 +71,10 @@ size_t flash_tc_backward_packed_elems(int B, int T, int C, int H, int bias_kind 
 // the forward, and the backward's largest kernel (the dq kernel with its T5 staging when t5).
 // mtiles: the forward's m-tiles per warp (CTX_FLASH_FORWARD_MTILES, cuda_backend.cpp): 2 (the
 // default: 32 queries a warp, where the GPU's shared memory fits it) or 1 (16, the layout
-// before 2026-11-28), for A/B timings.
+// before 2026-11-28), for A/B timings. wgmma (CTX_FLASH_FORWARD=wgmma): the forward on sm_90's
+// warpgroup instruction where it applies (a compute capability 9.0 GPU, head dims 33-64 and
+// 81-128, bias none / ALiBi / KERPLE-log), the mma.sync kernel elsewhere; its shared memory is
+// below the mma.sync kernel's.
 size_t flash_tc_forward_smem_bytes(int D, int mtiles = 2);
 size_t flash_tc_backward_smem_bytes(int D, bool t5);
 // out (fp32) or out16 (bf16, rounded as written): one of them, the other null.
@@ -80,7 +83,8 @@ size_t flash_tc_backward_smem_bytes(int D, bool t5);
 cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uint16_t* qkv16,
                                     const float* qkv, const float* positions, int B, int T, int C,
                                     int H, KeyMask mask, const BiasArgs& bias,
-                                    const RotationTable& rot, cudaStream_t s, int mtiles = 2);
+                                    const RotationTable& rot, cudaStream_t s, int mtiles = 2,
+                                    bool wgmma = false);
 // How the tensor-core backward is split into kernels (CTX_FLASH_BACKWARD, cuda_backend.cpp):
 //   Split     a dq kernel per query tile and a dk / dv kernel per key tile (7 products per
 //             tile pair); every entry owned by one thread: bit-for-bit repeatable. The default.
@@ -115,6 +119,8 @@ public:
     FlashBackward backward_kernels() const { return backward_kernels_; }
     // The tensor-core forward's m-tiles per warp (flash_tc_forward_smem_bytes): 2 or 1.
     void set_forward_mtiles(int m) { forward_mtiles_ = m; }
+    // The tensor-core forward on wgmma where it applies (launch_flash_tc_forward).
+    void set_forward_wgmma(bool on) { forward_wgmma_ = on; }
 
     // True when the kernels handle this shape (C divisible by H, head dim C / H <=
     // kFlashMaxHeadDim).
@@ -169,6 +175,7 @@ private:
     size_t smem_limit_ = 0;  // the device's opt-in shared memory per block, once read
     FlashBackward backward_kernels_ = FlashBackward::Split;
     int forward_mtiles_ = 2;
+    bool forward_wgmma_ = false;
     bool rotary_fusion_ = true;
 };
 

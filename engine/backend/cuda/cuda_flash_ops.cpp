@@ -98,10 +98,11 @@ void FlashAttention::forward(cudaStream_t stream, float* out, uint16_t* out16, f
     float* lse = saved;  // (B, H, T)
     if (packed_ != nullptr) {
         check_tc_smem(flash_tc_forward_smem_bytes(C / H, forward_mtiles_), C / H, op);
-        check_cuda(launch_flash_tc_forward(
-                       out, out16, lse, kept_qkv(saved, B, T, H), qkv, positions, B, T, C, H,
-                       KeyMask{opt.window, opt.doc_start}, ba, rot, stream, forward_mtiles_),
-                   op);
+        check_cuda(
+            launch_flash_tc_forward(out, out16, lse, kept_qkv(saved, B, T, H), qkv, positions, B, T,
+                                    C, H, KeyMask{opt.window, opt.doc_start}, ba, rot, stream,
+                                    forward_mtiles_, forward_wgmma_),
+            op);
         return;
     }
     check_cuda(launch_flash_forward(out, lse, qkv, positions, B, T, C, H,

@@ -447,6 +447,19 @@ int fwd_m(int kD, int requested) {
     }();
     return requested == 1 || (optin > 0 && fwd_smem(kD, 2) > optin) ? 1 : 2;
 }
+// This process's GPU runs sm_90a code (wgmma): compute capability 9.0.
+bool wgmma_device() {
+    static const bool yes = [] {
+        int device = 0;
+        cudaDeviceProp prop{};
+        const bool ok = cudaGetDevice(&device) == cudaSuccess &&
+                        cudaGetDeviceProperties(&prop, device) == cudaSuccess;
+        cudaGetLastError();
+        return ok && prop.major == 9 && prop.minor == 0;
+    }();
+    return yes;
+}
+
 template <int kD, bool kGeneral, int M>
 cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
     auto* kernel = &flash_tc_fwd_kernel<kD, kGeneral, M>;
@@ -497,7 +510,8 @@ size_t flash_tc_forward_smem_bytes(int D, int mtiles) {
 cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uint16_t* qkv16,
                                     const float* qkv, const float* positions, int B, int T, int C,
                                     int H, KeyMask mask, const BiasArgs& bias,
-                                    const RotationTable& rot, cudaStream_t s, int mtiles) {
+                                    const RotationTable& rot, cudaStream_t s, int mtiles,
+                                    bool wgmma) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
@@ -510,6 +524,9 @@ cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uin
     a.q = q;
     a.k = k;
     a.v = v;
+    const int kD = tc_head_dim(a.D);
+    if (wgmma && (kD == 64 || kD == 128) && bias_family(a.bs.kind) != kOtherBias && wgmma_device())
+        return launch_flash_wg_forward(out, lse, a, B, kD, s);
     if (a.D <= 32) return forward_t<32>(out, lse, a, B, s, mtiles);
     if (a.D <= 64) return forward_t<64>(out, lse, a, B, s, mtiles);
     if (a.D <= 80) return forward_t<80>(out, lse, a, B, s, mtiles);

@@ -383,6 +383,10 @@ int padded_T(int T);     // T rounded up to whole forward query blocks (whole ke
 cudaError_t pack(uint16_t* rows, const float* src, int ld, int col0, int B, int T, int H, int D,
                  cudaStream_t s, int parts = 1, const RotationTable& rot = RotationTable{});
 TcArgs make_args(const float* positions, int T, int C, int H, KeyMask mask, const BiasArgs& bias);
+// The forward on wgmma (cuda_flash_wg_sm90a.cu; compute capability 9.0 only) for packed operands
+// of head dim kD 64 or 128 and the inline bias families (bias_family(kind) != kOtherBias).
+cudaError_t launch_flash_wg_forward(float* out, float* lse, const TcArgs& a, int B, int kD,
+                                    cudaStream_t s);
 // KERPLE-log's backward only: decides on the device whether this call's B x T positions allow
 // the tables and fills them from the bias's b, in `space` (kerple_space_elems bf16 elements past
 // the packed operands, 16-byte aligned); sets a.ktab, a.kinfo, a.kcap. No host synchronisation.

@@ -1,0 +1,251 @@
+// The tensor-core flash forward on sm_90's warpgroup instruction (wgmma, cuda_wgmma.cuh):
+// CTX_FLASH_FORWARD=wgmma, an A/B against the mma.sync forward of cuda_flash_tc.cu until a GPU
+// has timed both (docs/CUDA.md "wgmma").
+//
+// The algorithm and the numbers are those of flash_tc_fwd_kernel with one m-tile per warp (the
+// same per-logit bias, masks, base-2 online softmax, P rounded to bf16, fp32 accumulation); what
+// changes is who computes the two products. A block is one warpgroup (the same 4 warps, 64
+// queries), and per key tile of 64:
+//   S (64 x 64)  = Q K^T   one wgmma per 16 columns of the head dim, Q and K read by the
+//                          tensor core from shared memory (K-major core matrices), no ldmatrix
+//   O (64 x kD) += P V     one wgmma per 16 keys, P from registers (the A fragments the mma.sync
+//                          kernel packs), V read N-major from shared memory (its rows as stored)
+// Each warp's accumulators are exactly the mma.sync kernel's C fragments (s[n][e] = d[4 n + e]),
+// so the logit loop, softmax and epilogue below are that kernel's. A product is collective over
+// the warpgroup: a key tile is skipped only when it is masked for the whole block; a warp whose
+// own rows it masks takes the tile through the masked loop (its P is 0).
+//
+// Head dims 64 and 128, the inline bias families (none, ALiBi, KERPLE-log); the launcher sends
+// the rest to the mma.sync kernel. Compiled for sm_90a only (engine/CMakeLists.txt).
+#include "backend/cuda/cuda_flash_tc.cuh"
+#include "backend/cuda/cuda_wgmma.cuh"
+
+namespace ctx::cuda::tc {
+
+namespace {
+
+constexpr uint32_t kCore = 128;  // bytes of a core matrix (8 rows x 16 bytes)
+
+// R rows of kD bf16 (global row stride kD) into the K-major core-matrix layout: core matrices
+// kCore apart along the head dim (LBO), 16 kD bytes apart along the rows (SBO).
+template <int R, int kD>
+__device__ __forceinline__ void stage_k_major(char* dst, const uint16_t* src) {
+    constexpr int V = kD / 8, N = R * V, IT = (N + kThreads - 1) / kThreads;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = int(threadIdx.x) + it * kThreads;
+        if (N % kThreads == 0 || idx < N) {
+            const int r = idx / V, v = idx % V;
+            cp_async16(dst + (r / 8) * 16 * kD + v * kCore + (r % 8) * 16,
+                       src + size_t(r) * kD + v * 8);
+        }
+    }
+}
+
+// kBc keys of V (kD bf16 each) into the N-major core-matrix layout of O = P V's B operand (K:
+// keys, N: head dim): core matrices kCore apart along the keys (LBO), 16 kBc bytes apart along
+// the head dim (SBO); each is 8 keys of 16 bytes (8 head-dim entries), as V's rows hold them.
+template <int kD>
+__device__ __forceinline__ void stage_n_major(char* dst, const uint16_t* src) {
+    constexpr int V = kD / 8, N = kBc * V, IT = (N + kThreads - 1) / kThreads;
+#pragma unroll
+    for (int it = 0; it < IT; it++) {
+        const int idx = int(threadIdx.x) + it * kThreads;
+        if (N % kThreads == 0 || idx < N) {
+            const int r = idx / V, v = idx % V;
+            cp_async16(dst + v * 16 * kBc + (r / 8) * kCore + (r % 8) * 16,
+                       src + size_t(r) * kD + v * 8);
+        }
+    }
+}
+
+template <int kD>
+constexpr size_t wg_fwd_smem() {
+    return size_t(kBr) * kD * 2 + 2 * (2 * size_t(kBc) * kD * 2 + kBc * 4);
+}
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads) flash_wg_fwd_kernel(float* out, float* lse, TcArgs a) {
+    // Qs (kBr x kD, K-major) | two stages of [Ks (kBc x kD, K-major) | Vs (kBc x kD, N-major) |
+    // posK (kBc floats)]
+    extern __shared__ float sm[];
+    constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16;
+    constexpr size_t kTile = size_t(kBc) * kD * 2, kStage = 2 * kTile + kBc * 4;
+    char* Qs = reinterpret_cast<char*>(sm);
+    auto Ks = [&](int st) { return Qs + kBr * kD * 2 + st * kStage; };
+    auto Vs = [&](int st) { return Ks(st) + kTile; };
+    auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kTile); };
+    const int T = a.T, C = a.C, D = a.D, kind = a.bs.kind, family = bias_family(kind);
+    const int q0 = tile_index() * kBr, h = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
+    const size_t bh = size_t(b) * a.H + h, rows = bh * a.Tp * kD;
+    const float* pos = a.pos + size_t(b) * T;
+    const bool positions = needs_positions(kind);
+    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kBr - 1);
+    const int n_tiles = (j_last - k_first) / kBc + 1;
+    stage_k_major<kBr, kD>(Qs, a.q + rows + size_t(q0) * kD);
+    auto load = [&](int it) {
+        const int st = it & 1, k0 = k_first + it * kBc;
+        stage_k_major<kBc, kD>(Ks(st), a.k + rows + size_t(k0) * kD);
+        stage_n_major<kD>(Vs(st), a.v + rows + size_t(k0) * kD);
+        if (positions) stage_floats_async(posK(st), pos, k0, kBc, T);
+        cp_async_commit();
+    };
+    load(0);  // Q travels in the first group
+
+    // rows r = 0, 1 of this thread: queries ig and ig + 8 of the warp's 16
+    const int w0 = q0 + warp * 16, w1 = w0 + 15, ig = w0 + (lane >> 2);
+    int lo[2];
+    float pi[2], m_run[2], l[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = ig + 8 * r;
+        const bool real = i < T;
+        lo[r] = real ? row_lo(a, b, i) : INT_MAX;
+        pi[r] = real && positions ? pos[i] : 0.0f;
+        m_run[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    const float pa = param_a(a.bs, h), pb = param_b(a.bs, h), scale2 = a.scale * kLog2e;
+    float o[DN * 4];  // the warp's O rows as wgmma accumulators: o[4 dn + e] = C fragment [dn][e]
+#pragma unroll
+    for (int i = 0; i < DN * 4; i++) o[i] = 0.0f;
+
+    for (int it = 0; it < n_tiles; it++) {
+        const int k0 = k_first + it * kBc, st = it & 1;
+        if (it + 1 < n_tiles) {
+            load(it + 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        fence_proxy_async();  // the tile's copies, visible to the tensor core's reads
+        __syncthreads();
+        // a product is the whole warpgroup's: skipped only for a tile the block never sees
+        if (cover(a, b, q0, q0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {
+            float s[NT * 4];
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+                wgmma_ss<kBc>(s, wgmma_desc(Qs + ks * 2 * kCore, kCore, 16 * kD),
+                              wgmma_desc(Ks(st) + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(s);
+
+            const float* pk = posK(st);
+            const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
+            float mx[2] = {-INFINITY, -INFINITY};
+            with_family<false, false>(family, cv != kFull, [&](auto fam, auto masked) {
+                constexpr int F = decltype(fam)::value;
+                constexpr bool kMasked = decltype(masked)::value;
+                const KerpleRows kr{};  // KERPLE-log by its MUFU path, as the mma.sync forward
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int r = e >> 1, i = ig + 8 * r, c = n * 8 + 2 * t + (e & 1);
+                        const int j = k0 + c;
+                        const bool outside = kMasked && (j < lo[r] || j > i);
+                        const float x =
+                            outside ? -INFINITY
+                                    : fmaf(s[4 * n + e], scale2,
+                                           bias2_of<F>(a.bs, h, pa, pb, pi[r],
+                                                       positions ? pk[c] : 0.0f, nullptr, j, kr));
+                        s[4 * n + e] = x;
+                        mx[r] = fmaxf(mx[r], x);
+                    }
+            });
+            float corr[2], ms[2], sum[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 2));
+                const float mn = fmaxf(m_run[r], mx[r]);
+                ms[r] = mn == -INFINITY ? 0.0f : mn;  // a row with nothing visible yet
+                corr[r] = exp2_ftz(m_run[r] - ms[r]);
+                m_run[r] = mn;
+                sum[r] = 0.0f;
+            }
+            // P in bf16 A fragments: 8-column tiles 2 kc and 2 kc + 1 make k step kc
+            uint32_t pf[NT / 2][4];
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                float p[4];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    p[e] = exp2_ftz(s[4 * n + e] - ms[e >> 1]);
+                    sum[e >> 1] += p[e];
+                }
+                pf[n / 2][2 * (n & 1)] = pack_bf16(p[0], p[1]);
+                pf[n / 2][2 * (n & 1) + 1] = pack_bf16(p[2], p[3]);
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                sum[r] += __shfl_xor_sync(kFullMask, sum[r], 1);
+                sum[r] += __shfl_xor_sync(kFullMask, sum[r], 2);
+                l[r] = l[r] * corr[r] + sum[r];
+            }
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                o[4 * dn] *= corr[0];
+                o[4 * dn + 1] *= corr[0];
+                o[4 * dn + 2] *= corr[1];
+                o[4 * dn + 3] *= corr[1];
+            }
+            wgmma_fence();  // o and pf were written by this thread since the last product
+#pragma unroll
+            for (int kc = 0; kc < kBc / 16; kc++)
+                wgmma_rs<kD, true>(o, pf[kc], wgmma_desc(Vs(st) + kc * 2 * kCore, kCore, 16 * kBc),
+                                   true);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(o);
+        }
+        __syncthreads();  // stage st is refilled by the next iteration's load
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = ig + 8 * r;
+        if (i >= T) continue;  // every real row has its diagonal: l > 0
+        const float inv = 1.0f / l[r];
+        const size_t row = (size_t(b) * T + i) * C + size_t(h) * D;
+        if (a.out16 != nullptr) {  // rounded as it is written (bf16 activation storage)
+            uint16_t* dst = a.out16 + row;
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                const int d = dn * 8 + 2 * t;
+                if (d < D) dst[d] = uint16_t(bf16_bits(o[4 * dn + 2 * r] * inv));
+                if (d + 1 < D) dst[d + 1] = uint16_t(bf16_bits(o[4 * dn + 2 * r + 1] * inv));
+            }
+        } else {
+            float* dst = out + row;
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                const int d = dn * 8 + 2 * t;
+                if (d < D) dst[d] = o[4 * dn + 2 * r] * inv;
+                if (d + 1 < D) dst[d + 1] = o[4 * dn + 2 * r + 1] * inv;
+            }
+        }
+        if (t == 0) lse[(size_t(b) * a.H + h) * T + i] = (m_run[r] + log2f(l[r])) * kLn2;
+    }
+}
+
+template <int kD>
+cudaError_t wg_forward(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
+    auto* kernel = &flash_wg_fwd_kernel<kD>;
+    static const cudaError_t ready = allow_dynamic_shared(kernel, wg_fwd_smem<kD>());
+    if (ready != cudaSuccess) return ready;
+    const dim3 grid((a.T + kBr - 1) / kBr, a.H, B);
+    kernel<<<grid, kThreads, wg_fwd_smem<kD>(), s>>>(out, lse, a);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_flash_wg_forward(float* out, float* lse, const TcArgs& a, int B, int kD,
+                                    cudaStream_t s) {
+    return kD == 64 ? wg_forward<64>(out, lse, a, B, s) : wg_forward<128>(out, lse, a, B, s);
+}
+
+}  // namespace ctx::cuda::tc
