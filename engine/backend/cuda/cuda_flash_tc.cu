@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
     constexpr int kStage = 2 * kBc * LS + 2 * kBc;  // bf16 elements
     constexpr bool kQRegs = kQInRegisters<kD, M>;
     uint16_t* Qs = reinterpret_cast<uint16_t*>(sm);
-    const int T = a.T, C = a.C, D = a.D, kind = a.bs.kind, family = bias_family(kind);
+    const int T = a.T, kind = a.bs.kind, family = bias_family(kind);
     const int q0 = tile_index() * BR, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
     const size_t bh = size_t(b) * a.H + h, rows = bh * a.Tp * kD;
@@ -227,39 +227,14 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
                             mx[rr] = fmaxf(mx[rr], x);
                         }
             });
-            float corr[R], ms[R], sum[R];
-#pragma unroll
-            for (int rr = 0; rr < R; rr++) {
-                mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(kFullMask, mx[rr], 1));
-                mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(kFullMask, mx[rr], 2));
-                const float mn = fmaxf(m_run[rr], mx[rr]);
-                ms[rr] = mn == -INFINITY ? 0.0f : mn;  // a row with nothing visible yet
-                corr[rr] = exp2_ftz(m_run[rr] - ms[rr]);
-                m_run[rr] = mn;
-                sum[rr] = 0.0f;
-            }
-            // P in bf16 A fragments (the C fragments of 8-column tiles 2 kc and 2 kc + 1 are
-            // the A fragment of k step kc), summed in fp32 before rounding
-            uint32_t pf[M][NT / 2][4];
+            float corr[R], ms[R], sum[R] = {};
+            softmax_row_max<R>(mx, m_run, ms, corr);
+            uint32_t pf[M][NT / 2][4];  // P in bf16 A fragments
 #pragma unroll
             for (int m = 0; m < M; m++)
-#pragma unroll
-                for (int n = 0; n < NT; n++) {
-                    float p[4];
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        p[e] = exp2_ftz(s[m][n][e] - ms[2 * m + (e >> 1)]);
-                        sum[2 * m + (e >> 1)] += p[e];
-                    }
-                    pf[m][n / 2][2 * (n & 1)] = pack_bf16(p[0], p[1]);
-                    pf[m][n / 2][2 * (n & 1) + 1] = pack_bf16(p[2], p[3]);
-                }
-#pragma unroll
-            for (int rr = 0; rr < R; rr++) {
-                sum[rr] += __shfl_xor_sync(kFullMask, sum[rr], 1);
-                sum[rr] += __shfl_xor_sync(kFullMask, sum[rr], 2);
-                l[rr] = l[rr] * corr[rr] + sum[rr];
-            }
+                probabilities<NT>([&](int n, int e) { return s[m][n][e]; }, ms + 2 * m, sum + 2 * m,
+                                  pf[m]);
+            softmax_row_sum<R>(sum, l, corr);
 #pragma unroll
             for (int m = 0; m < M; m++)
 #pragma unroll
@@ -277,26 +252,8 @@ __global__ void __launch_bounds__(kThreads) flash_tc_fwd_kernel(float* out, floa
     for (int rr = 0; rr < R; rr++) {
         const int i = row_i(rr), m = rr >> 1, r = rr & 1;
         if (i >= T) continue;  // every real row has its diagonal: l > 0
-        const float inv = 1.0f / l[rr];
-        const size_t row = (size_t(b) * T + i) * C + size_t(h) * D;
-        if (a.out16 != nullptr) {  // rounded as it is written (bf16 activation storage)
-            uint16_t* dst = a.out16 + row;
-#pragma unroll
-            for (int dn = 0; dn < DN; dn++) {
-                const int d = dn * 8 + 2 * t;
-                if (d < D) dst[d] = uint16_t(bf16_bits(o[m][dn][2 * r] * inv));
-                if (d + 1 < D) dst[d + 1] = uint16_t(bf16_bits(o[m][dn][2 * r + 1] * inv));
-            }
-        } else {
-            float* dst = out + row;
-#pragma unroll
-            for (int dn = 0; dn < DN; dn++) {
-                const int d = dn * 8 + 2 * t;
-                if (d < D) dst[d] = o[m][dn][2 * r] * inv;
-                if (d + 1 < D) dst[d + 1] = o[m][dn][2 * r + 1] * inv;
-            }
-        }
-        if (t == 0) lse[(size_t(b) * a.H + h) * T + i] = (m_run[rr] + log2f(l[rr])) * kLn2;
+        write_forward_row<DN>(a, out, lse, b, h, i, t, m_run[rr], l[rr],
+                              [&](int dn, int e) { return o[m][dn][2 * r + e]; });
     }
 }
 
@@ -434,31 +391,29 @@ size_t fwd_smem(int kD, int M) {
     return (size_t(M) * 64 * LS + 2 * size_t(2 * kBc) * LS) * 2 + 2 * kBc * 4;
 }
 
+// The properties of this process's GPU (zeros where they cannot be read), read once.
+const cudaDeviceProp& this_gpu() {
+    static const cudaDeviceProp prop = [] {
+        int device = 0;
+        cudaDeviceProp p{};
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaGetDeviceProperties(&p, device) != cudaSuccess)
+            p = cudaDeviceProp{};
+        cudaGetLastError();
+        return p;
+    }();
+    return prop;
+}
+
 // The m-tiles per warp of the forward at head dim kD on this process's GPU (see kBrF): the
 // requested number (1 or 2) where its shared memory fits, else 1.
 int fwd_m(int kD, int requested) {
-    static const size_t optin = [] {
-        int device = 0;
-        cudaDeviceProp prop{};
-        const bool ok = cudaGetDevice(&device) == cudaSuccess &&
-                        cudaGetDeviceProperties(&prop, device) == cudaSuccess;
-        cudaGetLastError();
-        return ok ? size_t(prop.sharedMemPerBlockOptin) : size_t(0);
-    }();
+    const size_t optin = this_gpu().sharedMemPerBlockOptin;
     return requested == 1 || (optin > 0 && fwd_smem(kD, 2) > optin) ? 1 : 2;
 }
+
 // This process's GPU runs sm_90a code (wgmma): compute capability 9.0.
-bool wgmma_device() {
-    static const bool yes = [] {
-        int device = 0;
-        cudaDeviceProp prop{};
-        const bool ok = cudaGetDevice(&device) == cudaSuccess &&
-                        cudaGetDeviceProperties(&prop, device) == cudaSuccess;
-        cudaGetLastError();
-        return ok && prop.major == 9 && prop.minor == 0;
-    }();
-    return yes;
-}
+bool wgmma_device() { return this_gpu().major == 9 && this_gpu().minor == 0; }
 
 template <int kD, bool kGeneral, int M>
 cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {

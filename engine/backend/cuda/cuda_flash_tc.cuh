@@ -369,6 +369,85 @@ __device__ __forceinline__ int first_key_tile(int q0, int window) {
     return (j_lo / kBc) * kBc;
 }
 
+// The forward's online softmax after a key tile's logits, for a thread's R rows (rows g and g + 8
+// of each of its m-tiles). softmax_row_max: each row's max over the tile (mx: this thread's,
+// reduced here over the 4 threads of the row) joins the running max m_run; ms is the max the
+// tile's probabilities are taken against (0 for a row with nothing visible yet) and corr the
+// factor that rescales what the row has gathered so far.
+template <int R>
+__device__ __forceinline__ void softmax_row_max(float (&mx)[R], float (&m_run)[R], float (&ms)[R],
+                                                float (&corr)[R]) {
+#pragma unroll
+    for (int rr = 0; rr < R; rr++) {
+        mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(kFullMask, mx[rr], 1));
+        mx[rr] = fmaxf(mx[rr], __shfl_xor_sync(kFullMask, mx[rr], 2));
+        const float mn = fmaxf(m_run[rr], mx[rr]);
+        ms[rr] = mn == -INFINITY ? 0.0f : mn;
+        corr[rr] = exp2_ftz(m_run[rr] - ms[rr]);
+        m_run[rr] = mn;
+    }
+}
+// P = 2^(s - ms) of one m-tile's C fragments s(n, e) (NT 8-column tiles, rows g and g + 8 against
+// ms[0], ms[1]) as the bf16 A fragments of O += P V (the C fragments of tiles 2 kc and 2 kc + 1
+// are k step kc's A fragment), summed in fp32 before rounding into sum[0], sum[1].
+template <int NT, class S>
+__device__ __forceinline__ void probabilities(S&& s, const float* ms, float* sum,
+                                              uint32_t (&pf)[NT / 2][4]) {
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        float p[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            p[e] = exp2_ftz(s(n, e) - ms[e >> 1]);
+            sum[e >> 1] += p[e];
+        }
+        pf[n / 2][2 * (n & 1)] = pack_bf16(p[0], p[1]);
+        pf[n / 2][2 * (n & 1) + 1] = pack_bf16(p[2], p[3]);
+    }
+}
+// Each row's tile sum (this thread's, reduced here over the 4 threads of the row) into the
+// running sum l, after rescaling it by corr.
+template <int R>
+__device__ __forceinline__ void softmax_row_sum(float (&sum)[R], float (&l)[R],
+                                                const float (&corr)[R]) {
+#pragma unroll
+    for (int rr = 0; rr < R; rr++) {
+        sum[rr] += __shfl_xor_sync(kFullMask, sum[rr], 1);
+        sum[rr] += __shfl_xor_sync(kFullMask, sum[rr], 2);
+        l[rr] = l[rr] * corr[rr] + sum[rr];
+    }
+}
+
+// The forward's last step for query row i of head h: its output, o(dn, e) / l for this thread's
+// head-dim entries dn * 8 + 2 t + e (C-fragment columns), to out (fp32) or a.out16 (rounded as it
+// is written: bf16 activation storage), and (thread t 0) its log-sum-exp from the running max
+// and sum of the base-2 softmax.
+template <int DN, class O>
+__device__ __forceinline__ void write_forward_row(const TcArgs& a, float* out, float* lse, int b,
+                                                  int h, int i, int t, float m_run, float l,
+                                                  O&& o) {
+    const float inv = 1.0f / l;
+    const size_t row = (size_t(b) * a.T + i) * a.C + size_t(h) * a.D;
+    if (a.out16 != nullptr) {
+        uint16_t* dst = a.out16 + row;
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++) {
+            const int d = dn * 8 + 2 * t;
+            if (d < a.D) dst[d] = uint16_t(bf16_bits(o(dn, 0) * inv));
+            if (d + 1 < a.D) dst[d + 1] = uint16_t(bf16_bits(o(dn, 1) * inv));
+        }
+    } else {
+        float* dst = out + row;
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++) {
+            const int d = dn * 8 + 2 * t;
+            if (d < a.D) dst[d] = o(dn, 0) * inv;
+            if (d + 1 < a.D) dst[d + 1] = o(dn, 1) * inv;
+        }
+    }
+    if (t == 0) lse[(size_t(b) * a.H + h) * a.T + i] = (m_run + log2f(l)) * kLn2;
+}
+
 // Positions are read only by the families of a position-dependent bias.
 __device__ __forceinline__ bool needs_positions(int kind) { return kind != kNone && kind != kTable; }
 

@@ -26,35 +26,23 @@ namespace {
 
 constexpr uint32_t kCore = 128;  // bytes of a core matrix (8 rows x 16 bytes)
 
-// R rows of kD bf16 (global row stride kD) into the K-major core-matrix layout: core matrices
-// kCore apart along the head dim (LBO), 16 kD bytes apart along the rows (SBO).
-template <int R, int kD>
-__device__ __forceinline__ void stage_k_major(char* dst, const uint16_t* src) {
+// R rows of kD bf16 (global row stride kD) into a core-matrix layout, 16 bytes per cp.async.
+// K-major (Q and K, the operands of S = Q K^T): core matrices kCore apart along the head dim
+// (LBO), 16 kD bytes apart along the rows (SBO). kNMajor (V, the B operand of O = P V, whose K is
+// the R = kBc keys and N the head dim): core matrices kCore apart along the keys (LBO), 16 R
+// bytes apart along the head dim (SBO), each 8 keys of 16 bytes (8 head-dim entries) as V's rows
+// hold them.
+template <int R, int kD, bool kNMajor>
+__device__ __forceinline__ void stage_core(char* dst, const uint16_t* src) {
     constexpr int V = kD / 8, N = R * V, IT = (N + kThreads - 1) / kThreads;
 #pragma unroll
     for (int it = 0; it < IT; it++) {
         const int idx = int(threadIdx.x) + it * kThreads;
         if (N % kThreads == 0 || idx < N) {
             const int r = idx / V, v = idx % V;
-            cp_async16(dst + (r / 8) * 16 * kD + v * kCore + (r % 8) * 16,
-                       src + size_t(r) * kD + v * 8);
-        }
-    }
-}
-
-// kBc keys of V (kD bf16 each) into the N-major core-matrix layout of O = P V's B operand (K:
-// keys, N: head dim): core matrices kCore apart along the keys (LBO), 16 kBc bytes apart along
-// the head dim (SBO); each is 8 keys of 16 bytes (8 head-dim entries), as V's rows hold them.
-template <int kD>
-__device__ __forceinline__ void stage_n_major(char* dst, const uint16_t* src) {
-    constexpr int V = kD / 8, N = kBc * V, IT = (N + kThreads - 1) / kThreads;
-#pragma unroll
-    for (int it = 0; it < IT; it++) {
-        const int idx = int(threadIdx.x) + it * kThreads;
-        if (N % kThreads == 0 || idx < N) {
-            const int r = idx / V, v = idx % V;
-            cp_async16(dst + v * 16 * kBc + (r / 8) * kCore + (r % 8) * 16,
-                       src + size_t(r) * kD + v * 8);
+            const int at = kNMajor ? v * 16 * R + (r / 8) * kCore + (r % 8) * 16
+                                   : (r / 8) * 16 * kD + v * kCore + (r % 8) * 16;
+            cp_async16(dst + at, src + size_t(r) * kD + v * 8);
         }
     }
 }
@@ -75,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) flash_wg_fwd_kernel(float* out, floa
     auto Ks = [&](int st) { return Qs + kBr * kD * 2 + st * kStage; };
     auto Vs = [&](int st) { return Ks(st) + kTile; };
     auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kTile); };
-    const int T = a.T, C = a.C, D = a.D, kind = a.bs.kind, family = bias_family(kind);
+    const int T = a.T, kind = a.bs.kind, family = bias_family(kind);
     const int q0 = tile_index() * kBr, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
     const size_t bh = size_t(b) * a.H + h, rows = bh * a.Tp * kD;
@@ -83,11 +71,11 @@ __global__ void __launch_bounds__(kThreads) flash_wg_fwd_kernel(float* out, floa
     const bool positions = needs_positions(kind);
     const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kBr - 1);
     const int n_tiles = (j_last - k_first) / kBc + 1;
-    stage_k_major<kBr, kD>(Qs, a.q + rows + size_t(q0) * kD);
+    stage_core<kBr, kD, false>(Qs, a.q + rows + size_t(q0) * kD);
     auto load = [&](int it) {
         const int st = it & 1, k0 = k_first + it * kBc;
-        stage_k_major<kBc, kD>(Ks(st), a.k + rows + size_t(k0) * kD);
-        stage_n_major<kD>(Vs(st), a.v + rows + size_t(k0) * kD);
+        stage_core<kBc, kD, false>(Ks(st), a.k + rows + size_t(k0) * kD);
+        stage_core<kBc, kD, true>(Vs(st), a.v + rows + size_t(k0) * kD);
         if (positions) stage_floats_async(posK(st), pos, k0, kBc, T);
         cp_async_commit();
     };
@@ -156,36 +144,11 @@ __global__ void __launch_bounds__(kThreads) flash_wg_fwd_kernel(float* out, floa
                         mx[r] = fmaxf(mx[r], x);
                     }
             });
-            float corr[2], ms[2], sum[2];
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 2));
-                const float mn = fmaxf(m_run[r], mx[r]);
-                ms[r] = mn == -INFINITY ? 0.0f : mn;  // a row with nothing visible yet
-                corr[r] = exp2_ftz(m_run[r] - ms[r]);
-                m_run[r] = mn;
-                sum[r] = 0.0f;
-            }
-            // P in bf16 A fragments: 8-column tiles 2 kc and 2 kc + 1 make k step kc
-            uint32_t pf[NT / 2][4];
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-                float p[4];
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    p[e] = exp2_ftz(s[4 * n + e] - ms[e >> 1]);
-                    sum[e >> 1] += p[e];
-                }
-                pf[n / 2][2 * (n & 1)] = pack_bf16(p[0], p[1]);
-                pf[n / 2][2 * (n & 1) + 1] = pack_bf16(p[2], p[3]);
-            }
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                sum[r] += __shfl_xor_sync(kFullMask, sum[r], 1);
-                sum[r] += __shfl_xor_sync(kFullMask, sum[r], 2);
-                l[r] = l[r] * corr[r] + sum[r];
-            }
+            float corr[2], ms[2], sum[2] = {};
+            softmax_row_max<2>(mx, m_run, ms, corr);
+            uint32_t pf[NT / 2][4];  // P in bf16 A fragments: the mma.sync forward's
+            probabilities<NT>([&](int n, int e) { return s[4 * n + e]; }, ms, sum, pf);
+            softmax_row_sum<2>(sum, l, corr);
 #pragma unroll
             for (int dn = 0; dn < DN; dn++) {
                 o[4 * dn] *= corr[0];
@@ -208,26 +171,8 @@ __global__ void __launch_bounds__(kThreads) flash_wg_fwd_kernel(float* out, floa
     for (int r = 0; r < 2; r++) {
         const int i = ig + 8 * r;
         if (i >= T) continue;  // every real row has its diagonal: l > 0
-        const float inv = 1.0f / l[r];
-        const size_t row = (size_t(b) * T + i) * C + size_t(h) * D;
-        if (a.out16 != nullptr) {  // rounded as it is written (bf16 activation storage)
-            uint16_t* dst = a.out16 + row;
-#pragma unroll
-            for (int dn = 0; dn < DN; dn++) {
-                const int d = dn * 8 + 2 * t;
-                if (d < D) dst[d] = uint16_t(bf16_bits(o[4 * dn + 2 * r] * inv));
-                if (d + 1 < D) dst[d + 1] = uint16_t(bf16_bits(o[4 * dn + 2 * r + 1] * inv));
-            }
-        } else {
-            float* dst = out + row;
-#pragma unroll
-            for (int dn = 0; dn < DN; dn++) {
-                const int d = dn * 8 + 2 * t;
-                if (d < D) dst[d] = o[4 * dn + 2 * r] * inv;
-                if (d + 1 < D) dst[d + 1] = o[4 * dn + 2 * r + 1] * inv;
-            }
-        }
-        if (t == 0) lse[(size_t(b) * a.H + h) * T + i] = (m_run[r] + log2f(l[r])) * kLn2;
+        write_forward_row<DN>(a, out, lse, b, h, i, t, m_run[r], l[r],
+                              [&](int dn, int e) { return o[4 * dn + 2 * r + e]; });
     }
 }
 

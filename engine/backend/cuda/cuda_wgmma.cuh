@@ -128,144 +128,109 @@ inline void a_rows(const uint32_t (&a)[4], float (&rows)[32]) {
 }  // namespace wgmma_emu
 #endif
 
-// The products, per N (the asm's operand lists are written out): WgmmaOps<N, kTransB>::ss / rs.
-// kTransB: B read N-major (its core matrices' 16-byte rows run along N: 8 N values at one K,
-// as V's rows hold head-dim entries at one key) instead of K-major; no swizzle either way, LBO
-// along K and SBO along N (the PTX ISA's "interleave" layouts).
+// The products for N 64 and 128. Inline PTX names every accumulator register, so the operand
+// lists are spelled out once per N (CTX_WGMMA_REGS*: the string, CTX_WGMMA_ACC*: the operands) and
+// the scalar operands follow them: descriptor(s) or A's four registers, scale-d, trans-b. kTransB:
+// B read N-major (its core matrices' 16-byte rows run along N: 8 N values at one K, as V's rows
+// hold head-dim entries at one key) instead of K-major; no swizzle either way, LBO along K and SBO
+// along N (the PTX ISA's "interleave" layouts).
+#define CTX_WGMMA_REGS32                       \
+    "{"                                        \
+    "%0, %1, %2, %3, %4, %5, %6, %7, "         \
+    "%8, %9, %10, %11, %12, %13, %14, %15, "   \
+    "%16, %17, %18, %19, %20, %21, %22, %23, " \
+    "%24, %25, %26, %27, %28, %29, %30, %31"   \
+    "}"
+#define CTX_WGMMA_ACC32(d)                                                                         \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),            \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define CTX_WGMMA_REGS64                       \
+    "{"                                        \
+    "%0, %1, %2, %3, %4, %5, %6, %7, "         \
+    "%8, %9, %10, %11, %12, %13, %14, %15, "   \
+    "%16, %17, %18, %19, %20, %21, %22, %23, " \
+    "%24, %25, %26, %27, %28, %29, %30, %31, " \
+    "%32, %33, %34, %35, %36, %37, %38, %39, " \
+    "%40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, " \
+    "%56, %57, %58, %59, %60, %61, %62, %63"   \
+    "}"
+#define CTX_WGMMA_ACC64(d)                                                                         \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),            \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
+        "+f"(d[63])
+#define CTX_WGMMA_PRED(n) "{\n.reg .pred p;\nsetp.ne.b32 p, %" #n ", 0;\n"
+
 template <int N, bool kTransB>
-struct WgmmaOps;
-
-template <bool kTransB>
-struct WgmmaOps<64, kTransB> {
-    static __device__ __forceinline__ void ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+struct WgmmaOps {
+    static_assert(N == 64 || N == 128, "the products written out: N 64 and 128");
+    static __device__ __forceinline__ void ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                               bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "setp.ne.b32 p, %34, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, "
-            "%8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, "
-            "%24, %25, %26, %27, %28, %29, %30, %31"
-            "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-              "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-              "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-              "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-              "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-              "+f"(d[31])
-            : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(kTransB)));
+        if constexpr (N == 64)
+            asm volatile(
+                CTX_WGMMA_PRED(
+                    34) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CTX_WGMMA_REGS32
+                        ", %32, %33, p, 1, 1, 0, %35;\n}\n"
+                : CTX_WGMMA_ACC32(d)
+                : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(kTransB)));
+        else
+            asm volatile(
+                CTX_WGMMA_PRED(
+                    66) "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " CTX_WGMMA_REGS64
+                        ", %64, %65, p, 1, 1, 0, %67;\n}\n"
+                : CTX_WGMMA_ACC64(d)
+                : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(kTransB)));
 #elif defined(__CUDACC__)
         __trap();
 #else
-        emu::wgmma_issue(d, 64, nullptr, desc_a, desc_b, accumulate, kTransB);
+        emu::wgmma_issue(d, N, nullptr, desc_a, desc_b, accumulate, kTransB);
 #endif
     }
-    static __device__ __forceinline__ void rs(float (&d)[32], const uint32_t (&a)[4],
+    static __device__ __forceinline__ void rs(float (&d)[N / 2], const uint32_t (&a)[4],
                                               uint64_t desc_b, bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "setp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, "
-            "%8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, "
-            "%24, %25, %26, %27, %28, %29, %30, %31"
-            "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-              "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-              "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-              "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-              "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-              "+f"(d[31])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
-              "n"(int(kTransB)));
+        if constexpr (N == 64)
+            asm volatile(
+                CTX_WGMMA_PRED(
+                    37) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CTX_WGMMA_REGS32
+                        ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                : CTX_WGMMA_ACC32(d)
+                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
+                  "n"(int(kTransB)));
+        else
+            asm volatile(
+                CTX_WGMMA_PRED(
+                    69) "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " CTX_WGMMA_REGS64
+                        ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+                : CTX_WGMMA_ACC64(d)
+                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
+                  "n"(int(kTransB)));
 #elif defined(__CUDACC__)
         __trap();
 #else
         float rows[32];
         wgmma_emu::a_rows(a, rows);
-        emu::wgmma_issue(d, 64, rows, 0, desc_b, accumulate, kTransB);
+        emu::wgmma_issue(d, N, rows, 0, desc_b, accumulate, kTransB);
 #endif
     }
 };
 
-template <bool kTransB>
-struct WgmmaOps<128, kTransB> {
-    static __device__ __forceinline__ void ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
-                                              bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "setp.ne.b32 p, %66, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, "
-            "%8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, "
-            "%24, %25, %26, %27, %28, %29, %30, %31, "
-            "%32, %33, %34, %35, %36, %37, %38, %39, "
-            "%40, %41, %42, %43, %44, %45, %46, %47, "
-            "%48, %49, %50, %51, %52, %53, %54, %55, "
-            "%56, %57, %58, %59, %60, %61, %62, %63"
-            "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-              "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-              "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-              "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-              "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-              "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-              "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-              "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-              "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
-              "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
-              "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(kTransB)));
-#elif defined(__CUDACC__)
-        __trap();
-#else
-        emu::wgmma_issue(d, 128, nullptr, desc_a, desc_b, accumulate, kTransB);
-#endif
-    }
-    static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4],
-                                              uint64_t desc_b, bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "setp.ne.b32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, "
-            "%8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, "
-            "%24, %25, %26, %27, %28, %29, %30, %31, "
-            "%32, %33, %34, %35, %36, %37, %38, %39, "
-            "%40, %41, %42, %43, %44, %45, %46, %47, "
-            "%48, %49, %50, %51, %52, %53, %54, %55, "
-            "%56, %57, %58, %59, %60, %61, %62, %63"
-            "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-              "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]),
-              "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),
-              "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-              "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),
-              "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),
-              "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),
-              "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-              "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),
-              "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),
-              "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
-              "n"(int(kTransB)));
-#elif defined(__CUDACC__)
-        __trap();
-#else
-        float rows[32];
-        wgmma_emu::a_rows(a, rows);
-        emu::wgmma_issue(d, 128, rows, 0, desc_b, accumulate, kTransB);
-#endif
-    }
-};
+#undef CTX_WGMMA_PRED
+#undef CTX_WGMMA_ACC64
+#undef CTX_WGMMA_REGS64
+#undef CTX_WGMMA_ACC32
+#undef CTX_WGMMA_REGS32
 
 // d (64 x N) (+)= A B with A (64 x 16) and B (16 x N; stored as N x 16, or N-major with
 // kTransB) from shared memory. accumulate false ignores d's old values (scale-d 0).
