@@ -99,6 +99,9 @@ __global__ void __launch_bounds__(kGroupThreads)
                            As + core_offset(r, 16 * ks + (m >> 1) * 8, K)));
             wgmma_fence();  // a was written by ldmatrix
             wgmma_rs<kN, kTransB>(d, a, db, acc);
+            // the product may read a until it completes, and the next step rewrites a
+            wgmma_commit();
+            wgmma_wait<0>();
         } else {
             if (ks == 0) wgmma_fence();
             wgmma_ss<kN, kTransB>(d, wgmma_desc(As + 2 * ks * kCoreBytes, kCoreBytes, sbo), db,
