@@ -280,8 +280,16 @@ quick_bench() {
             attention --device cuda --precision bf16 --head-dim $d --T 1024,4096,16384 \
             --pe none,alibi,kerple_log --steps 5 --repeats 2
     done
+    # and the backward's dq kernel on wgmma (the backward column differs); GPT-2 with both
+    for d in 64 128; do
+        step "ab-attention-d$d-bf16-wgmma-dq" 45 env CTX_FLASH_DQ=wgmma "${B[@]}" \
+            attention --device cuda --precision bf16 --head-dim $d --T 1024,4096,16384 \
+            --pe none,alibi --steps 5 --repeats 2
+    done
     step ab-gpt2-124m-bf16-wgmma-fwd 60 env CTX_FLASH_FORWARD=wgmma "${B[@]}" \
         --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
+    step ab-gpt2-124m-bf16-wgmma-fwd-dq 60 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
+        "${B[@]}" --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
     # A/B: the forward at one m-tile per warp (the layout before 2026-11-28) against two
     for d in 64 128; do
         step "ab-attention-d$d-bf16-fwd-1mtile" 45 env CTX_FLASH_FORWARD_MTILES=1 "${B[@]}" \
@@ -340,8 +348,9 @@ quick_bench() {
         # the norm forward's rows in registers (widths 8 to 1056: every K bucket and the loop)
         step memcheck-norm-forward 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_consistency" --gtest_filter='*LayerNorm*'
-        # the wgmma forward (descriptors into its shared tiles; T = 1, odd T, windows, D 128)
-        step memcheck-wgmma-forward 45 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
+        # the wgmma forward and dq kernels (descriptors into their shared tiles; T = 1, odd T,
+        # windows, D 128)
+        step memcheck-wgmma-flash 60 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
             --gtest_filter='*Wgmma*none_*:*Wgmma*kerple*'
         # the rotation table and the fused rotary epilogues (table reads at the last rows)

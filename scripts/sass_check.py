@@ -57,7 +57,7 @@ STACK_ALLOWED = [
 
 
 # Kernels built on the warpgroup instruction (backend/cuda/*_sm90a.cu), by a regex on the name.
-WGMMA_KERNELS = re.compile(r"wgmma_gemm_kernel|flash_wg_fwd_kernel")
+WGMMA_KERNELS = re.compile(r"wgmma_gemm_kernel|flash_wg_\w+_kernel")
 
 
 def lacks_wgmma(fn, instructions):

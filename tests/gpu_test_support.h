@@ -77,6 +77,14 @@ inline ctx::Backend& gpu_bf16_wgmma_forward() {
     return *be;
 }
 
+// The same with the backward's dq kernel on wgmma where it applies (CTX_FLASH_DQ=wgmma: an sm_90
+// GPU, head dims 64 and 128, the inline families without parameter gradients, no table, T5 or
+// rotation; the mma.sync dq kernel elsewhere).
+inline ctx::Backend& gpu_bf16_wgmma_dq() {
+    static std::unique_ptr<ctx::Backend> be = make_bf16_backend_with("CTX_FLASH_DQ", "wgmma");
+    return *be;
+}
+
 // A device buffer of a CUDA backend (gpu() unless named), filled from / read back to host
 // vectors through that backend, so copies are ordered with the ops it runs.
 class Dev {

@@ -340,6 +340,34 @@ TEST_P(OpsGpuFlash, Bf16WgmmaForwardMatchesCpu) {
     EXPECT_CLOSE(wg.out, mma.out, kBf16Tol);
 }
 
+// The dq kernel on wgmma (CTX_FLASH_DQ=wgmma; cuda_flash_wg_sm90a.cu): every case against the
+// CPU on the rounded operands, and against the mma.sync dq kernel: the forward, dk and dv are the
+// same kernels (same bits), dq the same terms summed in another order (within 1e-5 of its
+// largest entry). Cases it does not serve (bias-parameter gradients, tables, T5, rotation, head
+// dims 32 and 80, a GPU other than sm_90) take the mma.sync dq kernel and pass the same checks.
+TEST_P(OpsGpuFlash, Bf16WgmmaDqMatchesCpu) {
+    REQUIRE_GPU();
+    const FlashCase& fc = GetParam();
+    const int C = fc.C;
+    const Bf16Case k = bf16_case(fc, 3000 + fc.T * 7 + fc.C + int(fc.kind));
+    const GpuRun wg = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout, k.dqkv0,
+                              fc.learn, gpu_bf16_wgmma_dq());
+    EXPECT_CLOSE(wg.out, k.out, kBf16Tol);
+    expect_bf16_grads_match_cpu(wg, k, fc.learn);
+    const GpuRun mma = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout, k.dqkv0,
+                               fc.learn, gpu_bf16());
+    EXPECT_EQ(wg.out, mma.out);
+    auto cols = [&](const FVec& x, int c0, int n) {  // columns [c0, c0 + n) of each dqkv row
+        FVec r;
+        for (size_t o = 0; o < x.size(); o += size_t(3) * C)
+            r.insert(r.end(), x.begin() + o + c0, x.begin() + o + c0 + n);
+        return r;
+    };
+    EXPECT_TRUE(cols(wg.dqkv, C, 2 * C) == cols(mma.dqkv, C, 2 * C)) << "dk, dv differ";
+    const FVec dq0 = cols(k.dqkv0, 0, C);
+    EXPECT_CLOSE(minus(cols(wg.dqkv, 0, C), dq0), minus(cols(mma.dqkv, 0, C), dq0), 1e-5);
+}
+
 // The one-kernel backward (CTX_FLASH_BACKWARD=atomic: dq added by fp32 atomics, the bias
 // gradients per key block) against the two kernels of the same bf16 backend: the forward is
 // the same kernel (same bits); dk and dv come from the same products of the same rounded
@@ -593,6 +621,12 @@ TEST(OpsGpuFlashChecks, BackwardKernelsSwitch) {
     expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
                  {"CTX_FLASH_FORWARD", "'tma'", "mma", "wgmma"});
     unsetenv("CTX_FLASH_FORWARD");
+    EXPECT_NE(gpu_bf16_wgmma_dq().name().find("wgmma dq"), std::string::npos)
+        << gpu_bf16_wgmma_dq().name();
+    setenv("CTX_FLASH_DQ", "1", 1);
+    expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
+                 {"CTX_FLASH_DQ", "'1'", "mma", "wgmma"});
+    unsetenv("CTX_FLASH_DQ");
     EXPECT_EQ(fp32_name.find("atomic dq"), std::string::npos) << fp32_name;
     EXPECT_EQ(split_name, gpu_bf16().name());
 }

@@ -189,6 +189,10 @@ CudaBackend::CudaBackend(int device, Precision precision)
     const bool wgmma_forward = env_switch("CTX_FLASH_FORWARD", "mma", "mma.sync kernels", "wgmma",
                                           "wgmma where it applies (sm_90)");
     flash_.set_forward_wgmma(wgmma_forward);
+    // the tensor-core backward's dq kernel likewise (CTX_FLASH_DQ: mma, the default, or wgmma)
+    const bool wgmma_dq = env_switch("CTX_FLASH_DQ", "mma", "mma.sync dq kernel", "wgmma",
+                                     "the dq kernel on wgmma where it applies (sm_90)");
+    flash_.set_dq_wgmma(wgmma_dq);
     // rotary inside the tensor-core attention kernels (the default) or as passes of its own
     // over q, k and dq, dk (the layout before 2026-12-05), for A/B timings
     const bool separate_rotary = env_switch("CTX_FLASH_ROTARY", "fused", "inside the kernels",
@@ -197,12 +201,13 @@ CudaBackend::CudaBackend(int device, Precision precision)
     // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
     // fp32 accumulation; "bf16 activations" when the products' inputs are stored in bf16)
     name_ = fmt::format(
-        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{}{})", device, prop.name,
+        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{}{}{})", device, prop.name,
         prop.major, prop.minor, double(prop.totalGlobalMem) / double(size_t(1) << 30),
         precision_name(precision_), bf16_activations_ ? " activations" : "",
         lt_.enabled() ? "Lt" : "", atomic_dq && precision_ == Precision::Bf16 ? ", atomic dq" : "",
         one_mtile && precision_ == Precision::Bf16 ? ", 1 m-tile forward" : "",
         wgmma_forward && precision_ == Precision::Bf16 ? ", wgmma forward" : "",
+        wgmma_dq && precision_ == Precision::Bf16 ? ", wgmma dq" : "",
         separate_rotary && precision_ == Precision::Bf16 ? ", separate rotary" : "",
         sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
 }

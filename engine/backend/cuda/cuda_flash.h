@@ -93,6 +93,9 @@ cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uin
 //             run to run; T5's gradients keep Split. For timing against Split on a GPU.
 enum class FlashBackward { Split, AtomicDq };
 // accumulate: dqkv += the gradient, else dqkv = (each entry of the B x T rows written once).
+// wgmma_dq (CTX_FLASH_DQ=wgmma; Split only): the dq kernel on sm_90's warpgroup instruction where
+// it applies (compute capability 9.0, head dims 33-64 and 81-128, bias none / ALiBi / KERPLE-log
+// without parameter gradients, no table, T5 or rotation), the mma.sync dq kernel elsewhere.
 // rot (a table, or none; Split only): dq and dk leave the kernels rotated back (the transpose of
 // the forward's rotation), before they are added to dqkv. Its layout Half needs dr / 2 a
 // multiple of 8 (each pair's two entries in one thread's accumulators).
@@ -102,7 +105,7 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
                                      const float* positions, int B, int T, int C, int H,
                                      KeyMask mask, const BiasArgs& bias, bool accumulate,
                                      FlashBackward kernels, const RotationTable& rot,
-                                     cudaStream_t s);
+                                     cudaStream_t s, bool wgmma_dq = false);
 
 // Host side: argument checks, bias parameters staged on the device through the backend's
 // BiasStaging (host ALiBi slopes, the T5 bucket table; shared with the materialised path, so one
@@ -121,6 +124,8 @@ public:
     void set_forward_mtiles(int m) { forward_mtiles_ = m; }
     // The tensor-core forward on wgmma where it applies (launch_flash_tc_forward).
     void set_forward_wgmma(bool on) { forward_wgmma_ = on; }
+    // The tensor-core backward's dq kernel on wgmma where it applies (launch_flash_tc_backward).
+    void set_dq_wgmma(bool on) { dq_wgmma_ = on; }
 
     // True when the kernels handle this shape (C divisible by H, head dim C / H <=
     // kFlashMaxHeadDim).
@@ -176,6 +181,7 @@ private:
     FlashBackward backward_kernels_ = FlashBackward::Split;
     int forward_mtiles_ = 2;
     bool forward_wgmma_ = false;
+    bool dq_wgmma_ = false;
     bool rotary_fusion_ = true;
 };
 

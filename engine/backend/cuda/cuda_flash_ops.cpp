@@ -136,10 +136,11 @@ void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, 
         check_tc_smem(flash_tc_backward_smem_bytes(C / H, bias_grads && bs.kind == BiasKind::T5),
                       C / H, op);
         uint16_t* packed = packed_->ensure(flash_tc_backward_packed_elems(B, T, C, H, ba.kind), op);
-        check_cuda(launch_flash_tc_backward(
-                       dqkv, dvec, parts, dtable, kept_qkv(saved, B, T, H), packed, dout, out,
-                       out16, lse, positions, B, T, C, H, KeyMask{opt.window, opt.doc_start}, ba,
-                       opt.dqkv_store == GradStore::Accumulate, backward_kernels_, rot, stream),
+        check_cuda(launch_flash_tc_backward(dqkv, dvec, parts, dtable, kept_qkv(saved, B, T, H),
+                                            packed, dout, out, out16, lse, positions, B, T, C, H,
+                                            KeyMask{opt.window, opt.doc_start}, ba,
+                                            opt.dqkv_store == GradStore::Accumulate,
+                                            backward_kernels_, rot, stream, dq_wgmma_),
                    op);
     } else {
         check_cuda(launch_flash_backward(dqkv, dvec, parts, dtable, dout, qkv, out, lse, positions,

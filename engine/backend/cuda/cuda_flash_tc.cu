@@ -412,7 +412,6 @@ int fwd_m(int kD, int requested) {
     return requested == 1 || (optin > 0 && fwd_smem(kD, 2) > optin) ? 1 : 2;
 }
 
-// This process's GPU runs sm_90a code (wgmma): compute capability 9.0.
 bool wgmma_device() { return this_gpu().major == 9 && this_gpu().minor == 0; }
 
 template <int kD, bool kGeneral, int M>

@@ -369,6 +369,104 @@ __device__ __forceinline__ int first_key_tile(int q0, int window) {
     return (j_lo / kBc) * kBc;
 }
 
+// The exponent of P = 2^(x - lse log2 e) for a base-2 logit x and its row's log-sum-exp, as one
+// fused multiply-add in every backward kernel: written x - lse * kLog2e, nvcc fused it in the
+// dk/dv kernel but not in the dq kernel (which hoisted the product out of its loop), so their
+// P differed in the last bits on a GPU (the table gradient of the one-kernel backward, taken
+// from dk/dv, is to equal the dq kernel's) while the emulation, built without contraction,
+// rounded both twice.
+__device__ __forceinline__ float p_exponent(float x, float lse) { return fmaf(-lse, kLog2e, x); }
+
+// The gradient rows (the backward kernels' epilogues).
+
+// f(dn, i, p) for each of a thread's gradient entries that is there, one at a time (the rows
+// described below, when they cannot move in 8-byte pairs): accumulator x[dn][i] (i = 2 r + e)
+// belongs at p of row r.
+template <int DN, class F>
+__device__ __forceinline__ void each_entry(float* const (&row)[2], int D, int t, F&& f) {
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = dn * 8 + 2 * t + e;
+                if (row[r] != nullptr && d < D) f(dn, 2 * r + e, row[r] + d);
+            }
+}
+
+// A thread's C-fragment accumulators x (16 rows x 8 DN columns of a warp: rows g and g + 8,
+// columns 8 dn + 2 t, + 1) and the gradient rows they belong to (row[r]: row g + 8 r's first
+// head-dim entry, null past T; D entries each). write_grads stores scale x there, added to what
+// the rows hold (GradStore::Accumulate) with every load before any store: loaded, added and
+// stored an entry at a time, each load waited for the store before it (which might alias it),
+// so the 64 entries of a dk / dv thread at head dim 64 were 64 round trips to memory in a row
+// (SASS, sm_90), as long as the tile loop of a short causal row. With `pairs` (D even and the
+// rows 8-byte aligned: dqkv is, and C = H D keeps every row so) two entries move as 8 bytes.
+template <int DN>
+__device__ __forceinline__ void add_old_grads(float (&x)[DN][4], float* const (&row)[2], int D,
+                                              int t, bool pairs) {
+    if (pairs) {
+        // into an array first: added as each arrived, ptxas kept only 2-3 loads in flight
+        float2 old[2][DN];
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                const int d = dn * 8 + 2 * t;
+                old[r][dn] = row[r] != nullptr && d < D
+                                 ? *reinterpret_cast<const float2*>(row[r] + d)
+                                 : make_float2(0.0f, 0.0f);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                x[dn][2 * r] += old[r][dn].x;
+                x[dn][2 * r + 1] += old[r][dn].y;
+            }
+        return;
+    }
+    each_entry<DN>(row, D, t, [&](int dn, int i, float* p) { x[dn][i] += *p; });
+}
+template <int DN>
+__device__ __forceinline__ void store_grads(const float (&x)[DN][4], float* const (&row)[2], int D,
+                                            int t, bool pairs) {
+    if (pairs) {
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                const int d = dn * 8 + 2 * t;
+                if (row[r] != nullptr && d < D)
+                    *reinterpret_cast<float2*>(row[r] + d) =
+                        make_float2(x[dn][2 * r], x[dn][2 * r + 1]);
+            }
+        return;
+    }
+    each_entry<DN>(row, D, t, [&](int dn, int i, float* p) { *p = x[dn][i]; });
+}
+// rotate(x) runs between the scaling and the stores (rotate_back_rows), so that with Accumulate
+// only the new terms are rotated.
+struct NoRotation {
+    template <class X>
+    __device__ __forceinline__ void operator()(X&) const {}
+};
+template <int DN, class Rotate = NoRotation>
+__device__ __forceinline__ void write_grads(float (&x)[DN][4], float* const (&row)[2], float scale,
+                                            bool accumulate, int D, int t,
+                                            Rotate&& rotate = Rotate{}) {
+#pragma unroll
+    for (int dn = 0; dn < DN; dn++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) x[dn][i] *= scale;
+    rotate(x);
+    const float* any = row[0] != nullptr ? row[0] : row[1];
+    const bool pairs = D % 2 == 0 && (reinterpret_cast<uintptr_t>(any) & 7u) == 0;
+    if (accumulate) add_old_grads<DN>(x, row, D, t, pairs);
+    store_grads<DN>(x, row, D, t, pairs);
+}
+
 // The forward's online softmax after a key tile's logits, for a thread's R rows (rows g and g + 8
 // of each of its m-tiles). softmax_row_max: each row's max over the tile (mx: this thread's,
 // reduced here over the 4 threads of the row) joins the running max m_run; ms is the max the
@@ -466,6 +564,12 @@ TcArgs make_args(const float* positions, int T, int C, int H, KeyMask mask, cons
 // of head dim kD 64 or 128 and the inline bias families (bias_family(kind) != kOtherBias).
 cudaError_t launch_flash_wg_forward(float* out, float* lse, const TcArgs& a, int B, int kD,
                                     cudaStream_t s);
+// The dq kernel on wgmma (the same file): head dim kD 64 or 128, the inline families, no
+// bias-parameter gradients, table or T5 output, no rotation; dqkv's dq columns written (or
+// added to with a.accumulate) as the mma.sync dq kernel does.
+cudaError_t launch_flash_wg_dq(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,
+                               int B, int kD, cudaStream_t s);
+bool wgmma_device();  // this process's GPU runs sm_90a code (compute capability 9.0)
 // KERPLE-log's backward only: decides on the device whether this call's B x T positions allow
 // the tables and fills them from the bias's b, in `space` (kerple_space_elems bf16 elements past
 // the packed operands, 16-byte aligned); sets a.ktab, a.kinfo, a.kcap. No host synchronisation.

@@ -37,104 +37,6 @@ __device__ __noinline__ BiasParamTerms bias_param_terms(int kind, float v, float
     }
 }
 
-// The exponent of P = 2^(x - lse log2 e) for a base-2 logit x and its row's log-sum-exp, as one
-// fused multiply-add in every backward kernel: written x - lse * kLog2e, nvcc fused it in the
-// dk/dv kernel but not in the dq kernel (which hoisted the product out of its loop), so their
-// P differed in the last bits on a GPU (the table gradient of the one-kernel backward, taken
-// from dk/dv, is to equal the dq kernel's) while the emulation, built without contraction,
-// rounded both twice.
-__device__ __forceinline__ float p_exponent(float x, float lse) { return fmaf(-lse, kLog2e, x); }
-
-// ================================================================ the gradient rows
-
-// f(dn, i, p) for each of a thread's gradient entries that is there, one at a time (the rows
-// described below, when they cannot move in 8-byte pairs): accumulator x[dn][i] (i = 2 r + e)
-// belongs at p of row r.
-template <int DN, class F>
-__device__ __forceinline__ void each_entry(float* const (&row)[2], int D, int t, F&& f) {
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int dn = 0; dn < DN; dn++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int d = dn * 8 + 2 * t + e;
-                if (row[r] != nullptr && d < D) f(dn, 2 * r + e, row[r] + d);
-            }
-}
-
-// A thread's C-fragment accumulators x (16 rows x 8 DN columns of a warp: rows g and g + 8,
-// columns 8 dn + 2 t, + 1) and the gradient rows they belong to (row[r]: row g + 8 r's first
-// head-dim entry, null past T; D entries each). write_grads stores scale x there, added to what
-// the rows hold (GradStore::Accumulate) with every load before any store: loaded, added and
-// stored an entry at a time, each load waited for the store before it (which might alias it),
-// so the 64 entries of a dk / dv thread at head dim 64 were 64 round trips to memory in a row
-// (SASS, sm_90), as long as the tile loop of a short causal row. With `pairs` (D even and the
-// rows 8-byte aligned: dqkv is, and C = H D keeps every row so) two entries move as 8 bytes.
-template <int DN>
-__device__ __forceinline__ void add_old_grads(float (&x)[DN][4], float* const (&row)[2], int D,
-                                              int t, bool pairs) {
-    if (pairs) {
-        // into an array first: added as each arrived, ptxas kept only 2-3 loads in flight
-        float2 old[2][DN];
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int dn = 0; dn < DN; dn++) {
-                const int d = dn * 8 + 2 * t;
-                old[r][dn] = row[r] != nullptr && d < D
-                                 ? *reinterpret_cast<const float2*>(row[r] + d)
-                                 : make_float2(0.0f, 0.0f);
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int dn = 0; dn < DN; dn++) {
-                x[dn][2 * r] += old[r][dn].x;
-                x[dn][2 * r + 1] += old[r][dn].y;
-            }
-        return;
-    }
-    each_entry<DN>(row, D, t, [&](int dn, int i, float* p) { x[dn][i] += *p; });
-}
-template <int DN>
-__device__ __forceinline__ void store_grads(const float (&x)[DN][4], float* const (&row)[2], int D,
-                                            int t, bool pairs) {
-    if (pairs) {
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int dn = 0; dn < DN; dn++) {
-                const int d = dn * 8 + 2 * t;
-                if (row[r] != nullptr && d < D)
-                    *reinterpret_cast<float2*>(row[r] + d) =
-                        make_float2(x[dn][2 * r], x[dn][2 * r + 1]);
-            }
-        return;
-    }
-    each_entry<DN>(row, D, t, [&](int dn, int i, float* p) { *p = x[dn][i]; });
-}
-// rotate(x) runs between the scaling and the stores (rotate_back_rows), so that with Accumulate
-// only the new terms are rotated.
-struct NoRotation {
-    template <class X>
-    __device__ __forceinline__ void operator()(X&) const {}
-};
-template <int DN, class Rotate = NoRotation>
-__device__ __forceinline__ void write_grads(float (&x)[DN][4], float* const (&row)[2], float scale,
-                                            bool accumulate, int D, int t,
-                                            Rotate&& rotate = Rotate{}) {
-#pragma unroll
-    for (int dn = 0; dn < DN; dn++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) x[dn][i] *= scale;
-    rotate(x);
-    const float* any = row[0] != nullptr ? row[0] : row[1];
-    const bool pairs = D % 2 == 0 && (reinterpret_cast<uintptr_t>(any) & 7u) == 0;
-    if (accumulate) add_old_grads<DN>(x, row, D, t, pairs);
-    store_grads<DN>(x, row, D, t, pairs);
-}
-
 // dtable[offset(n, e)] += x[n][e] for a thread's C-fragment values of a tile where bit 4 n + e of
 // `in` is set (the pair attends: the logit loop's mask test), the old entries of kGroup column
 // tiles loaded before any of them is stored (see add_old_grads: added in the logit loop, the
@@ -678,8 +580,8 @@ size_t dkv_smem(int kD, bool dq) {
 
 template <int kD>
 cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float* lse,
-                       const float* dvec, const TcArgs& a, int B, bool atomic_dq,
-                       cudaStream_t s) {
+                       const float* dvec, const TcArgs& a, int B, bool atomic_dq, cudaStream_t s,
+                       bool wgmma_dq) {
     const dim3 grid_k((a.T + kBc - 1) / kBc, a.H, B);
     if (atomic_dq) {
         static const cudaError_t ready =
@@ -704,9 +606,15 @@ cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float*
         if (ready_dq_t5 != cudaSuccess) return ready_dq_t5;
     }
     const dim3 grid_q((a.T + kBr - 1) / kBr, a.H, B);
-    flash_tc_dq_kernel<kD><<<grid_q, kThreads, dq_smem(kD, t5), s>>>(dqkv, partials, dtable, lse,
-                                                                     dvec, a);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    if (wgmma_dq && (kD == 64 || kD == 128) && partials == nullptr && dtable == nullptr &&
+        a.rot.table == nullptr && bias_family(a.bs.kind) != kOtherBias && wgmma_device()) {
+        if (cudaError_t e = launch_flash_wg_dq(dqkv, lse, dvec, a, B, kD, s); e != cudaSuccess)
+            return e;
+    } else {
+        flash_tc_dq_kernel<kD>
+            <<<grid_q, kThreads, dq_smem(kD, t5), s>>>(dqkv, partials, dtable, lse, dvec, a);
+        if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    }
     auto* dkv = &flash_tc_dkv_kernel<kD, false>;
     dkv<<<grid_k, kThreads, dkv_smem(kD, false), s>>>(dqkv, nullptr, nullptr, lse, dvec, a);
     return cudaGetLastError();
@@ -730,7 +638,7 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
                                      const float* positions, int B, int T, int C, int H,
                                      KeyMask mask, const BiasArgs& bias, bool accumulate,
                                      FlashBackward kernels, const RotationTable& rot,
-                                     cudaStream_t s) {
+                                     cudaStream_t s, bool wgmma_dq) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
@@ -763,10 +671,14 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
     a.g = g;
     if (a.bs.kind == kKerpleLog)  // the forward's decision and tables, rebuilt alike
         if (cudaError_t e = launch_kerple_tables(a, g + n, B, s); e != cudaSuccess) return e;
-    if (a.D <= 32) return backward_t<32>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
-    if (a.D <= 64) return backward_t<64>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
-    if (a.D <= 80) return backward_t<80>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
-    return backward_t<kFlashMaxHeadDim>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s);
+    if (a.D <= 32)
+        return backward_t<32>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s, wgmma_dq);
+    if (a.D <= 64)
+        return backward_t<64>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s, wgmma_dq);
+    if (a.D <= 80)
+        return backward_t<80>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s, wgmma_dq);
+    return backward_t<kFlashMaxHeadDim>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s,
+                                        wgmma_dq);
 }
 
 }  // namespace ctx::cuda
