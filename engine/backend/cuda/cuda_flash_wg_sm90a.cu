@@ -48,6 +48,20 @@ __device__ __forceinline__ void stage_core(char* dst, const uint16_t* src) {
     }
 }
 
+// await_tile (cuda_flash_tc.cuh) for tiles the tensor core reads: this thread's copies are
+// fenced for the async proxy before the barrier that makes the tile the block's.
+template <class Load>
+__device__ __forceinline__ void await_tile_for_wgmma(int it, int n, Load&& load) {
+    if (it + 1 < n) {
+        load(it + 1);
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    fence_proxy_async();
+    __syncthreads();
+}
+
 template <int kD>
 constexpr size_t wg_fwd_smem() {
     return size_t(kBr) * kD * 2 + 2 * (2 * size_t(kBc) * kD * 2 + kBc * 4);
@@ -102,14 +116,7 @@ __global__ void __launch_bounds__(kThreads) flash_wg_fwd_kernel(float* out, floa
 
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = k_first + it * kBc, st = it & 1;
-        if (it + 1 < n_tiles) {
-            load(it + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_proxy_async();  // the tile's copies, visible to the tensor core's reads
-        __syncthreads();
+        await_tile_for_wgmma(it, n_tiles, load);
         // a product is the whole warpgroup's: skipped only for a tile the block never sees
         if (cover(a, b, q0, q0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {
             float s[NT * 4];
@@ -239,14 +246,7 @@ __global__ void __launch_bounds__(kThreads)
 
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = k_first + it * kBc, st = it & 1;
-        if (it + 1 < n_tiles) {
-            load(it + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        fence_proxy_async();  // the tile's copies, visible to the tensor core's reads
-        __syncthreads();
+        await_tile_for_wgmma(it, n_tiles, load);
         if (cover(a, b, q0, q0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {
             float s[NT * 4], dp[NT * 4];
             wgmma_fence();
