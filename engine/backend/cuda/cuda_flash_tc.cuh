@@ -85,14 +85,20 @@ __device__ __forceinline__ void stage_floats_async(float* dst, const float* src,
 // Tile `it` of a loop of n tiles, staged two deep: issues tile it + 1 (load(it + 1), which
 // commits its group) when there is one, waits for tile it's group and makes it visible to the
 // block. The caller ends each iteration with __syncthreads before the stage is reused.
-template <class Load>
-__device__ __forceinline__ void await_tile(int it, int n, Load&& load) {
+// before_barrier runs between the wait and the barrier (the wgmma kernels' async-proxy fence).
+struct Nothing {
+    __device__ __forceinline__ void operator()() const {}
+};
+template <class Load, class BeforeBarrier = Nothing>
+__device__ __forceinline__ void await_tile(int it, int n, Load&& load,
+                                           BeforeBarrier before_barrier = {}) {
     if (it + 1 < n) {
         load(it + 1);
         cp_async_wait<1>();
     } else {
         cp_async_wait<0>();
     }
+    before_barrier();
     __syncthreads();
 }
 

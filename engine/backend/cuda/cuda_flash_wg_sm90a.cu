@@ -48,20 +48,6 @@ __device__ __forceinline__ void stage_core(char* dst, const uint16_t* src) {
     }
 }
 
-// await_tile (cuda_flash_tc.cuh) for tiles the tensor core reads: this thread's copies are
-// fenced for the async proxy before the barrier that makes the tile the block's.
-template <class Load>
-__device__ __forceinline__ void await_tile_for_wgmma(int it, int n, Load&& load) {
-    if (it + 1 < n) {
-        load(it + 1);
-        cp_async_wait<1>();
-    } else {
-        cp_async_wait<0>();
-    }
-    fence_proxy_async();
-    __syncthreads();
-}
-
 template <int kD>
 constexpr size_t wg_fwd_smem() {
     return size_t(kBr) * kD * 2 + 2 * (2 * size_t(kBc) * kD * 2 + kBc * 4);
@@ -116,7 +102,8 @@ __global__ void __launch_bounds__(kThreads) flash_wg_fwd_kernel(float* out, floa
 
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = k_first + it * kBc, st = it & 1;
-        await_tile_for_wgmma(it, n_tiles, load);
+        // this thread's copies fenced for the tensor core's (async proxy) reads
+        await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
         // a product is the whole warpgroup's: skipped only for a tile the block never sees
         if (cover(a, b, q0, q0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {
             float s[NT * 4];
@@ -246,7 +233,8 @@ __global__ void __launch_bounds__(kThreads)
 
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = k_first + it * kBc, st = it & 1;
-        await_tile_for_wgmma(it, n_tiles, load);
+        // this thread's copies fenced for the tensor core's (async proxy) reads
+        await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
         if (cover(a, b, q0, q0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {
             float s[NT * 4], dp[NT * 4];
             wgmma_fence();
