@@ -9,12 +9,14 @@
 #             track issue 17 (GPT-2 124M bf16 at B 8 and 64, its A/B with
 #             CTX_BF16_ACTIVATIONS=0 and its `bench --profile`; attention at D 64 / 128 for
 #             none, alibi and kerple_log at T 1k / 4k / 16k; the same and GPT-2 with
-#             CTX_FLASH_BACKWARD=atomic; attention with CTX_FLASH_FORWARD_MTILES=1; the SDPA
+#             CTX_FLASH_BACKWARD=atomic; attention with CTX_FLASH_FORWARD_MTILES=1; the wgmma
+#             kernels (CTX_FLASH_FORWARD / DQ / DKV=wgmma) in attention and GPT-2; the SDPA
 #             peer),
 #             racecheck of the flash full-tile cases (both backwards), memcheck of the bf16
 #             activation kernels, the atomic-dq backward, the one-launch AdamW and the forward's
 #             edge cases, ncu of the forward at D 64 / 128, T 4k (tensor pipe, shared-memory
-#             wavefronts) and of the backward kernels at D 64 / T 1k (time, instructions, stalls)
+#             wavefronts) and of the backward kernels at D 64 / T 1k (time, instructions, stalls),
+#             ncu of the wgmma kernels at D 64 / T 1k and D 128 / T 4k
 #   tests     GPU report, tests and recipes only
 #   bench     GPU report, benchmarks only
 #   profile   GPU report, Nsight Compute metrics of the tensor-core flash kernels (forward, dq,
@@ -280,16 +282,25 @@ quick_bench() {
             attention --device cuda --precision bf16 --head-dim $d --T 1024,4096,16384 \
             --pe none,alibi,kerple_log --steps 5 --repeats 2
     done
-    # and the backward's dq kernel on wgmma (the backward column differs); GPT-2 with both
+    # and the backward's two kernels on wgmma (the backward column differs; each kernel's time
+    # against the mma.sync ones' in the ncu steps below); GPT-2 with the forward, and with all
     for d in 64 128; do
-        step "ab-attention-d$d-bf16-wgmma-dq" 45 env CTX_FLASH_DQ=wgmma "${B[@]}" \
-            attention --device cuda --precision bf16 --head-dim $d --T 1024,4096,16384 \
-            --pe none,alibi --steps 5 --repeats 2
+        step "ab-attention-d$d-bf16-wgmma-bwd" 45 env CTX_FLASH_DQ=wgmma CTX_FLASH_DKV=wgmma \
+            "${B[@]}" attention --device cuda --precision bf16 --head-dim $d \
+            --T 1024,4096,16384 --pe none,alibi --steps 5 --repeats 2
     done
+    # the wgmma kernels in blocks of one warpgroup against two (the default above)
+    step ab-attention-d128-bf16-wgmma-1wg 45 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
+        CTX_FLASH_DKV=wgmma CTX_FLASH_WGMMA_WARPGROUPS=1 "${B[@]}" attention --device cuda \
+        --precision bf16 --head-dim 128 --T 1024,4096,16384 --pe none --steps 5 --repeats 2
+    step ab-attention-d128-bf16-wgmma-all 45 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
+        CTX_FLASH_DKV=wgmma "${B[@]}" attention --device cuda --precision bf16 --head-dim 128 \
+        --T 1024,4096,16384 --pe none --steps 5 --repeats 2
     step ab-gpt2-124m-bf16-wgmma-fwd 60 env CTX_FLASH_FORWARD=wgmma "${B[@]}" \
         --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
-    step ab-gpt2-124m-bf16-wgmma-fwd-dq 60 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
-        "${B[@]}" --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
+    step ab-gpt2-124m-bf16-wgmma-all 60 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
+        CTX_FLASH_DKV=wgmma "${B[@]}" --config gpt2-124m --device cuda --precision bf16 \
+        --steps 20 --warmup 3
     # A/B: the forward at one m-tile per warp (the layout before 2026-11-28) against two
     for d in 64 128; do
         step "ab-attention-d$d-bf16-fwd-1mtile" 45 env CTX_FLASH_FORWARD_MTILES=1 "${B[@]}" \
@@ -348,8 +359,8 @@ quick_bench() {
         # the norm forward's rows in registers (widths 8 to 1056: every K bucket and the loop)
         step memcheck-norm-forward 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_consistency" --gtest_filter='*LayerNorm*'
-        # the wgmma forward and dq kernels (descriptors into their shared tiles; T = 1, odd T,
-        # windows, D 128)
+        # the wgmma forward, dq and dk / dv kernels (descriptors into their shared tiles; T = 1,
+        # odd T, windows, D 128)
         step memcheck-wgmma-flash 60 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
             --gtest_filter='*Wgmma*none_*:*Wgmma*kerple*'
@@ -381,6 +392,14 @@ quick_bench() {
         -k regex:flash_tc_dkv --launch-count 1 --metrics "$m" "$BUNDLE/bin/ctxengine" bench \
         attention --device cuda --precision bf16 --head-dim 64 --T 1024 --pe none --steps 1 \
         --repeats 1 --warmup 0
+    # the wgmma kernels (forward, dq, dk / dv), each against its mma.sync kernel above (the
+    # backward's at D 64 / T 1k, the forward's at D 128 / T 4k)
+    for dt in 64:1024 128:4096; do
+        step "profile-flash-wg-ncu-d${dt%:*}" 60 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
+            CTX_FLASH_DKV=wgmma "$RUN" "$ncu" -k regex:flash_wg --launch-count 3 --metrics "$m" \
+            "$BUNDLE/bin/ctxengine" bench attention --device cuda --precision bf16 \
+            --head-dim "${dt%:*}" --T "${dt#*:}" --pe none --steps 1 --repeats 1 --warmup 0
+    done
 }
 
 sanitize() {

@@ -49,6 +49,11 @@ STACK_ALLOWED = [
     # the one-kernel backward at D 128 on sm_80 (not the default backward): two staging values
     # kept on the stack, reloaded from L1 when a tile is prefetched
     (r"flash_tc_dkv_kernelILi128ELb1E", {"sm_80": 8, "sm_90": 0}),
+    # the dk / dv kernel on wgmma at D 128 (CTX_FLASH_DKV=wgmma, not the default): its four
+    # 64 x 64 / 64 x 128 accumulators take 192 of the 255 registers; as first written, the same
+    # two staging values reloaded from L1 when a query tile is prefetched (8 bytes; 0 since the
+    # two-warpgroup blocks, 2026-12-05)
+    (r"flash_wg_dkv_kernelILi128E", {"sm_90a": 8}),
     # the rotary kernels' double-precision sincos (cuda_rotary.cuh pair_rotation): libdevice's
     # argument reduction for large angles keeps its words in a local array, not a spill
     # (2026-12-05: the separate pass and the flash kernels' per-token table)

@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -41,18 +42,23 @@ inline ctx::Backend& gpu_bf16() {
     return *be;
 }
 
-// A bf16 CUDA backend made while the environment variable var is value (unset again after).
-inline std::unique_ptr<ctx::Backend> make_bf16_backend_with(const char* var, const char* value) {
-    setenv(var, value, 1);
+// A bf16 CUDA backend made while the environment variables of `vars` (name, value) are set
+// (unset again after).
+inline std::unique_ptr<ctx::Backend> make_bf16_backend_with(
+    std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const auto& [var, value] : vars) setenv(var, value, 1);
     std::unique_ptr<ctx::Backend> made;
     try {
         made = ctx::make_cuda_backend(0, ctx::Precision::Bf16);
     } catch (...) {
-        unsetenv(var);
+        for (const auto& v : vars) unsetenv(v.first);
         throw;
     }
-    unsetenv(var);
+    for (const auto& v : vars) unsetenv(v.first);
     return made;
+}
+inline std::unique_ptr<ctx::Backend> make_bf16_backend_with(const char* var, const char* value) {
+    return make_bf16_backend_with({{var, value}});
 }
 
 // The same with the one-kernel tensor-core attention backward (CTX_FLASH_BACKWARD=atomic: dq by
@@ -82,6 +88,30 @@ inline ctx::Backend& gpu_bf16_wgmma_forward() {
 // rotation; the mma.sync dq kernel elsewhere).
 inline ctx::Backend& gpu_bf16_wgmma_dq() {
     static std::unique_ptr<ctx::Backend> be = make_bf16_backend_with("CTX_FLASH_DQ", "wgmma");
+    return *be;
+}
+
+// The same with the backward's dk / dv kernel on wgmma where it applies (CTX_FLASH_DKV=wgmma: an
+// sm_90 GPU, head dims 64 and 128, the inline families; the mma.sync kernel elsewhere).
+inline ctx::Backend& gpu_bf16_wgmma_dkv() {
+    static std::unique_ptr<ctx::Backend> be = make_bf16_backend_with("CTX_FLASH_DKV", "wgmma");
+    return *be;
+}
+
+// The same with every tensor-core attention kernel on wgmma where it applies (the forward, the dq
+// and the dk / dv kernels), in blocks of two warpgroups (the default), or of one
+// (CTX_FLASH_WGMMA_WARPGROUPS=1).
+inline ctx::Backend& gpu_bf16_wgmma_all() {
+    static std::unique_ptr<ctx::Backend> be = make_bf16_backend_with(
+        {{"CTX_FLASH_FORWARD", "wgmma"}, {"CTX_FLASH_DQ", "wgmma"}, {"CTX_FLASH_DKV", "wgmma"}});
+    return *be;
+}
+inline ctx::Backend& gpu_bf16_wgmma_all_one_warpgroup() {
+    static std::unique_ptr<ctx::Backend> be =
+        make_bf16_backend_with({{"CTX_FLASH_FORWARD", "wgmma"},
+                                {"CTX_FLASH_DQ", "wgmma"},
+                                {"CTX_FLASH_DKV", "wgmma"},
+                                {"CTX_FLASH_WGMMA_WARPGROUPS", "1"}});
     return *be;
 }
 

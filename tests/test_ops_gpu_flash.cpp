@@ -283,6 +283,14 @@ Bf16Case bf16_case(const FlashCase& fc, uint64_t seed) {
     return k;
 }
 
+// Columns [c0, c0 + n) of each row of dqkv (B, T, 3C): dq, dk or dv of every row.
+FVec dqkv_cols(const FVec& x, int C, int c0, int n) {
+    FVec r;
+    for (size_t o = 0; o < x.size(); o += size_t(3) * C)
+        r.insert(r.end(), x.begin() + o + c0, x.begin() + o + c0 + n);
+    return r;
+}
+
 // A bf16 tensor-core run's gradients against the CPU's on the rounded operands (what each added
 // to its pre-filled buffers); nothing written where the parameters are fixed.
 void expect_bf16_grads_match_cpu(const GpuRun& f, const Bf16Case& k, bool learn) {
@@ -343,8 +351,8 @@ TEST_P(OpsGpuFlash, Bf16WgmmaForwardMatchesCpu) {
 // The dq kernel on wgmma (CTX_FLASH_DQ=wgmma; cuda_flash_wg_sm90a.cu): every case against the
 // CPU on the rounded operands, and against the mma.sync dq kernel: the forward, dk and dv are the
 // same kernels (same bits), dq the same terms summed in another order (within 1e-5 of its
-// largest entry). Cases it does not serve (bias-parameter gradients, tables, T5, rotation, head
-// dims 32 and 80, a GPU other than sm_90) take the mma.sync dq kernel and pass the same checks.
+// largest entry). Cases it does not serve (bias-parameter gradients, tables, T5, head dims 32 and
+// 80, a GPU other than sm_90) take the mma.sync dq kernel and pass the same checks.
 TEST_P(OpsGpuFlash, Bf16WgmmaDqMatchesCpu) {
     REQUIRE_GPU();
     const FlashCase& fc = GetParam();
@@ -357,15 +365,64 @@ TEST_P(OpsGpuFlash, Bf16WgmmaDqMatchesCpu) {
     const GpuRun mma = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout, k.dqkv0,
                                fc.learn, gpu_bf16());
     EXPECT_EQ(wg.out, mma.out);
-    auto cols = [&](const FVec& x, int c0, int n) {  // columns [c0, c0 + n) of each dqkv row
-        FVec r;
-        for (size_t o = 0; o < x.size(); o += size_t(3) * C)
-            r.insert(r.end(), x.begin() + o + c0, x.begin() + o + c0 + n);
-        return r;
-    };
-    EXPECT_TRUE(cols(wg.dqkv, C, 2 * C) == cols(mma.dqkv, C, 2 * C)) << "dk, dv differ";
-    const FVec dq0 = cols(k.dqkv0, 0, C);
-    EXPECT_CLOSE(minus(cols(wg.dqkv, 0, C), dq0), minus(cols(mma.dqkv, 0, C), dq0), 1e-5);
+    EXPECT_TRUE(dqkv_cols(wg.dqkv, C, C, 2 * C) == dqkv_cols(mma.dqkv, C, C, 2 * C))
+        << "dk, dv differ";
+    const FVec dq0 = dqkv_cols(k.dqkv0, C, 0, C);
+    EXPECT_CLOSE(minus(dqkv_cols(wg.dqkv, C, 0, C), dq0), minus(dqkv_cols(mma.dqkv, C, 0, C), dq0),
+                 1e-5);
+}
+
+// The dk / dv kernel on wgmma (CTX_FLASH_DKV=wgmma; cuda_flash_wg_sm90a.cu): every case against
+// the CPU on the rounded operands, and against the mma.sync dk / dv kernel: the forward and dq are
+// the same kernels (same bits), dk and dv the same terms (P and dS are computed alike) summed by
+// another instruction (within 1e-5 of the largest entry). The bias-parameter gradients come from
+// the dq kernel (same bits). Cases it does not serve (head dims 32 and 80, T5, tables,
+// KERPLE-power; a GPU other than sm_90) take the mma.sync kernel and pass the same checks.
+TEST_P(OpsGpuFlash, Bf16WgmmaDkvMatchesCpu) {
+    REQUIRE_GPU();
+    const FlashCase& fc = GetParam();
+    const int C = fc.C;
+    const Bf16Case k = bf16_case(fc, 3000 + fc.T * 7 + fc.C + int(fc.kind));
+    const GpuRun wg = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout, k.dqkv0,
+                              fc.learn, gpu_bf16_wgmma_dkv());
+    EXPECT_CLOSE(wg.out, k.out, kBf16Tol);
+    expect_bf16_grads_match_cpu(wg, k, fc.learn);
+    const GpuRun mma = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout, k.dqkv0,
+                               fc.learn, gpu_bf16());
+    EXPECT_EQ(wg.out, mma.out);
+    EXPECT_TRUE(dqkv_cols(wg.dqkv, C, 0, C) == dqkv_cols(mma.dqkv, C, 0, C)) << "dq differs";
+    EXPECT_EQ(wg.da, mma.da);
+    EXPECT_EQ(wg.db, mma.db);
+    EXPECT_EQ(wg.dtable, mma.dtable);
+    for (const int c0 : {C, 2 * C}) {  // dk, dv
+        const FVec x0 = dqkv_cols(k.dqkv0, C, c0, C);
+        EXPECT_CLOSE(minus(dqkv_cols(wg.dqkv, C, c0, C), x0),
+                     minus(dqkv_cols(mma.dqkv, C, c0, C), x0), 1e-5)
+            << (c0 == C ? "dk" : "dv");
+    }
+}
+
+// The wgmma kernels in blocks of one warpgroup (CTX_FLASH_WGMMA_WARPGROUPS=1) against blocks of
+// two (the default), all three kernels on wgmma: the same bits everywhere. A row (a key, for dk /
+// dv) meets the same tiles in the same order either way: a tile the two-warpgroup block loads
+// past a warpgroup's own range is one none of its rows (keys) meets, which it skips. And the
+// two-warpgroup kernels against the CPU on the rounded operands.
+TEST_P(OpsGpuFlash, Bf16WgmmaOneWarpgroupGivesTwoWarpgroupsBits) {
+    REQUIRE_GPU();
+    const FlashCase& fc = GetParam();
+    const Bf16Case k = bf16_case(fc, 7000 + fc.T * 5 + fc.C + int(fc.kind));
+    const GpuRun two = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout, k.dqkv0,
+                               fc.learn, gpu_bf16_wgmma_all());
+    const GpuRun one = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout, k.dqkv0,
+                               fc.learn, gpu_bf16_wgmma_all_one_warpgroup());
+    EXPECT_EQ(one.out, two.out);
+    EXPECT_EQ(one.saved, two.saved);
+    EXPECT_TRUE(one.dqkv == two.dqkv) << "dqkv differs";
+    EXPECT_EQ(one.da, two.da);
+    EXPECT_EQ(one.db, two.db);
+    EXPECT_EQ(one.dtable, two.dtable);
+    EXPECT_CLOSE(two.out, k.out, kBf16Tol);
+    expect_bf16_grads_match_cpu(two, k, fc.learn);
 }
 
 // The one-kernel backward (CTX_FLASH_BACKWARD=atomic: dq added by fp32 atomics, the bias
@@ -387,17 +444,11 @@ TEST_P(OpsGpuFlash, Bf16AtomicDqMatchesSplitKernels) {
                                   k.dqkv0, fc.learn, gpu_bf16_atomic_dq());
     EXPECT_EQ(atomic.out, split.out);
     EXPECT_EQ(atomic.saved, split.saved);
-    // dqkv (B, T, 3C): columns [c0, c0 + n) of every row
-    auto cols = [&](const FVec& x, int c0, int n) {
-        FVec r;
-        for (size_t o = 0; o < x.size(); o += size_t(3) * C)
-            r.insert(r.end(), x.begin() + o + c0, x.begin() + o + c0 + n);
-        return r;
-    };
-    const FVec dq0 = cols(k.dqkv0, 0, C);
-    EXPECT_TRUE(cols(atomic.dqkv, C, 2 * C) == cols(split.dqkv, C, 2 * C))
+    const FVec dq0 = dqkv_cols(k.dqkv0, C, 0, C);
+    EXPECT_TRUE(dqkv_cols(atomic.dqkv, C, C, 2 * C) == dqkv_cols(split.dqkv, C, C, 2 * C))
         << "dk, dv differ from the two-kernel backward's bits";
-    EXPECT_CLOSE(minus(cols(atomic.dqkv, 0, C), dq0), minus(cols(split.dqkv, 0, C), dq0), 1e-5);
+    EXPECT_CLOSE(minus(dqkv_cols(atomic.dqkv, C, 0, C), dq0),
+                 minus(dqkv_cols(split.dqkv, C, 0, C), dq0), 1e-5);
     EXPECT_EQ(atomic.dtable, split.dtable);
     if (!k.bd.da.empty()) {
         EXPECT_CLOSE(minus(atomic.da, k.bd.da), minus(split.da, k.bd.da), 1e-4);
@@ -627,6 +678,23 @@ TEST(OpsGpuFlashChecks, BackwardKernelsSwitch) {
     expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
                  {"CTX_FLASH_DQ", "'1'", "mma", "wgmma"});
     unsetenv("CTX_FLASH_DQ");
+    EXPECT_NE(gpu_bf16_wgmma_dkv().name().find("wgmma dk/dv"), std::string::npos)
+        << gpu_bf16_wgmma_dkv().name();
+    EXPECT_EQ(gpu_bf16_wgmma_dkv().name().find("wgmma dq"), std::string::npos)
+        << gpu_bf16_wgmma_dkv().name();
+    setenv("CTX_FLASH_DKV", "on", 1);
+    expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
+                 {"CTX_FLASH_DKV", "'on'", "mma", "wgmma"});
+    unsetenv("CTX_FLASH_DKV");
+    EXPECT_NE(gpu_bf16_wgmma_all_one_warpgroup().name().find("1-warpgroup wgmma blocks"),
+              std::string::npos)
+        << gpu_bf16_wgmma_all_one_warpgroup().name();
+    EXPECT_EQ(gpu_bf16_wgmma_all().name().find("warpgroup"), std::string::npos)
+        << gpu_bf16_wgmma_all().name();
+    setenv("CTX_FLASH_WGMMA_WARPGROUPS", "4", 1);
+    expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
+                 {"CTX_FLASH_WGMMA_WARPGROUPS", "'4'", "2", "1"});
+    unsetenv("CTX_FLASH_WGMMA_WARPGROUPS");
     EXPECT_EQ(fp32_name.find("atomic dq"), std::string::npos) << fp32_name;
     EXPECT_EQ(split_name, gpu_bf16().name());
 }

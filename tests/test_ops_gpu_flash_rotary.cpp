@@ -175,6 +175,33 @@ TEST_P(OpsGpuFlashRotary, AccumulateAddsTheRotatedTermsOnly) {
     expect_same_bits(acc.da, over.da, "da");
 }
 
+// The wgmma kernels (forward, dq, dk / dv: gpu_bf16_wgmma_all) rotate as the mma.sync ones: fused
+// against the separate ops on that backend, bit for bit (the dq and dk epilogues rotate back;
+// the forward's operands are rotated by the shared packing), with Accumulate adding the rotated
+// new terms only, and the results within the bf16 band
+// of the mma.sync kernels' (the same terms summed by another instruction; the bf16 outputs that
+// dvec is taken from may differ by an ulp). Cases the wgmma
+// kernels do not serve (head dim 80) run the mma.sync kernels.
+TEST_P(OpsGpuFlashRotary, WgmmaKernelsFuseLikeTheSeparateOps) {
+    REQUIRE_GPU();
+    const RotCase& rc = GetParam();
+    const TestRotation rot = rotation(rc);
+    ctx::Backend& wg = gpu_bf16_wgmma_all();
+    ASSERT_TRUE(wg.attention_fuses_rotary(AttentionMode::Flash, rc.H * rc.D, rc.H, rot.spec));
+    const Inputs in = make_inputs(rc, 2300 + rc.T + rc.D + rc.dr);
+    const Result sep = run(rc, in, rot.spec, Rotary::Separate, true, GradStore::Overwrite, wg);
+    const Result fused = run(rc, in, rot.spec, Rotary::Fused, true, GradStore::Overwrite, wg);
+    expect_same_results(fused, sep, "wgmma kernels");
+    // Accumulate: only the new terms rotated, as AccumulateAddsTheRotatedTermsOnly
+    const Result acc = run(rc, in, rot.spec, Rotary::Fused, true, GradStore::Accumulate, wg);
+    FVec want(in.dqkv0.size());
+    for (size_t i = 0; i < want.size(); i++) want[i] = in.dqkv0[i] + fused.dqkv[i];
+    expect_same_bits(acc.dqkv, want, "wgmma kernels: dqkv0 + the Overwrite result");
+    const Result mma = run(rc, in, rot.spec, Rotary::Fused, true, GradStore::Overwrite);
+    EXPECT_LT(rel_err(fused.out, mma.out), 1e-2);  // bf16 outputs: an ulp apart at most
+    EXPECT_LT(rel_err(fused.dqkv, mma.dqkv), 1e-2);
+}
+
 // Head dims 64 (GPT-2-size / Pythia: rotary on a quarter), 80 (Pythia-1.4B's head dim is 128,
 // Phi's 80: the general-family kernels), 128 (Llama); both layouts; YaRN's attention factor and
 // xPos amplitudes; the bias PEs the kernels fuse; windows; T past one 128-query block; positions

@@ -173,26 +173,30 @@ CudaBackend::CudaBackend(int device, Precision precision)
         precision_ == Precision::Bf16 &&
         !env_switch("CTX_BF16_ACTIVATIONS", "1", "bf16 activations with --precision bf16", "0",
                     "fp32 activations");
-    // the tensor-core attention backward: two kernels (deterministic, the default) or one with
-    // an atomic dq (FlashBackward), for A/B timings
+    // the tensor-core attention kernels (FlashTcKernels), for A/B timings: the backward as two
+    // kernels (deterministic, the default) or one with an atomic dq; the mma.sync forward's
+    // m-tiles a warp (2, or 1: the layout before 2026-11-28); each of the forward, the dq kernel
+    // and the dk / dv kernel on sm_90's wgmma where it applies, or mma.sync everywhere (the
+    // defaults until a GPU has timed both)
+    FlashTcKernels kernels;
     const bool atomic_dq =
         env_switch("CTX_FLASH_BACKWARD", "split", "a dq kernel and a dk/dv kernel", "atomic",
                    "one kernel, dq by atomic adds");
-    flash_.set_backward_kernels(atomic_dq ? FlashBackward::AtomicDq : FlashBackward::Split);
-    // the tensor-core forward's m-tiles per warp: 2 (the default) or 1 (the layout before
-    // 2026-11-28), for A/B timings
+    kernels.backward = atomic_dq ? FlashBackward::AtomicDq : FlashBackward::Split;
     const bool one_mtile =
         env_switch("CTX_FLASH_FORWARD_MTILES", "2", "32 queries a warp", "1", "16 queries a warp");
-    flash_.set_forward_mtiles(one_mtile ? 1 : 2);
-    // the tensor-core forward on sm_90's wgmma where it applies, or mma.sync everywhere (the
-    // default until a GPU has timed both)
-    const bool wgmma_forward = env_switch("CTX_FLASH_FORWARD", "mma", "mma.sync kernels", "wgmma",
-                                          "wgmma where it applies (sm_90)");
-    flash_.set_forward_wgmma(wgmma_forward);
-    // the tensor-core backward's dq kernel likewise (CTX_FLASH_DQ: mma, the default, or wgmma)
-    const bool wgmma_dq = env_switch("CTX_FLASH_DQ", "mma", "mma.sync dq kernel", "wgmma",
-                                     "the dq kernel on wgmma where it applies (sm_90)");
-    flash_.set_dq_wgmma(wgmma_dq);
+    kernels.forward_mtiles = one_mtile ? 1 : 2;
+    kernels.wgmma_forward = env_switch("CTX_FLASH_FORWARD", "mma", "mma.sync kernels", "wgmma",
+                                       "wgmma where it applies (sm_90)");
+    kernels.wgmma_dq = env_switch("CTX_FLASH_DQ", "mma", "mma.sync dq kernel", "wgmma",
+                                  "the dq kernel on wgmma where it applies (sm_90)");
+    kernels.wgmma_dkv = env_switch("CTX_FLASH_DKV", "mma", "mma.sync dk/dv kernel", "wgmma",
+                                   "the dk/dv kernel on wgmma where it applies (sm_90)");
+    const bool one_warpgroup =
+        env_switch("CTX_FLASH_WGMMA_WARPGROUPS", "2", "two warpgroups a wgmma block", "1",
+                   "one warpgroup a wgmma block");
+    kernels.wgmma_warpgroups = one_warpgroup ? 1 : 2;
+    flash_.set_kernels(kernels);
     // rotary inside the tensor-core attention kernels (the default) or as passes of its own
     // over q, k and dq, dk (the layout before 2026-12-05), for A/B timings
     const bool separate_rotary = env_switch("CTX_FLASH_ROTARY", "fused", "inside the kernels",
@@ -201,13 +205,15 @@ CudaBackend::CudaBackend(int device, Precision precision)
     // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
     // fp32 accumulation; "bf16 activations" when the products' inputs are stored in bf16)
     name_ = fmt::format(
-        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{}{}{})", device, prop.name,
+        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{}{}{}{}{})", device, prop.name,
         prop.major, prop.minor, double(prop.totalGlobalMem) / double(size_t(1) << 30),
         precision_name(precision_), bf16_activations_ ? " activations" : "",
         lt_.enabled() ? "Lt" : "", atomic_dq && precision_ == Precision::Bf16 ? ", atomic dq" : "",
         one_mtile && precision_ == Precision::Bf16 ? ", 1 m-tile forward" : "",
-        wgmma_forward && precision_ == Precision::Bf16 ? ", wgmma forward" : "",
-        wgmma_dq && precision_ == Precision::Bf16 ? ", wgmma dq" : "",
+        kernels.wgmma_forward && precision_ == Precision::Bf16 ? ", wgmma forward" : "",
+        kernels.wgmma_dq && precision_ == Precision::Bf16 ? ", wgmma dq" : "",
+        kernels.wgmma_dkv && precision_ == Precision::Bf16 ? ", wgmma dk/dv" : "",
+        one_warpgroup && precision_ == Precision::Bf16 ? ", 1-warpgroup wgmma blocks" : "",
         separate_rotary && precision_ == Precision::Bf16 ? ", separate rotary" : "",
         sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
 }

@@ -65,16 +65,38 @@ cudaError_t launch_flash_dvec(float* dvec, const float* dout, const uint16_t* ou
 // scratch (any contents, 16-byte aligned) for the backward's packed dout and, with KERPLE-log
 // (bias_kind, BiasArgs::kind), its per-distance tables (H x 64k distances x 2 floats).
 // launch_flash_tc_backward computes dvec itself, like launch_flash_backward.
+
+// How the tensor-core backward is split into kernels (CTX_FLASH_BACKWARD, cuda_backend.cpp):
+//   Split     a dq kernel per query tile and a dk / dv kernel per key tile (7 products per
+//             tile pair); every entry owned by one thread: bit-for-bit repeatable. The default.
+//   AtomicDq  FlashAttention-2's one kernel per key tile (5 products), dq added with fp32
+//             atomics, so the last bits of dq (and of the bias-parameter gradients) vary from
+//             run to run; T5's gradients keep Split. For timing against Split on a GPU.
+enum class FlashBackward { Split, AtomicDq };
+
+// Which tensor-core kernels the calls run: the A/B switches of cuda_backend.cpp (CTX_FLASH_*), so
+// that a GPU can time one layout against another. The wgmma kernels (cuda_flash_wg_sm90a.cu) run
+// where they apply: a compute capability 9.0 GPU, head dims 33-64 and 81-128 (kernel head dims 64
+// and 128), bias none / ALiBi / KERPLE-log; the mma.sync kernels run the rest.
+struct FlashTcKernels {
+    int forward_mtiles = 2;      // CTX_FLASH_FORWARD_MTILES: the mma.sync forward's m-tiles a warp
+    bool wgmma_forward = false;  // CTX_FLASH_FORWARD=wgmma
+    FlashBackward backward = FlashBackward::Split;  // CTX_FLASH_BACKWARD
+    // Split only. dq: not with bias-parameter gradients (the mma.sync dq kernel sums them).
+    bool wgmma_dq = false;   // CTX_FLASH_DQ=wgmma
+    bool wgmma_dkv = false;  // CTX_FLASH_DKV=wgmma
+    // CTX_FLASH_WGMMA_WARPGROUPS: a wgmma kernel's block is 2 warpgroups (the default) or 1, each
+    // of 64 queries (forward, dq) or keys (dk / dv), sharing the block's K, V (Q, dO) tiles: 2
+    // halves the shared-memory fills and the L2 reads a product needs (FlashAttention-3's layout)
+    int wgmma_warpgroups = 2;
+};
+
 size_t flash_tc_operand_elems(int B, int T, int C, int H);
 size_t flash_tc_backward_packed_elems(int B, int T, int C, int H, int bias_kind = 0);
 // Shared memory per block (dynamic and static bytes) the tensor-core kernels need at head dim D:
 // the forward, and the backward's largest kernel (the dq kernel with its T5 staging when t5).
-// mtiles: the forward's m-tiles per warp (CTX_FLASH_FORWARD_MTILES, cuda_backend.cpp): 2 (the
-// default: 32 queries a warp, where the GPU's shared memory fits it) or 1 (16, the layout
-// before 2026-11-28), for A/B timings. wgmma (CTX_FLASH_FORWARD=wgmma): the forward on sm_90's
-// warpgroup instruction where it applies (a compute capability 9.0 GPU, head dims 33-64 and
-// 81-128, bias none / ALiBi / KERPLE-log), the mma.sync kernel elsewhere; its shared memory is
-// below the mma.sync kernel's.
+// mtiles: the forward's m-tiles per warp (FlashTcKernels::forward_mtiles): 2 or 1. These are the
+// mma.sync kernels' needs: the wgmma kernels run only on compute capability 9.0 (227 KiB a block).
 size_t flash_tc_forward_smem_bytes(int D, int mtiles = 2);
 size_t flash_tc_backward_smem_bytes(int D, bool t5);
 // out (fp32) or out16 (bf16, rounded as written): one of them, the other null.
@@ -83,19 +105,9 @@ size_t flash_tc_backward_smem_bytes(int D, bool t5);
 cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uint16_t* qkv16,
                                     const float* qkv, const float* positions, int B, int T, int C,
                                     int H, KeyMask mask, const BiasArgs& bias,
-                                    const RotationTable& rot, cudaStream_t s, int mtiles = 2,
-                                    bool wgmma = false);
-// How the tensor-core backward is split into kernels (CTX_FLASH_BACKWARD, cuda_backend.cpp):
-//   Split     a dq kernel per query tile and a dk / dv kernel per key tile (7 products per
-//             tile pair); every entry owned by one thread: bit-for-bit repeatable. The default.
-//   AtomicDq  FlashAttention-2's one kernel per key tile (5 products), dq added with fp32
-//             atomics, so the last bits of dq (and of the bias-parameter gradients) vary from
-//             run to run; T5's gradients keep Split. For timing against Split on a GPU.
-enum class FlashBackward { Split, AtomicDq };
+                                    const RotationTable& rot, cudaStream_t s,
+                                    const FlashTcKernels& kernels = FlashTcKernels{});
 // accumulate: dqkv += the gradient, else dqkv = (each entry of the B x T rows written once).
-// wgmma_dq (CTX_FLASH_DQ=wgmma; Split only): the dq kernel on sm_90's warpgroup instruction where
-// it applies (compute capability 9.0, head dims 33-64 and 81-128, bias none / ALiBi / KERPLE-log
-// without parameter gradients, no table, T5 or rotation), the mma.sync dq kernel elsewhere.
 // rot (a table, or none; Split only): dq and dk leave the kernels rotated back (the transpose of
 // the forward's rotation), before they are added to dqkv. Its layout Half needs dr / 2 a
 // multiple of 8 (each pair's two entries in one thread's accumulators).
@@ -104,8 +116,8 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
                                      const float* out, const uint16_t* out16, const float* lse,
                                      const float* positions, int B, int T, int C, int H,
                                      KeyMask mask, const BiasArgs& bias, bool accumulate,
-                                     FlashBackward kernels, const RotationTable& rot,
-                                     cudaStream_t s, bool wgmma_dq = false);
+                                     const RotationTable& rot, cudaStream_t s,
+                                     const FlashTcKernels& kernels = FlashTcKernels{});
 
 // Host side: argument checks, bias parameters staged on the device through the backend's
 // BiasStaging (host ALiBi slopes, the T5 bucket table; shared with the materialised path, so one
@@ -117,15 +129,8 @@ public:
     // Precision::Bf16), the grow-only scratch the backward's packed dout lives in.
     FlashAttention(BiasStaging& bias, DeviceScratch<uint16_t>* packed)
         : bias_(bias), packed_(packed) {}
-    // The tensor-core backward's kernels (FlashBackward); the fp32 kernels have one layout.
-    void set_backward_kernels(FlashBackward k) { backward_kernels_ = k; }
-    FlashBackward backward_kernels() const { return backward_kernels_; }
-    // The tensor-core forward's m-tiles per warp (flash_tc_forward_smem_bytes): 2 or 1.
-    void set_forward_mtiles(int m) { forward_mtiles_ = m; }
-    // The tensor-core forward on wgmma where it applies (launch_flash_tc_forward).
-    void set_forward_wgmma(bool on) { forward_wgmma_ = on; }
-    // The tensor-core backward's dq kernel on wgmma where it applies (launch_flash_tc_backward).
-    void set_dq_wgmma(bool on) { dq_wgmma_ = on; }
+    // The tensor-core kernels the calls run (FlashTcKernels); the fp32 kernels have one layout.
+    void set_kernels(const FlashTcKernels& k) { kernels_ = k; }
 
     // True when the kernels handle this shape (C divisible by H, head dim C / H <=
     // kFlashMaxHeadDim).
@@ -178,10 +183,7 @@ private:
     BiasStaging& bias_;
     DeviceScratch<uint16_t>* packed_;
     size_t smem_limit_ = 0;  // the device's opt-in shared memory per block, once read
-    FlashBackward backward_kernels_ = FlashBackward::Split;
-    int forward_mtiles_ = 2;
-    bool forward_wgmma_ = false;
-    bool dq_wgmma_ = false;
+    FlashTcKernels kernels_;
     bool rotary_fusion_ = true;
 };
 

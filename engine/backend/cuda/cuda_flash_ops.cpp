@@ -48,7 +48,7 @@ bool FlashAttention::fuses_rotary(AttentionMode mode, int C, int H, const Rotary
     const int dr = spec.rotary_dims;
     const bool whole_pairs = spec.layout == RotaryLayout::Interleaved || (dr / 2) % 8 == 0;
     return rotary_fusion_ && keeps_qkv(mode) && supports(C, H) &&
-           backward_kernels_ == FlashBackward::Split && dr > 0 && dr <= C / H && whole_pairs;
+           kernels_.backward == FlashBackward::Split && dr > 0 && dr <= C / H && whole_pairs;
 }
 
 bool FlashAttention::supports(int C, int H) {
@@ -97,12 +97,11 @@ void FlashAttention::forward(cudaStream_t stream, float* out, uint16_t* out16, f
     const BiasArgs ba = bias_.stage(opt.bias, H, stream, op);
     float* lse = saved;  // (B, H, T)
     if (packed_ != nullptr) {
-        check_tc_smem(flash_tc_forward_smem_bytes(C / H, forward_mtiles_), C / H, op);
-        check_cuda(
-            launch_flash_tc_forward(out, out16, lse, kept_qkv(saved, B, T, H), qkv, positions, B, T,
-                                    C, H, KeyMask{opt.window, opt.doc_start}, ba, rot, stream,
-                                    forward_mtiles_, forward_wgmma_),
-            op);
+        check_tc_smem(flash_tc_forward_smem_bytes(C / H, kernels_.forward_mtiles), C / H, op);
+        check_cuda(launch_flash_tc_forward(
+                       out, out16, lse, kept_qkv(saved, B, T, H), qkv, positions, B, T, C, H,
+                       KeyMask{opt.window, opt.doc_start}, ba, rot, stream, kernels_),
+                   op);
         return;
     }
     check_cuda(launch_flash_forward(out, lse, qkv, positions, B, T, C, H,
@@ -136,11 +135,10 @@ void FlashAttention::backward(cudaStream_t stream, float* dqkv, float* scratch, 
         check_tc_smem(flash_tc_backward_smem_bytes(C / H, bias_grads && bs.kind == BiasKind::T5),
                       C / H, op);
         uint16_t* packed = packed_->ensure(flash_tc_backward_packed_elems(B, T, C, H, ba.kind), op);
-        check_cuda(launch_flash_tc_backward(dqkv, dvec, parts, dtable, kept_qkv(saved, B, T, H),
-                                            packed, dout, out, out16, lse, positions, B, T, C, H,
-                                            KeyMask{opt.window, opt.doc_start}, ba,
-                                            opt.dqkv_store == GradStore::Accumulate,
-                                            backward_kernels_, rot, stream, dq_wgmma_),
+        check_cuda(launch_flash_tc_backward(
+                       dqkv, dvec, parts, dtable, kept_qkv(saved, B, T, H), packed, dout, out,
+                       out16, lse, positions, B, T, C, H, KeyMask{opt.window, opt.doc_start}, ba,
+                       opt.dqkv_store == GradStore::Accumulate, rot, stream, kernels_),
                    op);
     } else {
         check_cuda(launch_flash_backward(dqkv, dvec, parts, dtable, dout, qkv, out, lse, positions,

@@ -414,6 +414,10 @@ int fwd_m(int kD, int requested) {
 
 bool wgmma_device() { return this_gpu().major == 9 && this_gpu().minor == 0; }
 
+bool wgmma_applies(const TcArgs& a, int kD) {
+    return (kD == 64 || kD == 128) && bias_family(a.bs.kind) != kOtherBias && wgmma_device();
+}
+
 template <int kD, bool kGeneral, int M>
 cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
     auto* kernel = &flash_tc_fwd_kernel<kD, kGeneral, M>;
@@ -464,8 +468,8 @@ size_t flash_tc_forward_smem_bytes(int D, int mtiles) {
 cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uint16_t* qkv16,
                                     const float* qkv, const float* positions, int B, int T, int C,
                                     int H, KeyMask mask, const BiasArgs& bias,
-                                    const RotationTable& rot, cudaStream_t s, int mtiles,
-                                    bool wgmma) {
+                                    const RotationTable& rot, cudaStream_t s,
+                                    const FlashTcKernels& kernels) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
@@ -479,8 +483,9 @@ cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uin
     a.k = k;
     a.v = v;
     const int kD = tc_head_dim(a.D);
-    if (wgmma && (kD == 64 || kD == 128) && bias_family(a.bs.kind) != kOtherBias && wgmma_device())
-        return launch_flash_wg_forward(out, lse, a, B, kD, s);
+    if (kernels.wgmma_forward && wgmma_applies(a, kD))
+        return launch_flash_wg_forward(out, lse, a, B, kD, kernels.wgmma_warpgroups, s);
+    const int mtiles = kernels.forward_mtiles;
     if (a.D <= 32) return forward_t<32>(out, lse, a, B, s, mtiles);
     if (a.D <= 64) return forward_t<64>(out, lse, a, B, s, mtiles);
     if (a.D <= 80) return forward_t<80>(out, lse, a, B, s, mtiles);

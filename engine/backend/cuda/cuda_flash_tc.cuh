@@ -473,6 +473,49 @@ __device__ __forceinline__ void write_grads(float (&x)[DN][4], float* const (&ro
     store_grads<DN>(x, row, D, t, pairs);
 }
 
+// The backward kernels' epilogues. write_dq: dq = scale acc for this thread's query rows i[0],
+// i[1] of head h, rotated back when the call rotates (the gradient w.r.t. q before rotary).
+// write_dk_dv: dk = scale dk (rotated back likewise, with kRotation) and dv = dv for its key rows
+// j[0], j[1]; T, C, D are a's, as the caller holds them (read from `a` here, where the one-kernel
+// backward's epilogue reads them, ptxas spilled that kernel at D 128: 64 bytes, sm_90). Both add
+// to the rows' old entries with a.accumulate.
+template <int DN>
+__device__ __forceinline__ void write_dq(float (&acc)[DN][4], float* dqkv, const TcArgs& a, int b,
+                                         int h, const int (&i)[2], int t) {
+    float* dq[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        dq[r] = i[r] < a.T ? dqkv + (size_t(b) * a.T + i[r]) * 3 * a.C + size_t(h) * a.D : nullptr;
+    if (a.rot.table != nullptr) {
+        write_grads<DN>(acc, dq, a.scale, a.accumulate, a.D, t,
+                        [&](auto& x) { rotate_back_rows<DN>(x, a.rot, b, a.T, i, false, t); });
+    } else {
+        write_grads<DN>(acc, dq, a.scale, a.accumulate, a.D, t);
+    }
+}
+template <int DN, bool kRotation = true>
+__device__ __forceinline__ void write_dk_dv(float (&dk)[DN][4], float (&dv)[DN][4], float* dqkv,
+                                            const TcArgs& a, int b, int h, const int (&j)[2], int t,
+                                            int T, int C, int D) {
+    float *dkr[2], *dvr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float* row = j[r] < T ? dqkv + (size_t(b) * T + j[r]) * 3 * C + size_t(h) * D : nullptr;
+        dkr[r] = row ? row + C : nullptr;
+        dvr[r] = row ? row + 2 * C : nullptr;
+    }
+    bool rotated = false;
+    if constexpr (kRotation) {
+        if (a.rot.table != nullptr) {
+            write_grads<DN>(dk, dkr, a.scale, a.accumulate, D, t,
+                            [&](auto& x) { rotate_back_rows<DN>(x, a.rot, b, T, j, true, t); });
+            rotated = true;
+        }
+    }
+    if (!rotated) write_grads<DN>(dk, dkr, a.scale, a.accumulate, D, t);
+    write_grads<DN>(dv, dvr, 1.0f, a.accumulate, D, t);
+}
+
 // The forward's online softmax after a key tile's logits, for a thread's R rows (rows g and g + 8
 // of each of its m-tiles). softmax_row_max: each row's max over the tile (mx: this thread's,
 // reduced here over the 4 threads of the row) joins the running max m_run; ms is the max the
@@ -566,16 +609,23 @@ int padded_T(int T);     // T rounded up to whole forward query blocks (whole ke
 cudaError_t pack(uint16_t* rows, const float* src, int ld, int col0, int B, int T, int H, int D,
                  cudaStream_t s, int parts = 1, const RotationTable& rot = RotationTable{});
 TcArgs make_args(const float* positions, int T, int C, int H, KeyMask mask, const BiasArgs& bias);
-// The forward on wgmma (cuda_flash_wg_sm90a.cu; compute capability 9.0 only) for packed operands
-// of head dim kD 64 or 128 and the inline bias families (bias_family(kind) != kOtherBias).
+// The kernels on wgmma (cuda_flash_wg_sm90a.cu; compute capability 9.0 only) for packed operands
+// of head dim kD 64 or 128 and the inline bias families (wgmma_applies), in blocks of `warpgroups`
+// (1 or 2) warpgroups of 64 queries (forward, dq) or keys (dk / dv) that share the block's other
+// tiles. Each writes (or adds to, with a.accumulate) what the mma.sync kernel it replaces does:
+// the forward out and lse; the dq kernel (not with bias-parameter gradients, which the mma.sync
+// dq kernel sums) dqkv's dq columns, the dk / dv kernel its dk and dv columns, rotated back with
+// a.rot.
 cudaError_t launch_flash_wg_forward(float* out, float* lse, const TcArgs& a, int B, int kD,
-                                    cudaStream_t s);
-// The dq kernel on wgmma (the same file): head dim kD 64 or 128, the inline families, no
-// bias-parameter gradients, table or T5 output, no rotation; dqkv's dq columns written (or
-// added to with a.accumulate) as the mma.sync dq kernel does.
+                                    int warpgroups, cudaStream_t s);
 cudaError_t launch_flash_wg_dq(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,
-                               int B, int kD, cudaStream_t s);
+                               int B, int kD, int warpgroups, cudaStream_t s);
+cudaError_t launch_flash_wg_dkv(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,
+                                int B, int kD, int warpgroups, cudaStream_t s);
 bool wgmma_device();  // this process's GPU runs sm_90a code (compute capability 9.0)
+// Whether the wgmma kernels serve a call of kernel head dim kD: 64 or 128, an inline bias family,
+// a wgmma_device.
+bool wgmma_applies(const TcArgs& a, int kD);
 // KERPLE-log's backward only: decides on the device whether this call's B x T positions allow
 // the tables and fills them from the bias's b, in `space` (kerple_space_elems bf16 elements past
 // the packed operands, 16-byte aligned); sets a.ktab, a.kinfo, a.kcap. No host synchronisation.

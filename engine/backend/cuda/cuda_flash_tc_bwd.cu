@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kBc * LS); };
     float* Sd = reinterpret_cast<float*>(Ks(2));
     int* Bk = reinterpret_cast<int*>(Sd + kBr * kSP);
-    const int T = a.T, C = a.C, D = a.D, H = a.H, kind = a.bs.kind, family = call_family(a);
+    const int T = a.T, H = a.H, kind = a.bs.kind, family = call_family(a);
     const int tile = tile_index(), q0 = tile * kBr, h = blockIdx.y, b = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const size_t bh = size_t(b) * H + h, rows = bh * a.Tp * kD;
@@ -251,17 +251,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
         __syncthreads();  // stage st (and Sd, Bk) are refilled by the next iteration
     }
-    // dq = scale acc (+ dq accumulating)
-    float* dq[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-        dq[r] = i[r] < T ? dqkv + (size_t(b) * T + i[r]) * 3 * C + size_t(h) * D : nullptr;
-    if (a.rot.table != nullptr) {  // the gradient w.r.t. q before rotary
-        write_grads<DN>(acc, dq, a.scale, a.accumulate, D, t,
-                        [&](auto& x) { rotate_back_rows<DN>(x, a.rot, b, T, i, false, t); });
-    } else {
-        write_grads<DN>(acc, dq, a.scale, a.accumulate, D, t);
-    }
+    write_dq<DN>(acc, dqkv, a, b, h, i, t);  // dq = scale acc (+ dq accumulating)
     if (grads) {
         // this block's rows are 32-row chunks 2 tile and 2 tile + 1 of the partials layout
         const int chunks = (T + kBiasGradRows - 1) / kBiasGradRows;
@@ -531,24 +521,9 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
         __syncthreads();  // stage st (and dSs) are refilled by the next iteration
     }
-    // dk = scale dk, dv = dv (+ the old entries accumulating)
-    float *dkr[2], *dvr[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float* row = j[r] < T ? dqkv + (size_t(b) * T + j[r]) * 3 * C + size_t(h) * D : nullptr;
-        dkr[r] = row ? row + C : nullptr;
-        dvr[r] = row ? row + 2 * C : nullptr;
-    }
-    bool rotated = false;
-    if constexpr (!kDq) {  // the gradient w.r.t. k before rotary (the Split kernels only)
-        if (a.rot.table != nullptr) {
-            write_grads<DN>(dk, dkr, a.scale, a.accumulate, D, t,
-                            [&](auto& x) { rotate_back_rows<DN>(x, a.rot, b, T, j, true, t); });
-            rotated = true;
-        }
-    }
-    if (!rotated) write_grads<DN>(dk, dkr, a.scale, a.accumulate, D, t);
-    write_grads<DN>(dv, dvr, 1.0f, a.accumulate, D, t);
+    // dk = scale dk, dv = dv (+ the old entries accumulating); dk rotated back by the Split
+    // kernels only (the one-kernel backward is not given a rotation)
+    write_dk_dv<DN, !kDq>(dk, dv, dqkv, a, b, h, j, t, T, C, D);
     if (grads) {  // as the dq kernel: this block's partial in the first of its two slots
         __shared__ double red[32];
         const int chunks = (T + kBiasGradRows - 1) / kBiasGradRows;
@@ -581,7 +556,7 @@ size_t dkv_smem(int kD, bool dq) {
 template <int kD>
 cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float* lse,
                        const float* dvec, const TcArgs& a, int B, bool atomic_dq, cudaStream_t s,
-                       bool wgmma_dq) {
+                       const FlashTcKernels& kernels) {
     const dim3 grid_k((a.T + kBc - 1) / kBc, a.H, B);
     if (atomic_dq) {
         static const cudaError_t ready =
@@ -606,15 +581,19 @@ cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float*
         if (ready_dq_t5 != cudaSuccess) return ready_dq_t5;
     }
     const dim3 grid_q((a.T + kBr - 1) / kBr, a.H, B);
-    if (wgmma_dq && (kD == 64 || kD == 128) && partials == nullptr && dtable == nullptr &&
-        a.rot.table == nullptr && bias_family(a.bs.kind) != kOtherBias && wgmma_device()) {
-        if (cudaError_t e = launch_flash_wg_dq(dqkv, lse, dvec, a, B, kD, s); e != cudaSuccess)
+    const bool wgmma = wgmma_applies(a, kD);
+    if (kernels.wgmma_dq && wgmma && partials == nullptr) {
+        if (cudaError_t e =
+                launch_flash_wg_dq(dqkv, lse, dvec, a, B, kD, kernels.wgmma_warpgroups, s);
+            e != cudaSuccess)
             return e;
     } else {
         flash_tc_dq_kernel<kD>
             <<<grid_q, kThreads, dq_smem(kD, t5), s>>>(dqkv, partials, dtable, lse, dvec, a);
         if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     }
+    if (kernels.wgmma_dkv && wgmma)
+        return launch_flash_wg_dkv(dqkv, lse, dvec, a, B, kD, kernels.wgmma_warpgroups, s);
     auto* dkv = &flash_tc_dkv_kernel<kD, false>;
     dkv<<<grid_k, kThreads, dkv_smem(kD, false), s>>>(dqkv, nullptr, nullptr, lse, dvec, a);
     return cudaGetLastError();
@@ -637,8 +616,8 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
                                      const float* out, const uint16_t* out16, const float* lse,
                                      const float* positions, int B, int T, int C, int H,
                                      KeyMask mask, const BiasArgs& bias, bool accumulate,
-                                     FlashBackward kernels, const RotationTable& rot,
-                                     cudaStream_t s, bool wgmma_dq) {
+                                     const RotationTable& rot, cudaStream_t s,
+                                     const FlashTcKernels& kernels) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
@@ -648,11 +627,11 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
     // the atomic dq's terms cannot be rotated back in the kernel (fuses_rotary asks for Split);
     // Half pairs must sit in one thread's accumulators
     if (rot.table != nullptr &&
-        (kernels != FlashBackward::Split || (rot.layout == 0 && (rot.dr / 2) % 8 != 0)))
+        (kernels.backward != FlashBackward::Split || (rot.layout == 0 && (rot.dr / 2) % 8 != 0)))
         return cudaErrorInvalidValue;
     // T5's gradients keep the two kernels (their bucket scan is per query tile)
     const bool atomic_dq =
-        kernels == FlashBackward::AtomicDq && !(partials != nullptr && a.bs.kind == kT5);
+        kernels.backward == FlashBackward::AtomicDq && !(partials != nullptr && a.bs.kind == kT5);
     // the atomic dq adds onto dqkv: under Overwrite its dq columns start at 0 (zeroed by the
     // dvec pass, which reads the same rows)
     float* zero_dq = atomic_dq && !accumulate ? dqkv : nullptr;
@@ -672,13 +651,13 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
     if (a.bs.kind == kKerpleLog)  // the forward's decision and tables, rebuilt alike
         if (cudaError_t e = launch_kerple_tables(a, g + n, B, s); e != cudaSuccess) return e;
     if (a.D <= 32)
-        return backward_t<32>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s, wgmma_dq);
+        return backward_t<32>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s, kernels);
     if (a.D <= 64)
-        return backward_t<64>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s, wgmma_dq);
+        return backward_t<64>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s, kernels);
     if (a.D <= 80)
-        return backward_t<80>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s, wgmma_dq);
+        return backward_t<80>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s, kernels);
     return backward_t<kFlashMaxHeadDim>(dqkv, partials, dtable, lse, dvec, a, B, atomic_dq, s,
-                                        wgmma_dq);
+                                        kernels);
 }
 
 }  // namespace ctx::cuda

@@ -4,19 +4,23 @@
 //
 // The algorithm and the numbers are those of flash_tc_fwd_kernel with one m-tile per warp (the
 // same per-logit bias, masks, base-2 online softmax, P rounded to bf16, fp32 accumulation); what
-// changes is who computes the two products. A block is one warpgroup (the same 4 warps, 64
-// queries), and per key tile of 64:
+// changes is who computes the two products. A warpgroup (the same 4 warps) takes 64 queries, and
+// per key tile of 64:
 //   S (64 x 64)  = Q K^T   one wgmma per 16 columns of the head dim, Q and K read by the
 //                          tensor core from shared memory (K-major core matrices), no ldmatrix
 //   O (64 x kD) += P V     one wgmma per 16 keys, P from registers (the A fragments the mma.sync
 //                          kernel packs), V read N-major from shared memory (its rows as stored)
 // Each warp's accumulators are exactly the mma.sync kernel's C fragments (s[n][e] = d[4 n + e]),
 // so the logit loop, softmax and epilogue below are that kernel's. A product is collective over
-// the warpgroup: a key tile is skipped only when it is masked for the whole block; a warp whose
-// own rows it masks takes the tile through the masked loop (its P is 0).
+// the warpgroup: a key tile is skipped only when it is masked for the warpgroup's 64 rows; a warp
+// whose own rows it masks takes the tile through the masked loop (its P is 0).
+//
+// A block is kWG warpgroups (FlashTcKernels::wgmma_warpgroups: 2 by default, or 1) that share
+// the block's staged tiles: the forward's and dq kernel's K and V, the dk / dv kernel's Q and dO.
+// Each warpgroup's results do not depend on kWG (a tile past its own range is one it skips).
 //
 // Head dims 64 and 128, the inline bias families (none, ALiBi, KERPLE-log); the launcher sends
-// the rest to the mma.sync kernel. The dq kernel below does the same for the backward's dq.
+// the rest to the mma.sync kernel. The dq and dk / dv kernels below do the same for the backward.
 // Compiled for sm_90a only (engine/CMakeLists.txt).
 #include "backend/cuda/cuda_flash_tc.cuh"
 #include "backend/cuda/cuda_wgmma.cuh"
@@ -32,14 +36,14 @@ constexpr uint32_t kCore = 128;  // bytes of a core matrix (8 rows x 16 bytes)
 // (LBO), 16 kD bytes apart along the rows (SBO). kNMajor (V, the B operand of O = P V, whose K is
 // the R = kBc keys and N the head dim): core matrices kCore apart along the keys (LBO), 16 R
 // bytes apart along the head dim (SBO), each 8 keys of 16 bytes (8 head-dim entries) as V's rows
-// hold them.
-template <int R, int kD, bool kNMajor>
+// hold them. By the block's kBlock threads.
+template <int R, int kD, bool kNMajor, int kBlock>
 __device__ __forceinline__ void stage_core(char* dst, const uint16_t* src) {
-    constexpr int V = kD / 8, N = R * V, IT = (N + kThreads - 1) / kThreads;
+    constexpr int V = kD / 8, N = R * V, IT = (N + kBlock - 1) / kBlock;
 #pragma unroll
     for (int it = 0; it < IT; it++) {
-        const int idx = int(threadIdx.x) + it * kThreads;
-        if (N % kThreads == 0 || idx < N) {
+        const int idx = int(threadIdx.x) + it * kBlock;
+        if (N % kBlock == 0 || idx < N) {
             const int r = idx / V, v = idx % V;
             const int at = kNMajor ? v * 16 * R + (r / 8) * kCore + (r % 8) * 16
                                    : (r / 8) * 16 * kD + v * kCore + (r % 8) * 16;
@@ -48,35 +52,51 @@ __device__ __forceinline__ void stage_core(char* dst, const uint16_t* src) {
     }
 }
 
-template <int kD>
-constexpr size_t wg_fwd_smem() {
-    return size_t(kBr) * kD * 2 + 2 * (2 * size_t(kBc) * kD * 2 + kBc * 4);
+// Accumulators x of a product (a warp's 16 rows, NT 8-column tiles) rounded to bf16 as the A
+// fragments of a product over those columns: k step kc's from tiles 2 kc and 2 kc + 1.
+template <int NT>
+__device__ __forceinline__ void a_fragments(const float (&x)[NT * 4], uint32_t (&f)[NT / 2][4]) {
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        f[n / 2][2 * (n & 1)] = pack_bf16(x[4 * n], x[4 * n + 1]);
+        f[n / 2][2 * (n & 1) + 1] = pack_bf16(x[4 * n + 2], x[4 * n + 3]);
+    }
 }
 
-template <int kD>
-__global__ void __launch_bounds__(kThreads) flash_wg_fwd_kernel(float* out, float* lse, TcArgs a) {
-    // Qs (kBr x kD, K-major) | two stages of [Ks (kBc x kD, K-major) | Vs (kBc x kD, N-major) |
+template <int kD, int kWG>
+constexpr size_t wg_fwd_smem() {
+    return size_t(kWG) * kBr * kD * 2 + 2 * (2 * size_t(kBc) * kD * 2 + kBc * 4);
+}
+
+template <int kD, int kWG>
+__global__ void __launch_bounds__(kWG* kThreads)
+    flash_wg_fwd_kernel(float* out, float* lse, TcArgs a) {
+    // Qs (kRows x kD, K-major) | two stages of [Ks (kBc x kD, K-major) | Vs (kBc x kD, N-major) |
     // posK (kBc floats)]
     extern __shared__ float sm[];
-    constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16;
+    constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16, kRows = kWG * kBr;
+    constexpr int kBlock = kWG * kThreads;
     constexpr size_t kTile = size_t(kBc) * kD * 2, kStage = 2 * kTile + kBc * 4;
     char* Qs = reinterpret_cast<char*>(sm);
-    auto Ks = [&](int st) { return Qs + kBr * kD * 2 + st * kStage; };
+    auto Ks = [&](int st) { return Qs + kRows * kD * 2 + st * kStage; };
     auto Vs = [&](int st) { return Ks(st) + kTile; };
     auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kTile); };
     const int T = a.T, kind = a.bs.kind, family = bias_family(kind);
-    const int q0 = tile_index() * kBr, h = blockIdx.y, b = blockIdx.z;
+    const int q0 = tile_index() * kRows, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
     const size_t bh = size_t(b) * a.H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
     const bool positions = needs_positions(kind);
-    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kBr - 1);
+    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kRows - 1);
     const int n_tiles = (j_last - k_first) / kBc + 1;
-    stage_core<kBr, kD, false>(Qs, a.q + rows + size_t(q0) * kD);
+    // this warpgroup's 64 queries from g0: their rows of Qs (8 core-matrix rows of 16 kD bytes)
+    const int wg = warp >> 2, g0 = q0 + wg * kBr;
+    const char* Qg = Qs + wg * kBr * kD * 2;
+    stage_core<kRows, kD, false, kBlock>(Qs, a.q + rows + size_t(q0) * kD);
     auto load = [&](int it) {
         const int st = it & 1, k0 = k_first + it * kBc;
-        stage_core<kBc, kD, false>(Ks(st), a.k + rows + size_t(k0) * kD);
-        stage_core<kBc, kD, true>(Vs(st), a.v + rows + size_t(k0) * kD);
+        stage_core<kBc, kD, false, kBlock>(Ks(st), a.k + rows + size_t(k0) * kD);
+        stage_core<kBc, kD, true, kBlock>(Vs(st), a.v + rows + size_t(k0) * kD);
         if (positions) stage_floats_async(posK(st), pos, k0, kBc, T);
         cp_async_commit();
     };
@@ -104,13 +124,13 @@ __global__ void __launch_bounds__(kThreads) flash_wg_fwd_kernel(float* out, floa
         const int k0 = k_first + it * kBc, st = it & 1;
         // this thread's copies fenced for the tensor core's (async proxy) reads
         await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
-        // a product is the whole warpgroup's: skipped only for a tile the block never sees
-        if (cover(a, b, q0, q0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {
+        // a product is the whole warpgroup's: skipped only for a tile none of its rows sees
+        if (cover(a, b, g0, g0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {
             float s[NT * 4];
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
-                wgmma_ss<kBc>(s, wgmma_desc(Qs + ks * 2 * kCore, kCore, 16 * kD),
+                wgmma_ss<kBc>(s, wgmma_desc(Qg + ks * 2 * kCore, kCore, 16 * kD),
                               wgmma_desc(Ks(st) + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
             wgmma_commit();
             wgmma_wait<0>();
@@ -174,40 +194,46 @@ __global__ void __launch_bounds__(kThreads) flash_wg_fwd_kernel(float* out, floa
 // ================================================================ dq
 
 // The dq kernel on wgmma (CTX_FLASH_DQ=wgmma), the mma.sync dq kernel's algorithm for the common
-// case: no bias-parameter gradients, no table or T5 output, no rotation (the launcher sends the
-// rest to the mma.sync kernel). A block is one warpgroup of 64 queries; per key tile of 64:
+// case: the inline families without bias-parameter gradients (the launcher sends the rest to the
+// mma.sync kernel); dq leaves rotated back when the call rotates. A warpgroup takes 64 queries;
+// per key tile of 64:
 //   S = Q K^T, dP = dO V^T   wgmma_ss from K-major Q, dO, K, V tiles (K and V rows as stored)
 //   dS = P (dP - D_i)        the mma.sync kernel's per-logit arithmetic (p_exponent, the masks)
 //   dq += dS K               wgmma_rs: dS as bf16 A fragments, K read N-major from the SAME tile
 //                            (a K-major core matrix of 8 keys x 8 head-dim entries is also the
 //                            N-major one of K as the B of dS K; only LBO and SBO trade places)
-template <int kD>
-__global__ void __launch_bounds__(kThreads)
+template <int kD, int kWG>
+__global__ void __launch_bounds__(kWG* kThreads)
     flash_wg_dq_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
-    // Qs, dOs (kBr x kD, K-major) | two stages of [Ks, Vs (kBc x kD, K-major) | posK (kBc floats)]
+    // Qs, dOs (kRows x kD, K-major) | two stages of [Ks, Vs (kBc x kD, K-major) | posK (kBc
+    // floats)]
     extern __shared__ float sm[];
-    constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16;
-    constexpr size_t kRows = size_t(kBr) * kD * 2, kTile = size_t(kBc) * kD * 2;
+    constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16, kRows = kWG * kBr;
+    constexpr int kBlock = kWG * kThreads;
+    constexpr size_t kRowBytes = size_t(kRows) * kD * 2, kTile = size_t(kBc) * kD * 2;
     constexpr size_t kStage = 2 * kTile + kBc * 4;
     char* Qs = reinterpret_cast<char*>(sm);
-    char* dOs = Qs + kRows;
-    auto Ks = [&](int st) { return dOs + kRows + st * kStage; };
+    char* dOs = Qs + kRowBytes;
+    auto Ks = [&](int st) { return dOs + kRowBytes + st * kStage; };
     auto Vs = [&](int st) { return Ks(st) + kTile; };
     auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kTile); };
     const int T = a.T, H = a.H, kind = a.bs.kind, family = call_family(a);
-    const int q0 = tile_index() * kBr, h = blockIdx.y, b = blockIdx.z;
+    const int q0 = tile_index() * kRows, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const size_t bh = size_t(b) * H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
     const bool positions = needs_positions(kind);
-    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kBr - 1);
+    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kRows - 1);
     const int n_tiles = (j_last - k_first) / kBc + 1;
-    stage_core<kBr, kD, false>(Qs, a.q + rows + size_t(q0) * kD);
-    stage_core<kBr, kD, false>(dOs, a.g + rows + size_t(q0) * kD);
+    // this warpgroup's 64 queries from g0 and their rows of Qs, dOs
+    const int wg = warp >> 2, g0 = q0 + wg * kBr;
+    const char *Qg = Qs + wg * kBr * kD * 2, *dOg = dOs + wg * kBr * kD * 2;
+    stage_core<kRows, kD, false, kBlock>(Qs, a.q + rows + size_t(q0) * kD);
+    stage_core<kRows, kD, false, kBlock>(dOs, a.g + rows + size_t(q0) * kD);
     auto load = [&](int it) {
         const int st = it & 1, k0 = k_first + it * kBc;
-        stage_core<kBc, kD, false>(Ks(st), a.k + rows + size_t(k0) * kD);
-        stage_core<kBc, kD, false>(Vs(st), a.v + rows + size_t(k0) * kD);
+        stage_core<kBc, kD, false, kBlock>(Ks(st), a.k + rows + size_t(k0) * kD);
+        stage_core<kBc, kD, false, kBlock>(Vs(st), a.v + rows + size_t(k0) * kD);
         if (positions) stage_floats_async(posK(st), pos, k0, kBc, T);
         cp_async_commit();
     };
@@ -235,15 +261,15 @@ __global__ void __launch_bounds__(kThreads)
         const int k0 = k_first + it * kBc, st = it & 1;
         // this thread's copies fenced for the tensor core's (async proxy) reads
         await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
-        if (cover(a, b, q0, q0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {
+        if (cover(a, b, g0, g0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {  // as the forward
             float s[NT * 4], dp[NT * 4];
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < KS; ks++) {
                 const uint32_t at = ks * 2 * kCore;
-                wgmma_ss<kBc>(s, wgmma_desc(Qs + at, kCore, 16 * kD),
+                wgmma_ss<kBc>(s, wgmma_desc(Qg + at, kCore, 16 * kD),
                               wgmma_desc(Ks(st) + at, kCore, 16 * kD), ks > 0);
-                wgmma_ss<kBc>(dp, wgmma_desc(dOs + at, kCore, 16 * kD),
+                wgmma_ss<kBc>(dp, wgmma_desc(dOg + at, kCore, 16 * kD),
                               wgmma_desc(Vs(st) + at, kCore, 16 * kD), ks > 0);
             }
             wgmma_commit();
@@ -280,12 +306,8 @@ __global__ void __launch_bounds__(kThreads)
                         s[4 * n + e] = v;
                     }
             });
-            uint32_t df[NT / 2][4];  // dS in bf16 A fragments (k step kc: tiles 2 kc, 2 kc + 1)
-#pragma unroll
-            for (int n = 0; n < NT; n++) {
-                df[n / 2][2 * (n & 1)] = pack_bf16(s[4 * n], s[4 * n + 1]);
-                df[n / 2][2 * (n & 1) + 1] = pack_bf16(s[4 * n + 2], s[4 * n + 3]);
-            }
+            uint32_t df[NT / 2][4];
+            a_fragments<NT>(s, df);
             wgmma_fence();  // df written by this thread since the last product
 #pragma unroll
             for (int kc = 0; kc < kBc / 16; kc++)  // K read N-major: LBO along keys, SBO along d
@@ -297,49 +319,236 @@ __global__ void __launch_bounds__(kThreads)
         }
         __syncthreads();  // stage st is refilled by the next iteration's load
     }
-    float* dq[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-        dq[r] = i[r] < T ? dqkv + (size_t(b) * T + i[r]) * 3 * a.C + size_t(h) * a.D : nullptr;
-    write_grads<DN>(acc, dq, a.scale, a.accumulate, a.D, t);
+    write_dq<DN>(acc, dqkv, a, b, h, i, t);  // rotated back when the call rotates
 }
 
-template <int kD>
+template <int kD, int kWG>
 constexpr size_t wg_dq_smem() {
-    return 2 * size_t(kBr) * kD * 2 + 2 * (2 * size_t(kBc) * kD * 2 + kBc * 4);
+    return 2 * size_t(kWG) * kBr * kD * 2 + 2 * (2 * size_t(kBc) * kD * 2 + kBc * 4);
 }
 
-template <int kD>
-cudaError_t wg_dq(float* dqkv, const float* lse, const float* dvec, const TcArgs& a, int B,
-                  cudaStream_t s) {
-    auto* kernel = &flash_wg_dq_kernel<kD>;
-    static const cudaError_t ready = allow_dynamic_shared(kernel, wg_dq_smem<kD>());
-    if (ready != cudaSuccess) return ready;
-    const dim3 grid((a.T + kBr - 1) / kBr, a.H, B);
-    kernel<<<grid, kThreads, wg_dq_smem<kD>(), s>>>(dqkv, lse, dvec, a);
-    return cudaGetLastError();
+// ================================================================ dk, dv
+
+// The dk / dv kernel on wgmma (CTX_FLASH_DKV=wgmma), the mma.sync split dk / dv kernel's
+// algorithm (its per-logit arithmetic and masks, so P and dS are the same numbers) for the inline
+// families. A warpgroup takes 64 keys (16 a warp, the accumulator rows); per query
+// tile of kBqWg = 64 (the mma.sync kernel's 32 is below wgmma's N):
+//   S^T = K Q^T, dP^T = V dO^T   wgmma_ss from K-major K, V (staged once) and Q, dO tiles, two
+//                                commit groups: P^T is computed while dP^T is in flight
+//   dv += P^T dO                 wgmma_rs: P^T as bf16 A fragments, dO read N-major from its
+//                                K-major tile (LBO and SBO trade places, as K in the dq kernel);
+//                                issued before dS^T is computed, which it overlaps
+//   dS^T = P^T (dP^T - D)        the mma.sync kernel's products, 0 where the pair is masked
+//   dk += dS^T Q                 wgmma_rs likewise, Q read N-major
+// P^T's fragments are read by the tensor core until the last wait, so they stay untouched (the
+// emulation checks it). dk leaves rotated back when the call rotates.
+inline constexpr int kBqWg = 64;
+
+template <int kD, int kWG>
+constexpr size_t wg_dkv_smem() {
+    return 2 * size_t(kWG) * kBc * kD * 2 + 2 * (2 * size_t(kBqWg) * kD * 2 + 3 * kBqWg * 4);
 }
 
-template <int kD>
-cudaError_t wg_forward(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
-    auto* kernel = &flash_wg_fwd_kernel<kD>;
-    static const cudaError_t ready = allow_dynamic_shared(kernel, wg_fwd_smem<kD>());
-    if (ready != cudaSuccess) return ready;
-    const dim3 grid((a.T + kBr - 1) / kBr, a.H, B);
-    kernel<<<grid, kThreads, wg_fwd_smem<kD>(), s>>>(out, lse, a);
-    return cudaGetLastError();
+template <int kD, int kWG>
+__global__ void __launch_bounds__(kWG* kThreads)
+    flash_wg_dkv_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
+    // Ks, Vs (kWG kBc x kD, K-major) | two stages of [Qs, dOs (kBqWg x kD, K-major) | posQ,
+    // lseQ, dQ (kBqWg floats)]
+    extern __shared__ float sm[];
+    constexpr int DN = kD / 8, NT = kBqWg / 8, KS = kD / 16, kKeyRows = kWG * kBc;
+    constexpr int kBlock = kWG * kThreads;
+    constexpr size_t kKeys = size_t(kKeyRows) * kD * 2, kTile = size_t(kBqWg) * kD * 2;
+    constexpr size_t kStage = 2 * kTile + 3 * kBqWg * 4;
+    char* Ks = reinterpret_cast<char*>(sm);
+    char* Vs = Ks + kKeys;
+    auto Qs = [&](int st) { return Vs + kKeys + st * kStage; };
+    auto dOs = [&](int st) { return Qs(st) + kTile; };
+    auto posQ = [&](int st) { return reinterpret_cast<float*>(dOs(st) + kTile); };
+    auto lseQ = [&](int st) { return posQ(st) + kBqWg; };
+    auto dQ = [&](int st) { return lseQ(st) + kBqWg; };
+    // KERPLE-log from its tables at head dim 64 only, as the mma.sync kernel (the tables hold
+    // the MUFU path's values: the same logits either way)
+    constexpr bool kTables = kD <= 64;
+    const int T = a.T, kind = a.bs.kind;
+    const int family = kTables ? call_family(a) : bias_family(kind);
+    // the earliest keys first: they meet the most queries
+    const int k0 = blockIdx.x * kKeyRows, h = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const size_t bh = size_t(b) * a.H + h, rows = bh * a.Tp * kD;
+    const float* pos = a.pos + size_t(b) * T;
+    const bool positions = needs_positions(kind);
+    // queries before k0 see none of these keys, nor those past the last key's window; a tile
+    // of 64 from a multiple of 64 below T ends within the padded rows (Tp)
+    const int j_last = min(T - 1, k0 + kKeyRows - 1);
+    const int i_last = a.window > 0 ? min(T - 1, j_last + a.window - 1) : T - 1;
+    const int n_tiles = (i_last - k0) / kBqWg + 1;
+    // this warpgroup's 64 keys from g0 and their rows of Ks, Vs
+    const int wg = warp >> 2, g0 = k0 + wg * kBc;
+    const char *Kg = Ks + wg * kBc * kD * 2, *Vg = Vs + wg * kBc * kD * 2;
+    stage_core<kKeyRows, kD, false, kBlock>(Ks, a.k + rows + size_t(k0) * kD);
+    stage_core<kKeyRows, kD, false, kBlock>(Vs, a.v + rows + size_t(k0) * kD);
+    auto load = [&](int it) {
+        const int q0 = k0 + it * kBqWg, st = it & 1;
+        stage_core<kBqWg, kD, false, kBlock>(Qs(st), a.q + rows + size_t(q0) * kD);
+        stage_core<kBqWg, kD, false, kBlock>(dOs(st), a.g + rows + size_t(q0) * kD);
+        if (positions) stage_floats_async(posQ(st), pos, q0, kBqWg, T);
+        stage_floats_async(lseQ(st), lse + bh * T, q0, kBqWg, T);
+        stage_floats_async(dQ(st), dvec + bh * T, q0, kBqWg, T);
+        cp_async_commit();
+    };
+    load(0);  // K and V travel in the first group
+
+    const int w0 = k0 + warp * 16, w1 = w0 + 15;  // this warp's keys
+    const int j[2] = {w0 + g, w0 + g + 8};        // this thread's keys (accumulator rows)
+    float pj[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) pj[r] = j[r] < T && positions ? pos[j[r]] : 0.0f;
+    const float pa = param_a(a.bs, h), pb = param_b(a.bs, h), scale2 = a.scale * kLog2e;
+    float dk[DN][4] = {}, dv[DN][4] = {};  // wgmma accumulators: x[dn][e] = d[4 dn + e]
+    float(&dkd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(dk);
+    float(&dvd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(dv);
+
+    for (int it = 0; it < n_tiles; it++) {
+        const int q0 = k0 + it * kBqWg, st = it & 1;
+        // this thread's copies fenced for the tensor core's (async proxy) reads
+        await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
+        // a product is the whole warpgroup's: skipped only for a tile none of its keys meets; a
+        // warp whose own keys it misses takes the masked loop (its P^T and dS^T are 0)
+        if (cover(a, b, q0, q0 + kBqWg - 1, g0, g0 + kBc - 1) != kSkip) {
+            float s[NT * 4], dp[NT * 4];
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                const uint32_t at = ks * 2 * kCore;
+                wgmma_ss<kBqWg>(s, wgmma_desc(Kg + at, kCore, 16 * kD),
+                                wgmma_desc(Qs(st) + at, kCore, 16 * kD), ks > 0);
+            }
+            wgmma_commit();
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                const uint32_t at = ks * 2 * kCore;
+                wgmma_ss<kBqWg>(dp, wgmma_desc(Vg + at, kCore, 16 * kD),
+                                wgmma_desc(dOs(st) + at, kCore, 16 * kD), ks > 0);
+            }
+            wgmma_commit();
+            wgmma_wait<1>();  // S^T; dP^T may still run
+            wgmma_fence_operands(s);
+            const float *pq = posQ(st), *lq = lseQ(st), *dd = dQ(st);
+            // queries [q0, q0 + kBqWg) are the rows of the mask test, this warp's keys its
+            // columns; s becomes P^T (row: key, column: query), 0 outside the mask
+            const TileCover cv = cover(a, b, q0, q0 + kBqWg - 1, w0, w1);
+            uint32_t attends = ~0u;  // bit 4 n + e: the pair attends
+            with_family<false, kTables>(family, cv != kFull, [&](auto fam, auto masked) {
+                constexpr int F = decltype(fam)::value;
+                constexpr bool kMasked = decltype(masked)::value;
+                const KerpleRows kr = F == kKerpleTable ? kerple_rows(a, h) : KerpleRows{};
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), i = q0 + c;
+                        float p = 0.0f;
+                        if (!kMasked || in_mask(a, b, i, j[r])) {
+                            const float pi = F != kNone && positions ? pq[c] : 0.0f;
+                            const float x =
+                                fmaf(s[4 * n + e], scale2,
+                                     bias2_of<F>(a.bs, h, pa, pb, pi, pj[r], nullptr, j[r], kr));
+                            p = exp2_ftz(p_exponent(x, lq[c]));
+                        } else {
+                            attends &= ~(1u << (4 * n + e));
+                        }
+                        s[4 * n + e] = p;
+                    }
+            });
+            uint32_t pf[NT / 2][4];
+            a_fragments<NT>(s, pf);
+            wgmma_fence();  // pf written by this thread since the last product
+#pragma unroll
+            for (int kc = 0; kc < kBqWg / 16; kc++)  // dO read N-major: LBO along queries
+                wgmma_rs<kD, true>(dvd, pf[kc],
+                                   wgmma_desc(dOs(st) + kc * 2 * 16 * kD, 16 * kD, kCore), true);
+            wgmma_commit();
+            wgmma_wait<1>();  // dP^T; dv's products may still run
+            wgmma_fence_operands(dp);
+            // dp becomes dS^T = P^T (dP^T - D_i): the mma.sync kernel's product, 0 outside
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int c = n * 8 + 2 * t + (e & 1);
+                    dp[4 * n + e] = (attends >> (4 * n + e)) & 1u
+                                        ? s[4 * n + e] * (dp[4 * n + e] - dd[c])
+                                        : 0.0f;
+                }
+            uint32_t df[NT / 2][4];
+            a_fragments<NT>(dp, df);
+            wgmma_fence();  // df written by this thread since the last product
+#pragma unroll
+            for (int kc = 0; kc < kBqWg / 16; kc++)  // Q read N-major likewise
+                wgmma_rs<kD, true>(dkd, df[kc],
+                                   wgmma_desc(Qs(st) + kc * 2 * 16 * kD, 16 * kD, kCore), true);
+            wgmma_commit();
+            wgmma_wait<0>();
+            wgmma_fence_operands(dvd);
+            wgmma_fence_operands(dkd);
+        }
+        __syncthreads();  // stage st is refilled by the next iteration's load
+    }
+    write_dk_dv<DN>(dk, dv, dqkv, a, b, h, j, t, T, a.C, a.D);
+}
+
+// f(kD, kWG) with both as compile-time constants: head dims 64 and 128, one or two warpgroups.
+template <class F>
+cudaError_t with_wg_shape(int kD, int warpgroups, F&& f) {
+    using One = std::integral_constant<int, 1>;
+    using Two = std::integral_constant<int, 2>;
+    auto by_groups = [&](auto d) { return warpgroups == 1 ? f(d, One{}) : f(d, Two{}); };
+    return kD == 64 ? by_groups(std::integral_constant<int, 64>{})
+                    : by_groups(std::integral_constant<int, 128>{});
+}
+
+// A block takes kWG * 64 queries (forward, dq) or keys (dk / dv): the grid, the block.
+inline dim3 wg_grid(const TcArgs& a, int B, int kWG) {
+    return dim3((a.T + kWG * 64 - 1) / (kWG * 64), a.H, B);
 }
 
 }  // namespace
 
+// Each kernel's shared-memory limit is raised once per process (the function-local statics).
 cudaError_t launch_flash_wg_forward(float* out, float* lse, const TcArgs& a, int B, int kD,
-                                    cudaStream_t s) {
-    return kD == 64 ? wg_forward<64>(out, lse, a, B, s) : wg_forward<128>(out, lse, a, B, s);
+                                    int warpgroups, cudaStream_t s) {
+    return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
+        constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
+        auto* k = &flash_wg_fwd_kernel<kD_, kWG>;
+        static const cudaError_t ready = allow_dynamic_shared(k, wg_fwd_smem<kD_, kWG>());
+        if (ready != cudaSuccess) return ready;
+        k<<<wg_grid(a, B, kWG), kWG * kThreads, wg_fwd_smem<kD_, kWG>(), s>>>(out, lse, a);
+        return cudaGetLastError();
+    });
 }
 
 cudaError_t launch_flash_wg_dq(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,
-                               int B, int kD, cudaStream_t s) {
-    return kD == 64 ? wg_dq<64>(dqkv, lse, dvec, a, B, s) : wg_dq<128>(dqkv, lse, dvec, a, B, s);
+                               int B, int kD, int warpgroups, cudaStream_t s) {
+    return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
+        constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
+        auto* k = &flash_wg_dq_kernel<kD_, kWG>;
+        static const cudaError_t ready = allow_dynamic_shared(k, wg_dq_smem<kD_, kWG>());
+        if (ready != cudaSuccess) return ready;
+        k<<<wg_grid(a, B, kWG), kWG * kThreads, wg_dq_smem<kD_, kWG>(), s>>>(dqkv, lse, dvec, a);
+        return cudaGetLastError();
+    });
+}
+
+cudaError_t launch_flash_wg_dkv(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,
+                                int B, int kD, int warpgroups, cudaStream_t s) {
+    return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
+        constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
+        auto* k = &flash_wg_dkv_kernel<kD_, kWG>;
+        static const cudaError_t ready = allow_dynamic_shared(k, wg_dkv_smem<kD_, kWG>());
+        if (ready != cudaSuccess) return ready;
+        k<<<wg_grid(a, B, kWG), kWG * kThreads, wg_dkv_smem<kD_, kWG>(), s>>>(dqkv, lse, dvec, a);
+        return cudaGetLastError();
+    });
 }
 
 }  // namespace ctx::cuda::tc

@@ -194,7 +194,7 @@ struct WgmmaOps {
 #elif defined(__CUDACC__)
         __trap();
 #else
-        emu::wgmma_issue(d, N, nullptr, desc_a, desc_b, accumulate, kTransB);
+        emu::wgmma_issue(d, N, nullptr, nullptr, desc_a, desc_b, accumulate, kTransB);
 #endif
     }
     static __device__ __forceinline__ void rs(float (&d)[N / 2], const uint32_t (&a)[4],
@@ -221,7 +221,7 @@ struct WgmmaOps {
 #else
         float rows[32];
         wgmma_emu::a_rows(a, rows);
-        emu::wgmma_issue(d, N, rows, 0, desc_b, accumulate, kTransB);
+        emu::wgmma_issue(d, N, rows, a, 0, desc_b, accumulate, kTransB);
 #endif
     }
 };

@@ -46,10 +46,12 @@ void* dyn_shared();
 // group, reading its shared-memory operands then, as the GPU may: a tile overwritten before the
 // wait, or accumulators read before it, give wrong numbers. a_rows: this thread's two rows of A
 // (row g, then row g + 8 of its warp's 16; 16 values each) when A comes from registers, else
-// null and A comes from desc_a. Descriptors: no swizzle, addresses in the block's dynamic
-// shared memory (anything else aborts); B K-major, or N-major with trans_b.
-void wgmma_issue(float* d, int n, const float* a_rows, uint64_t desc_a, uint64_t desc_b,
-                 bool accumulate, bool trans_b);
+// null and A comes from desc_a; a_frag: this thread's four A registers then, which the GPU may
+// read until the wait (changed before it, they abort the run). Descriptors: no swizzle,
+// addresses in the block's dynamic shared memory (anything else aborts); B K-major, or N-major
+// with trans_b.
+void wgmma_issue(float* d, int n, const float* a_rows, const uint32_t* a_frag, uint64_t desc_a,
+                 uint64_t desc_b, bool accumulate, bool trans_b);
 void wgmma_commit();
 void wgmma_wait(int newest_pending);  // every committed group but the newest n has run
 // The 128 threads of this thread's warpgroup (wgmma's .sync.aligned: every warp of the group

@@ -36,6 +36,8 @@ struct PendingWgmma {
     bool a_regs, accumulate, trans_b;
     float a[32];  // rows g and g + 8 of A (a_regs)
     uint64_t desc_a, desc_b;
+    const uint32_t* a_frag;  // the thread's A registers (a_regs), and their values at the issue
+    uint32_t a_issued[4];
 };
 struct Fiber {
     ucontext_t ctx;
@@ -206,6 +208,13 @@ float desc_element(uint64_t desc, int row, int k, bool n_major = false) {
     return smem_bf16(start + size_t(row / 8) * sbo + size_t(k / 8) * lbo + within);
 }
 void run_wgmma(const PendingWgmma& op, int linear) {
+    if (op.a_regs && std::memcmp(op.a_frag, op.a_issued, sizeof op.a_issued) != 0) {
+        fprintf(stderr,
+                "emu: thread %d changed a wgmma's A registers before the wait that completes "
+                "it\n",
+                linear);
+        abort();
+    }
     const int w = (linear / 32) % 4, lane = linear % 32, g = lane / 4, t = lane % 4;
     for (int i = 0; i < op.n / 8; i++)
         for (int h = 0; h < 2; h++)
@@ -222,15 +231,18 @@ void run_wgmma(const PendingWgmma& op, int linear) {
 }
 }  // namespace
 
-void wgmma_issue(float* d, int n, const float* a_rows, uint64_t desc_a, uint64_t desc_b,
-                 bool accumulate, bool trans_b) {
+void wgmma_issue(float* d, int n, const float* a_rows, const uint32_t* a_frag, uint64_t desc_a,
+                 uint64_t desc_b, bool accumulate, bool trans_b) {
     if (n % 8 != 0 || n < 8 || n > 256) {
         fprintf(stderr, "emu: wgmma with n = %d\n", n);
         abort();
     }
     warpgroup_barrier();
-    PendingWgmma op{d, n, a_rows != nullptr, accumulate, trans_b, {}, desc_a, desc_b};
-    if (a_rows != nullptr) std::memcpy(op.a, a_rows, sizeof op.a);
+    PendingWgmma op{d, n, a_rows != nullptr, accumulate, trans_b, {}, desc_a, desc_b, a_frag, {}};
+    if (a_rows != nullptr) {
+        std::memcpy(op.a, a_rows, sizeof op.a);
+        std::memcpy(op.a_issued, a_frag, sizeof op.a_issued);
+    }
     g_cur->wg_open.push_back(op);
 }
 void wgmma_commit() {
