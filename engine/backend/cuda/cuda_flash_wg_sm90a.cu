@@ -9,7 +9,8 @@
 //   S (64 x 64)  = Q K^T   one wgmma per 16 columns of the head dim, Q and K read by the
 //                          tensor core from shared memory (K-major core matrices), no ldmatrix
 //   O (64 x kD) += P V     one wgmma per 16 keys, P from registers (the A fragments the mma.sync
-//                          kernel packs), V read N-major from shared memory (its rows as stored)
+//                          kernel packs), V read N-major from shared memory (its rows as stored),
+//                          issued with the next tile's S and run during its softmax
 // Each warp's accumulators are exactly the mma.sync kernel's C fragments (s[n][e] = d[4 n + e]),
 // so the logit loop, softmax and epilogue below are that kernel's. A product is collective over
 // the warpgroup: a key tile is skipped only when it is masked for the warpgroup's 64 rows; a warp
@@ -63,16 +64,20 @@ __device__ __forceinline__ void a_fragments(const float (&x)[NT * 4], uint32_t (
     }
 }
 
+// The forward's key tiles in flight: the one whose O += P V is still to run, the one being
+// worked on, the next one loading.
+inline constexpr int kFwdStages = 3;
+
 template <int kD, int kWG>
 constexpr size_t wg_fwd_smem() {
-    return size_t(kWG) * kBr * kD * 2 + 2 * (2 * size_t(kBc) * kD * 2 + kBc * 4);
+    return size_t(kWG) * kBr * kD * 2 + kFwdStages * (2 * size_t(kBc) * kD * 2 + kBc * 4);
 }
 
 template <int kD, int kWG>
 __global__ void __launch_bounds__(kWG* kThreads)
     flash_wg_fwd_kernel(float* out, float* lse, TcArgs a) {
-    // Qs (kRows x kD, K-major) | two stages of [Ks (kBc x kD, K-major) | Vs (kBc x kD, N-major) |
-    // posK (kBc floats)]
+    // Qs (kRows x kD, K-major) | kFwdStages stages of [Ks (kBc x kD, K-major) | Vs (kBc x kD,
+    // N-major) | posK (kBc floats)]
     extern __shared__ float sm[];
     constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16, kRows = kWG * kBr;
     constexpr int kBlock = kWG * kThreads;
@@ -94,7 +99,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
     const char* Qg = Qs + wg * kBr * kD * 2;
     stage_core<kRows, kD, false, kBlock>(Qs, a.q + rows + size_t(q0) * kD);
     auto load = [&](int it) {
-        const int st = it & 1, k0 = k_first + it * kBc;
+        const int st = it % kFwdStages, k0 = k_first + it * kBc;
         stage_core<kBc, kD, false, kBlock>(Ks(st), a.k + rows + size_t(k0) * kD);
         stage_core<kBc, kD, true, kBlock>(Vs(st), a.v + rows + size_t(k0) * kD);
         if (positions) stage_floats_async(posK(st), pos, k0, kBc, T);
@@ -120,20 +125,46 @@ __global__ void __launch_bounds__(kWG* kThreads)
 #pragma unroll
     for (int i = 0; i < DN * 4; i++) o[i] = 0.0f;
 
+    // O += P V of the last tile this warpgroup took runs while the next tile's softmax does
+    // (FlashAttention-3's intra-warpgroup overlap): its P (pf_prev, read by the tensor core until
+    // the wait) and its stage (prev_st) are kept until then. O goes through the same steps in
+    // the same order as without the overlap (... O *= corr_j, O += P_j V_j, O *= corr_j+1 ...).
+    // The product is issued whether or not one is pending (P = 0 then, against the tile in hand:
+    // O += 0 leaves O's bits): issued under a condition, ptxas serialised every wgmma of the
+    // kernel (C7520), and so it did when P was copied into pf_prev rather than packed there, or
+    // zeroed in a branch. So a pending product waits through skipped tiles for the next taken one
+    // or the end: a warpgroup takes an interval of the block's tiles (cover: its first row's
+    // first key to its last row), so only its last kWG - 1 tiles can follow, and its stage is
+    // refilled three tiles on.
+    static_assert(kWG <= kFwdStages - 1, "a pending P V's stage outlives the skipped tiles");
+    uint32_t pf_prev[NT / 2][4] = {};
+    bool pending = false;  // whether pf_prev holds a tile's P (warpgroup-uniform)
+    int prev_st = 0;
+    auto issue_pv = [&] {
+#pragma unroll
+        for (int kc = 0; kc < kBc / 16; kc++)
+            wgmma_rs<kD, true>(o, pf_prev[kc],
+                               wgmma_desc(Vs(prev_st) + kc * 2 * kCore, kCore, 16 * kBc), true);
+        wgmma_commit();
+    };
     for (int it = 0; it < n_tiles; it++) {
-        const int k0 = k_first + it * kBc, st = it & 1;
+        const int k0 = k_first + it * kBc, st = it % kFwdStages;
+        // tile it + 1 loads into the stage of tile it - 2, whose P V has run (see pending);
         // this thread's copies fenced for the tensor core's (async proxy) reads
         await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
         // a product is the whole warpgroup's: skipped only for a tile none of its rows sees
-        if (cover(a, b, g0, g0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {
+        const bool take = cover(a, b, g0, g0 + kBr - 1, k0, k0 + kBc - 1) != kSkip;
+        if (take) {
             float s[NT * 4];
-            wgmma_fence();
+            if (!pending) prev_st = st;  // P = 0: any landed tile, this one
+            wgmma_fence();  // o and pf_prev were written by this thread since the last product
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
                 wgmma_ss<kBc>(s, wgmma_desc(Qg + ks * 2 * kCore, kCore, 16 * kD),
                               wgmma_desc(Ks(st) + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
             wgmma_commit();
-            wgmma_wait<0>();
+            issue_pv();
+            wgmma_wait<1>();  // S; the previous tile's P V may still run
             wgmma_fence_operands(s);
 
             const float* pk = posK(st);
@@ -161,9 +192,16 @@ __global__ void __launch_bounds__(kWG* kThreads)
             });
             float corr[2], ms[2], sum[2] = {};
             softmax_row_max<2>(mx, m_run, ms, corr);
-            uint32_t pf[NT / 2][4];  // P in bf16 A fragments: the mma.sync forward's
-            probabilities<NT>([&](int n, int e) { return s[4 * n + e]; }, ms, sum, pf);
+#pragma unroll
+            for (int n = 0; n < NT; n++)  // P in fp32, as probabilities() takes it
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[4 * n + e] = exp2_ftz(s[4 * n + e] - ms[e >> 1]);
+                    sum[e >> 1] += s[4 * n + e];
+                }
             softmax_row_sum<2>(sum, l, corr);
+            wgmma_wait<0>();  // the previous tile's P V: O complete up to it
+            wgmma_fence_operands(o);
 #pragma unroll
             for (int dn = 0; dn < DN; dn++) {
                 o[4 * dn] *= corr[0];
@@ -171,16 +209,17 @@ __global__ void __launch_bounds__(kWG* kThreads)
                 o[4 * dn + 2] *= corr[1];
                 o[4 * dn + 3] *= corr[1];
             }
-            wgmma_fence();  // o and pf were written by this thread since the last product
-#pragma unroll
-            for (int kc = 0; kc < kBc / 16; kc++)
-                wgmma_rs<kD, true>(o, pf[kc], wgmma_desc(Vs(st) + kc * 2 * kCore, kCore, 16 * kBc),
-                                   true);
-            wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_fence_operands(o);
+            a_fragments<NT>(s, pf_prev);  // P in bf16 A fragments: the mma.sync forward's
+            prev_st = st;
+            pending = true;
         }
-        __syncthreads();  // stage st is refilled by the next iteration's load
+        __syncthreads();  // stage (it + 1) % kFwdStages is refilled by the next iteration
+    }
+    if (pending) {
+        wgmma_fence();
+        issue_pv();
+        wgmma_wait<0>();
+        wgmma_fence_operands(o);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -197,7 +236,8 @@ __global__ void __launch_bounds__(kWG* kThreads)
 // case: the inline families without bias-parameter gradients (the launcher sends the rest to the
 // mma.sync kernel); dq leaves rotated back when the call rotates. A warpgroup takes 64 queries;
 // per key tile of 64:
-//   S = Q K^T, dP = dO V^T   wgmma_ss from K-major Q, dO, K, V tiles (K and V rows as stored)
+//   S = Q K^T, dP = dO V^T   wgmma_ss from K-major Q, dO, K, V tiles (K and V rows as stored),
+//                            two commit groups: P is computed while dP is in flight
 //   dS = P (dP - D_i)        the mma.sync kernel's per-logit arithmetic (p_exponent, the masks)
 //   dq += dS K               wgmma_rs: dS as bf16 A fragments, K read N-major from the SAME tile
 //                            (a K-major core matrix of 8 keys x 8 head-dim entries is also the
@@ -265,47 +305,54 @@ __global__ void __launch_bounds__(kWG* kThreads)
             float s[NT * 4], dp[NT * 4];
             wgmma_fence();
 #pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                const uint32_t at = ks * 2 * kCore;
-                wgmma_ss<kBc>(s, wgmma_desc(Qg + at, kCore, 16 * kD),
-                              wgmma_desc(Ks(st) + at, kCore, 16 * kD), ks > 0);
-                wgmma_ss<kBc>(dp, wgmma_desc(dOg + at, kCore, 16 * kD),
-                              wgmma_desc(Vs(st) + at, kCore, 16 * kD), ks > 0);
-            }
+            for (int ks = 0; ks < KS; ks++)
+                wgmma_ss<kBc>(s, wgmma_desc(Qg + ks * 2 * kCore, kCore, 16 * kD),
+                              wgmma_desc(Ks(st) + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
             wgmma_commit();
-            wgmma_wait<0>();
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+                wgmma_ss<kBc>(dp, wgmma_desc(dOg + ks * 2 * kCore, kCore, 16 * kD),
+                              wgmma_desc(Vs(st) + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
+            wgmma_commit();
+            wgmma_wait<1>();  // S; dP may still run
             wgmma_fence_operands(s);
-            wgmma_fence_operands(dp);
             const float* pk = posK(st);
             const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
-            // s becomes dS = P (dP - D_i), 0 outside the mask (a warp whose rows the tile
-            // misses takes the masked loop: all 0)
+            // s becomes P, 0 outside the mask (a warp whose rows the tile misses takes the
+            // masked loop: all 0), while dP is in flight
+            uint32_t attends = ~0u;  // bit 4 n + e: the pair attends
             with_family<false, true>(family, cv != kFull, [&](auto fam, auto masked) {
                 constexpr int F = decltype(fam)::value;
                 constexpr bool kMasked = decltype(masked)::value;
-                constexpr bool kKerple = F == kKerpleLog || F == kKerpleTable;
                 const KerpleRows kr = F == kKerpleTable ? kerple_rows(a, h) : KerpleRows{};
 #pragma unroll
                 for (int n = 0; n < NT; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), j = k0 + c;
-                        const bool in = !kMasked || (j >= lo[r] && j <= hi[r]);
-                        const float pj = F == kNone ? 0.0f : pk[c];
-                        float v = 0.0f;
-                        if (in) {
-                            float x;
-                            if constexpr (kKerple)
-                                x = fmaf(s[4 * n + e], scale2,
-                                         -pa * kerple_log2<F, false>(kr, pb, pi[r], pj, nullptr));
-                            else
-                                x = fmaf(s[4 * n + e], scale2,
-                                         bias2_of<F>(a.bs, h, pa, pb, pi[r], pj, nullptr, j, kr));
-                            v = exp2_ftz(p_exponent(x, lse_r[r])) * (dp[4 * n + e] - d_r[r]);
+                        float p = 0.0f;
+                        if (!kMasked || (j >= lo[r] && j <= hi[r])) {
+                            const float pj = F == kNone ? 0.0f : pk[c];
+                            const float x =
+                                fmaf(s[4 * n + e], scale2,
+                                     bias2_of<F>(a.bs, h, pa, pb, pi[r], pj, nullptr, j, kr));
+                            p = exp2_ftz(p_exponent(x, lse_r[r]));
+                        } else {
+                            attends &= ~(1u << (4 * n + e));
                         }
-                        s[4 * n + e] = v;
+                        s[4 * n + e] = p;
                     }
             });
+            wgmma_wait<0>();  // dP
+            wgmma_fence_operands(dp);
+            // s becomes dS = P (dP - D_i), 0 outside the mask
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    s[4 * n + e] = (attends >> (4 * n + e)) & 1u
+                                       ? s[4 * n + e] * (dp[4 * n + e] - d_r[e >> 1])
+                                       : 0.0f;
             uint32_t df[NT / 2][4];
             a_fragments<NT>(s, df);
             wgmma_fence();  // df written by this thread since the last product

@@ -44,7 +44,8 @@ void* dyn_shared();
 // warps, threads 128 w .. 128 w + 127): an issued product (64 x n, K 16) computes this thread's
 // accumulators d (n / 2 floats, the wgmma accumulator layout) only when a wait covers its
 // group, reading its shared-memory operands then, as the GPU may: a tile overwritten before the
-// wait, or accumulators read before it, give wrong numbers. a_rows: this thread's two rows of A
+// wait, or accumulators read before it, give wrong numbers; accumulators written before it abort
+// the run. a_rows: this thread's two rows of A
 // (row g, then row g + 8 of its warp's 16; 16 values each) when A comes from registers, else
 // null and A comes from desc_a; a_frag: this thread's four A registers then, which the GPU may
 // read until the wait (changed before it, they abort the run). Descriptors: no swizzle,

@@ -38,6 +38,9 @@ struct PendingWgmma {
     uint64_t desc_a, desc_b;
     const uint32_t* a_frag;  // the thread's A registers (a_regs), and their values at the issue
     uint32_t a_issued[4];
+    // d at the issue, for the first product of a chain on d (later ones see its results)
+    bool d_snap;
+    float d_issued[128];
 };
 struct Fiber {
     ucontext_t ctx;
@@ -208,6 +211,13 @@ float desc_element(uint64_t desc, int row, int k, bool n_major = false) {
     return smem_bf16(start + size_t(row / 8) * sbo + size_t(k / 8) * lbo + within);
 }
 void run_wgmma(const PendingWgmma& op, int linear) {
+    if (op.d_snap && std::memcmp(op.d, op.d_issued, sizeof(float) * size_t(op.n / 2)) != 0) {
+        fprintf(stderr,
+                "emu: thread %d changed a wgmma's accumulators before the wait that completes "
+                "it\n",
+                linear);
+        abort();
+    }
     if (op.a_regs && std::memcmp(op.a_frag, op.a_issued, sizeof op.a_issued) != 0) {
         fprintf(stderr,
                 "emu: thread %d changed a wgmma's A registers before the wait that completes "
@@ -238,10 +248,19 @@ void wgmma_issue(float* d, int n, const float* a_rows, const uint32_t* a_frag, u
         abort();
     }
     warpgroup_barrier();
-    PendingWgmma op{d, n, a_rows != nullptr, accumulate, trans_b, {}, desc_a, desc_b, a_frag, {}};
+    PendingWgmma op{
+        d, n, a_rows != nullptr, accumulate, trans_b, {}, desc_a, desc_b, a_frag, {}, false, {}};
     if (a_rows != nullptr) {
         std::memcpy(op.a, a_rows, sizeof op.a);
         std::memcpy(op.a_issued, a_frag, sizeof op.a_issued);
+    }
+    bool chained = false;  // an earlier product in flight on the same accumulators
+    for (const PendingWgmma& o : g_cur->wg_open) chained = chained || o.d == d;
+    for (const auto& group : g_cur->wg_committed)
+        for (const PendingWgmma& o : group) chained = chained || o.d == d;
+    if (!chained) {
+        op.d_snap = true;
+        std::memcpy(op.d_issued, d, sizeof(float) * size_t(n / 2));
     }
     g_cur->wg_open.push_back(op);
 }
