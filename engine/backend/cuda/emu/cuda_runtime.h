@@ -74,6 +74,10 @@ size_t dyn_shared_limit(const void* kernel);
 // runs behind the host. Copies from pageable host memory take their source at the call (CUDA
 // stages it); from page-locked memory when they run.
 void enqueue(std::function<void()> job);
+// Whether p lies in a device allocation; a range that starts in one must end in it (else abort,
+// naming `what`). For the library emulations (emu_blas.cpp).
+bool is_dev(const void* p);
+void check_range(const void* p, size_t bytes, const char* what);
 void flush();
 template <class K, class... A>
 void launch(K kernel, dim3 g, dim3 b, size_t shmem, cudaStream_t, A... args) {
