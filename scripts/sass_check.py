@@ -19,6 +19,16 @@ registers, stack bytes, SASS instructions and serialized load-store pairs, and f
      it allows: ptxas spilling a kernel's accumulators after an edit is a silent slowdown.
   3. a kernel written with wgmma (WGMMA_KERNELS) without an HGMMA instruction: built for a
      target that lacks it (sm_90 rather than sm_90a), its wgmma calls compile to traps.
+  4. a flash kernel on wgmma whose products ptxas serialised: most HGMMAs end their group
+     (gsb0, each waited for before the next issues). ptxas does so, with an info message the
+     build does not show (C7515, C7520), when the code around the products takes a shape it
+     cannot pipeline (a product issued under a condition, accumulators written while one is
+     in flight).
+  5. a flash kernel on wgmma with fewer than SOFTMAX_EXPS MUFU.EX2 between its first wait for
+     all groups but one (`WARPGROUP.DEPBAR.LE gsb0, 0x1`: S, or S^T) and its next wait: the
+     exponentials are what the product still in flight (the forward's previous P V, the
+     backward's dP or dP^T) is meant to run under; ptxas hoisted the forward's wait above them
+     when it sat in their basic block (docs/CUDA.md "wgmma").
 
 cuobjdump: --cuobjdump, else as scripts/cuda_code_size.py finds it (whose SASS parser this
 shares) with --build (default build-bundle): $CUOBJDUMP, PATH, /usr/local/cuda/bin,
@@ -68,6 +78,32 @@ WGMMA_KERNELS = re.compile(r"wgmma_gemm_kernel|flash_wg_\w+_kernel")
 def lacks_wgmma(fn, instructions):
     """A wgmma kernel whose code has no HGMMA (its calls are traps)."""
     return bool(WGMMA_KERNELS.search(fn)) and not any("HGMMA" in i for i in instructions)
+
+
+FLASH_WGMMA = re.compile(r"flash_wg_\w+_kernel")
+SOFTMAX_EXPS = 32  # a thread's probabilities of a 64 x 64 tile (16 rows x 64 keys a warp)
+
+
+def serialized_wgmma(fn, instructions):
+    """A flash wgmma kernel in which more than half of the HGMMAs close their group (gsb0)."""
+    if not FLASH_WGMMA.search(fn):
+        return False
+    hgmma = [i for i in instructions if "HGMMA" in i]
+    return bool(hgmma) and 2 * sum("gsb0" in i for i in hgmma) > len(hgmma)
+
+
+def exps_in_flight(instructions):
+    """MUFU.EX2 between the first wait for all groups but one and the next wait."""
+    start = next((k for k, i in enumerate(instructions)
+                  if "WARPGROUP.DEPBAR.LE" in i and i.rstrip(" ;").endswith("0x1")), None)
+    if start is None:
+        return 0
+    n = 0
+    for i in instructions[start + 1:]:
+        if "WARPGROUP.DEPBAR.LE" in i:
+            break
+        n += "MUFU.EX2" in i
+    return n
 
 
 def stack_allowed(fn, arch):
@@ -163,6 +199,19 @@ def self_test():
     assert [lacks_wgmma(fn, ins) for (_, fn), ins in wg.items()] == [False]
     assert lacks_wgmma("_Z17wgmma_gemm_kernelILi64ELb0EEvv", ["BPT.TRAP 0x1", "EXIT"])
     assert not lacks_wgmma("_Z10add_kernelv", ["EXIT"])
+    s_chain = [f"HGMMA.64x64x16.F32.BF16 R88, gdesc[UR16], R88{', gsb0' if k == 7 else ''}"
+               for k in range(8)]
+    serial = [x for k in range(8) for x in (f"HGMMA.64x64x16.F32.BF16 R88, gdesc[UR16], R88, "
+                                           "gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x0")]
+    fwd_wg = "_ZN3ctx4cuda2tc19flash_wg_fwd_kernelILi128ELi2EEEvPfS4_NS1_6TcArgsE"
+    assert not serialized_wgmma(fwd_wg, s_chain) and serialized_wgmma(fwd_wg, serial)
+    assert not serialized_wgmma("_Z17wgmma_gemm_kernelILi64ELb0EEvv", serial)  # one at a time
+    exps = ["MUFU.EX2 R88, R88"] * 34
+    hoisted = (["WARPGROUP.DEPBAR.LE gsb0, 0x1", "SHFL.BFLY PT, R1, R2, 0x1, 0x1f",
+                "WARPGROUP.DEPBAR.LE gsb0, 0x0"] + exps + ["WARPGROUP.DEPBAR.LE gsb0, 0x0"])
+    below = ["WARPGROUP.DEPBAR.LE gsb0, 0x1"] + exps + ["WARPGROUP.DEPBAR.LE gsb0, 0x0"]
+    got = [exps_in_flight(x) for x in (hoisted, below, exps, below[:-1] + [below[0]])]
+    assert got == [0, 34, 0, 34], got
     print("sass_check: self-test passed (pairs counted 20 / 0 / 0 / 1)")
     return 0
 
@@ -198,6 +247,13 @@ def main():
             if lacks_wgmma(fn, ins):
                 failures.append(f"{where}: no HGMMA instruction: built for a target without "
                                 f"wgmma (sm_90a)?")
+            if serialized_wgmma(fn, ins):
+                failures.append(f"{where}: its wgmma products are serialized (most HGMMAs "
+                                f"carry gsb0): ptxas -v names the cause (C7515 / C7520)")
+            if FLASH_WGMMA.search(fn) and exps_in_flight(ins) < SOFTMAX_EXPS:
+                failures.append(f"{where}: {exps_in_flight(ins)} MUFU.EX2 while a product is "
+                                f"in flight, at least {SOFTMAX_EXPS} expected: its wait moved "
+                                f"above the exponentials")
             if stack > stack_allowed(fn, arch):
                 failures.append(f"{where}: {stack} bytes of stack (spills?), at most "
                                 f"{stack_allowed(fn, arch)} allowed (STACK_ALLOWED)")

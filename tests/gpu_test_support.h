@@ -42,14 +42,14 @@ inline ctx::Backend& gpu_bf16() {
     return *be;
 }
 
-// A bf16 CUDA backend made while the environment variables of `vars` (name, value) are set
-// (unset again after).
+// A bf16 CUDA backend on `device` made while the environment variables of `vars` (name, value)
+// are set (unset again after).
 inline std::unique_ptr<ctx::Backend> make_bf16_backend_with(
-    std::initializer_list<std::pair<const char*, const char*>> vars) {
+    const std::vector<std::pair<const char*, const char*>>& vars, int device = 0) {
     for (const auto& [var, value] : vars) setenv(var, value, 1);
     std::unique_ptr<ctx::Backend> made;
     try {
-        made = ctx::make_cuda_backend(0, ctx::Precision::Bf16);
+        made = ctx::make_cuda_backend(device, ctx::Precision::Bf16);
     } catch (...) {
         for (const auto& v : vars) unsetenv(v.first);
         throw;

@@ -493,6 +493,40 @@ TEST(OpsGpuFlashChecks, Bf16ForwardAloneMatchesCpu) {
     }
 }
 
+// A flash kernel whose shared memory passes the default 48 KiB raises its limit on each device it
+// runs on (DynamicSharedLimit), and reads the properties of the device it runs on (this_gpu): the
+// same call on the second device gives the first's bits, for the fp32 kernels, the mma.sync and
+// the wgmma tensor-core kernels (head dim 128: all past 48 KiB). Needs two devices: a machine with
+// two GPUs, or the emulation with CTX_EMU_DEVICES=2 (run_emulated_tests.py sets it), whose limits
+// are per device as a GPU's: raised once per process, the second device's launch aborted there.
+TEST(OpsGpuFlashChecks, KernelsRunOnEveryDevice) {
+    REQUIRE_GPU();
+    if (ctx::cuda_device_count() < 2)
+        GTEST_SKIP() << "needs two CUDA devices (emulated: CTX_EMU_DEVICES=2)";
+    const FlashCase fc{"d128", 1, 140, 256, 2, ctx::BiasKind::KerpleLog, 0, kIntGaps};
+    const Bf16Case k = bf16_case(fc, 4321);
+    const std::vector<std::pair<const char*, const char*>> wgmma = {
+        {"CTX_FLASH_FORWARD", "wgmma"}, {"CTX_FLASH_DQ", "wgmma"}, {"CTX_FLASH_DKV", "wgmma"}};
+    for (const char* kernels : {"fp32", "bf16 mma.sync", "bf16 wgmma"}) {
+        SCOPED_TRACE(kernels);
+        auto make = [&](int device) {
+            if (kernels[0] == 'f') return ctx::make_cuda_backend(device);
+            return make_bf16_backend_with(kernels[5] == 'w' ? wgmma : decltype(wgmma){}, device);
+        };
+        const auto on0 = make(0), on1 = make(1);
+        const GpuRun run0 = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
+                                    k.dqkv0, fc.learn, *on0);
+        const GpuRun run1 = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
+                                    k.dqkv0, fc.learn, *on1);
+        EXPECT_EQ(run1.out, run0.out);
+        EXPECT_EQ(run1.saved, run0.saved);
+        EXPECT_TRUE(run1.dqkv == run0.dqkv) << "dqkv differs";
+        if (kernels[0] == 'b') {
+            EXPECT_CLOSE(run0.out, k.out, kBf16Tol);
+        }
+    }
+}
+
 // KERPLE-log's backward looks its terms up (log2(1 + b d) and d / (1 + b d) per integer
 // distance) when a call's positions are integers spanning less than the tables, and computes
 // them otherwise; the tables hold what the computation gives, so both agree bit for bit. The

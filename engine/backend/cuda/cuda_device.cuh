@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -85,13 +86,33 @@ auto with_row_width(int C, F&& f) {
 }
 
 // Raises a kernel's dynamic shared-memory limit above the default 48 KiB (sm_80: up to
-// 163 KiB, sm_90: 227 KiB). Callers do it once per kernel and process, with the largest size the
-// kernel launches with (a function-local static), not per launch.
+// 163 KiB, sm_90: 227 KiB), for the current device.
 template <class K>
 cudaError_t allow_dynamic_shared(K* kernel, size_t bytes) {
     if (bytes <= 48 * 1024) return cudaSuccess;
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
 }
+
+// allow_dynamic_shared once per device, not per launch: a launcher keeps one of these per kernel
+// and size (a function-local static). The attribute belongs to the kernel on the device that was
+// current when it was set, so a process driving several GPUs raises it on each; a failure is not
+// remembered (the next launch tries again and reports it again).
+class DynamicSharedLimit {
+public:
+    template <class K>
+    cudaError_t raise(K* kernel, size_t bytes) {
+        int device = 0;
+        if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+        const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+        if (bit != 0 && (raised_.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+        const cudaError_t e = allow_dynamic_shared(kernel, bytes);
+        if (e == cudaSuccess) raised_.fetch_or(bit, std::memory_order_acq_rel);
+        return e;
+    }
+
+private:
+    std::atomic<uint64_t> raised_{0};  // bit d: raised on device d
+};
 
 // Blocks of `threads` for a grid-stride loop over n items (capped; the loops stride).
 inline unsigned grid_for(size_t n, int threads, size_t cap = 65535) {

@@ -441,9 +441,10 @@ FlashArgs make_args(const float* qkv, const float* positions, int T, int C, int 
 template <int kD>
 cudaError_t flash_forward_t(float* out, float* lse, const FlashArgs& a, int B, cudaStream_t s) {
     // every head dim <= kD launches with at most kD's bytes: raise the limit once, to that
-    static const cudaError_t ready =
-        allow_dynamic_shared(flash_fwd_kernel<kD>, flash_forward_smem_bytes(kD));
-    if (ready != cudaSuccess) return ready;
+    static DynamicSharedLimit limit;
+    if (const cudaError_t e = limit.raise(flash_fwd_kernel<kD>, flash_forward_smem_bytes(kD));
+        e != cudaSuccess)
+        return e;
     const size_t smem = flash_forward_smem_bytes(a.D);
     const dim3 grid((a.T + kTile - 1) / kTile, a.H, B);
     flash_fwd_kernel<kD><<<grid, kThreads, smem, s>>>(out, lse, a);
@@ -454,12 +455,12 @@ template <int kD>
 cudaError_t flash_backward_t(float* dqkv, float* partials, float* dtable, const float* dout,
                              const float* lse, const float* dvec, const FlashArgs& a, int B,
                              cudaStream_t s) {
-    static const cudaError_t ready_dq =
-        allow_dynamic_shared(flash_bwd_dq_kernel<kD>, flash_backward_smem_bytes(kD));
-    static const cudaError_t ready_dkv =
-        allow_dynamic_shared(flash_bwd_dkv_kernel<kD>, flash_backward_smem_bytes(kD));
-    if (ready_dq != cudaSuccess) return ready_dq;
-    if (ready_dkv != cudaSuccess) return ready_dkv;
+    static DynamicSharedLimit limit_dq, limit_dkv;
+    const size_t most = flash_backward_smem_bytes(kD);  // every head dim <= kD, as the forward
+    if (const cudaError_t e = limit_dq.raise(flash_bwd_dq_kernel<kD>, most); e != cudaSuccess)
+        return e;
+    if (const cudaError_t e = limit_dkv.raise(flash_bwd_dkv_kernel<kD>, most); e != cudaSuccess)
+        return e;
     const size_t smem = flash_backward_smem_bytes(a.D);
     const dim3 grid((a.T + kTile - 1) / kTile, a.H, B);
     flash_bwd_dq_kernel<kD><<<grid, kThreads, smem, s>>>(dqkv, partials, dtable, dout, lse, dvec,

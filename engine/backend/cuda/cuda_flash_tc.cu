@@ -45,6 +45,9 @@
 //                        run), plus the dq kernel's bias-parameter partials (per 64-key block)
 //                        and dtable; T5's gradients keep the two kernels.
 // dvec = rowsum(dout * out) comes from cuda_flash.cu's kernel (launch_flash_dvec), in fp32.
+#include <array>
+#include <mutex>
+
 #include "backend/cuda/cuda_flash_tc.cuh"
 
 namespace ctx::cuda::tc {
@@ -391,21 +394,29 @@ size_t fwd_smem(int kD, int M) {
     return (size_t(M) * 64 * LS + 2 * size_t(2 * kBc) * LS) * 2 + 2 * kBc * 4;
 }
 
-// The properties of this process's GPU (zeros where they cannot be read), read once.
+// The properties of the current device (zeros where they cannot be read), read once per device:
+// a process may drive GPUs of different kinds, and a wgmma kernel launched on one without wgmma
+// traps.
 const cudaDeviceProp& this_gpu() {
-    static const cudaDeviceProp prop = [] {
-        int device = 0;
-        cudaDeviceProp p{};
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaGetDeviceProperties(&p, device) != cudaSuccess)
-            p = cudaDeviceProp{};
+    constexpr int kDevices = 64;
+    static std::array<std::once_flag, kDevices> once;
+    static std::array<cudaDeviceProp, kDevices> props;
+    static const cudaDeviceProp none{};
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) {
         cudaGetLastError();
-        return p;
-    }();
-    return prop;
+        return none;
+    }
+    std::call_once(once[size_t(device)], [&] {
+        cudaDeviceProp p{};
+        if (cudaGetDeviceProperties(&p, device) != cudaSuccess) p = cudaDeviceProp{};
+        cudaGetLastError();
+        props[size_t(device)] = p;
+    });
+    return props[size_t(device)];
 }
 
-// The m-tiles per warp of the forward at head dim kD on this process's GPU (see kBrF): the
+// The m-tiles per warp of the forward at head dim kD on the current GPU (see kBrF): the
 // requested number (1 or 2) where its shared memory fits, else 1.
 int fwd_m(int kD, int requested) {
     const size_t optin = this_gpu().sharedMemPerBlockOptin;
@@ -421,8 +432,8 @@ bool wgmma_applies(const TcArgs& a, int kD) {
 template <int kD, bool kGeneral, int M>
 cudaError_t forward_t(float* out, float* lse, const TcArgs& a, int B, cudaStream_t s) {
     auto* kernel = &flash_tc_fwd_kernel<kD, kGeneral, M>;
-    static const cudaError_t ready = allow_dynamic_shared(kernel, fwd_smem(kD, M));
-    if (ready != cudaSuccess) return ready;
+    static DynamicSharedLimit limit;
+    if (const cudaError_t e = limit.raise(kernel, fwd_smem(kD, M)); e != cudaSuccess) return e;
     const dim3 grid((a.T + M * 64 - 1) / (M * 64), a.H, B);
     kernel<<<grid, kThreads, fwd_smem(kD, M), s>>>(out, lse, a);
     return cudaGetLastError();

@@ -462,10 +462,12 @@ template <int DN, class Rotate = NoRotation>
 __device__ __forceinline__ void write_grads(float (&x)[DN][4], float* const (&row)[2], float scale,
                                             bool accumulate, int D, int t,
                                             Rotate&& rotate = Rotate{}) {
+    // rounded before anything is added: a product contracted into an fma with the old entry
+    // would differ in the last bit from the separate passes the rotary checks compare with
 #pragma unroll
     for (int dn = 0; dn < DN; dn++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) x[dn][i] *= scale;
+        for (int i = 0; i < 4; i++) x[dn][i] = __fmul_rn(x[dn][i], scale);
     rotate(x);
     const float* any = row[0] != nullptr ? row[0] : row[1];
     const bool pairs = D % 2 == 0 && (reinterpret_cast<uintptr_t>(any) & 7u) == 0;
@@ -622,7 +624,7 @@ cudaError_t launch_flash_wg_dq(float* dqkv, const float* lse, const float* dvec,
                                int B, int kD, int warpgroups, cudaStream_t s);
 cudaError_t launch_flash_wg_dkv(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,
                                 int B, int kD, int warpgroups, cudaStream_t s);
-bool wgmma_device();  // this process's GPU runs sm_90a code (compute capability 9.0)
+bool wgmma_device();  // the current GPU runs sm_90a code (compute capability 9.0)
 // Whether the wgmma kernels serve a call of kernel head dim kD: 64 or 128, an inline bias family,
 // a wgmma_device.
 bool wgmma_applies(const TcArgs& a, int kD);

@@ -559,26 +559,27 @@ cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float*
                        const FlashTcKernels& kernels) {
     const dim3 grid_k((a.T + kBc - 1) / kBc, a.H, B);
     if (atomic_dq) {
-        static const cudaError_t ready =
-            allow_dynamic_shared(flash_tc_dkv_kernel<kD, true>, dkv_smem(kD, true));
-        if (ready != cudaSuccess) return ready;
         auto* kernel = &flash_tc_dkv_kernel<kD, true>;
+        static DynamicSharedLimit limit;
+        if (const cudaError_t e = limit.raise(kernel, dkv_smem(kD, true)); e != cudaSuccess)
+            return e;
         kernel<<<grid_k, kThreads, dkv_smem(kD, true), s>>>(dqkv, partials, dtable, lse, dvec, a);
         return cudaGetLastError();
     }
     // The dq kernel's limit is raised for the T5 staging only when a T5 gradient first needs it,
     // so a GPU with less shared memory per block (sm_86/89: 99 KiB) still runs the others.
-    static const cudaError_t ready_dq =
-        allow_dynamic_shared(flash_tc_dq_kernel<kD>, dq_smem(kD, false));
-    static const cudaError_t ready_dkv =
-        allow_dynamic_shared(flash_tc_dkv_kernel<kD, false>, dkv_smem(kD, false));
-    if (ready_dq != cudaSuccess) return ready_dq;
-    if (ready_dkv != cudaSuccess) return ready_dkv;
+    static DynamicSharedLimit limit_dq, limit_dkv, limit_dq_t5;
+    if (const cudaError_t e = limit_dq.raise(flash_tc_dq_kernel<kD>, dq_smem(kD, false));
+        e != cudaSuccess)
+        return e;
+    if (const cudaError_t e = limit_dkv.raise(flash_tc_dkv_kernel<kD, false>, dkv_smem(kD, false));
+        e != cudaSuccess)
+        return e;
     const bool t5 = partials != nullptr && a.bs.kind == kT5;
-    if (t5) {
-        static const cudaError_t ready_dq_t5 =
-            allow_dynamic_shared(flash_tc_dq_kernel<kD>, dq_smem(kD, true));
-        if (ready_dq_t5 != cudaSuccess) return ready_dq_t5;
+    if (t5) {  // raised after the smaller limit on every device, so never lowered by it
+        if (const cudaError_t e = limit_dq_t5.raise(flash_tc_dq_kernel<kD>, dq_smem(kD, true));
+            e != cudaSuccess)
+            return e;
     }
     const dim3 grid_q((a.T + kBr - 1) / kBr, a.H, B);
     const bool wgmma = wgmma_applies(a, kD);

@@ -37,15 +37,19 @@ constexpr uint32_t kCore = 128;  // bytes of a core matrix (8 rows x 16 bytes)
 // (LBO), 16 kD bytes apart along the rows (SBO). kNMajor (V, the B operand of O = P V, whose K is
 // the R = kBc keys and N the head dim): core matrices kCore apart along the keys (LBO), 16 R
 // bytes apart along the head dim (SBO), each 8 keys of 16 bytes (8 head-dim entries) as V's rows
-// hold them. By the block's kBlock threads.
+// hold them. By the block's kBlock threads, 8 consecutive threads filling one core matrix (its 8
+// rows: 128 contiguous bytes, every bank once; a thread per row's next 16 bytes put 8 threads
+// 128 bytes or 16 R apart, on the same 4 banks); 4 such groups of a warp read 64 contiguous bytes
+// of each of 8 rows from global memory.
 template <int R, int kD, bool kNMajor, int kBlock>
 __device__ __forceinline__ void stage_core(char* dst, const uint16_t* src) {
     constexpr int V = kD / 8, N = R * V, IT = (N + kBlock - 1) / kBlock;
+    static_assert(R % 8 == 0, "whole core matrices");
 #pragma unroll
     for (int it = 0; it < IT; it++) {
         const int idx = int(threadIdx.x) + it * kBlock;
         if (N % kBlock == 0 || idx < N) {
-            const int r = idx / V, v = idx % V;
+            const int r = idx % 8 + 8 * (idx / (8 * V)), v = (idx / 8) % V;
             const int at = kNMajor ? v * 16 * R + (r / 8) * kCore + (r % 8) * 16
                                    : (r / 8) * 16 * kD + v * kCore + (r % 8) * 16;
             cp_async16(dst + at, src + size_t(r) * kD + v * 8);
@@ -125,15 +129,20 @@ __global__ void __launch_bounds__(kWG* kThreads)
 #pragma unroll
     for (int i = 0; i < DN * 4; i++) o[i] = 0.0f;
 
-    // O += P V of the last tile this warpgroup took runs while the next tile's softmax does
-    // (FlashAttention-3's intra-warpgroup overlap): its P (pf_prev, read by the tensor core until
-    // the wait) and its stage (prev_st) are kept until then. O goes through the same steps in
-    // the same order as without the overlap (... O *= corr_j, O += P_j V_j, O *= corr_j+1 ...).
-    // The product is issued whether or not one is pending (P = 0 then, against the tile in hand:
+    // O += P V of the last tile this warpgroup took runs while the next tile's logits and
+    // softmax do (FlashAttention-3's intra-warpgroup overlap): it is issued with the next tile's
+    // S and waited for after that tile's take, outside it. Within the take, ptxas hoisted the
+    // wait (which names no registers) to the top of the softmax's basic block, leaving only the
+    // logit loop to overlap; below the take's join it cannot rise above the exponentials. Its P
+    // (pf_prev, read by the tensor core until the wait) and its stage (prev_st) are kept until
+    // then. O goes through the same steps in the same order as without the overlap
+    // (... O *= corr_j, O += P_j V_j, O *= corr_j+1 ...), so its bits do not change.
+    // The product is issued whether or not a P is pending (P = 0 then, against the tile in hand:
     // O += 0 leaves O's bits): issued under a condition, ptxas serialised every wgmma of the
     // kernel (C7520), and so it did when P was copied into pf_prev rather than packed there, or
-    // zeroed in a branch. So a pending product waits through skipped tiles for the next taken one
-    // or the end: a warpgroup takes an interval of the block's tiles (cover: its first row's
+    // zeroed in a branch; and so it does (C7515) when the wait is put off to the next take,
+    // across the barrier. So a pending product waits through skipped tiles for the next taken
+    // one or the end: a warpgroup takes an interval of the block's tiles (cover: its first row's
     // first key to its last row), so only its last kWG - 1 tiles can follow, and its stage is
     // refilled three tiles on.
     static_assert(kWG <= kFwdStages - 1, "a pending P V's stage outlives the skipped tiles");
@@ -154,10 +163,10 @@ __global__ void __launch_bounds__(kWG* kThreads)
         await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
         // a product is the whole warpgroup's: skipped only for a tile none of its rows sees
         const bool take = cover(a, b, g0, g0 + kBr - 1, k0, k0 + kBc - 1) != kSkip;
+        float s[NT * 4], corr[2];  // the take's P (fp32) and O's rescale for it
         if (take) {
-            float s[NT * 4];
             if (!pending) prev_st = st;  // P = 0: any landed tile, this one
-            wgmma_fence();  // o and pf_prev were written by this thread since the last product
+            wgmma_fence_after(o, pf_prev);  // both written here since the last product
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
                 wgmma_ss<kBc>(s, wgmma_desc(Qg + ks * 2 * kCore, kCore, 16 * kD),
@@ -190,7 +199,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
                         mx[r] = fmaxf(mx[r], x);
                     }
             });
-            float corr[2], ms[2], sum[2] = {};
+            float ms[2], sum[2] = {};
             softmax_row_max<2>(mx, m_run, ms, corr);
 #pragma unroll
             for (int n = 0; n < NT; n++)  // P in fp32, as probabilities() takes it
@@ -200,7 +209,9 @@ __global__ void __launch_bounds__(kWG* kThreads)
                     sum[e >> 1] += s[4 * n + e];
                 }
             softmax_row_sum<2>(sum, l, corr);
-            wgmma_wait<0>();  // the previous tile's P V: O complete up to it
+        }
+        wgmma_wait<0>();  // the previous tile's P V (none in flight after a skipped tile)
+        if (take) {
             wgmma_fence_operands(o);
 #pragma unroll
             for (int dn = 0; dn < DN; dn++) {
@@ -216,7 +227,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
         __syncthreads();  // stage (it + 1) % kFwdStages is refilled by the next iteration
     }
     if (pending) {
-        wgmma_fence();
+        wgmma_fence_after(o, pf_prev);
         issue_pv();
         wgmma_wait<0>();
         wgmma_fence_operands(o);
@@ -303,7 +314,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
         await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
         if (cover(a, b, g0, g0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {  // as the forward
             float s[NT * 4], dp[NT * 4];
-            wgmma_fence();
+            wgmma_fence_after(accd);
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
                 wgmma_ss<kBc>(s, wgmma_desc(Qg + ks * 2 * kCore, kCore, 16 * kD),
@@ -355,7 +366,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
                                        : 0.0f;
             uint32_t df[NT / 2][4];
             a_fragments<NT>(s, df);
-            wgmma_fence();  // df written by this thread since the last product
+            wgmma_fence_after(accd, df);  // df written by this thread since the last product
 #pragma unroll
             for (int kc = 0; kc < kBc / 16; kc++)  // K read N-major: LBO along keys, SBO along d
                 wgmma_rs<kD, true>(accd, df[kc],
@@ -463,7 +474,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
         // warp whose own keys it misses takes the masked loop (its P^T and dS^T are 0)
         if (cover(a, b, q0, q0 + kBqWg - 1, g0, g0 + kBc - 1) != kSkip) {
             float s[NT * 4], dp[NT * 4];
-            wgmma_fence();
+            wgmma_fence_after(dkd, dvd);
 #pragma unroll
             for (int ks = 0; ks < KS; ks++) {
                 const uint32_t at = ks * 2 * kCore;
@@ -509,7 +520,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
             });
             uint32_t pf[NT / 2][4];
             a_fragments<NT>(s, pf);
-            wgmma_fence();  // pf written by this thread since the last product
+            wgmma_fence_after(dvd, pf);  // pf written by this thread since the last product
 #pragma unroll
             for (int kc = 0; kc < kBqWg / 16; kc++)  // dO read N-major: LBO along queries
                 wgmma_rs<kD, true>(dvd, pf[kc],
@@ -529,7 +540,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
                 }
             uint32_t df[NT / 2][4];
             a_fragments<NT>(dp, df);
-            wgmma_fence();  // df written by this thread since the last product
+            wgmma_fence_after(dkd, df);  // df written here; dv's products still read pf
 #pragma unroll
             for (int kc = 0; kc < kBqWg / 16; kc++)  // Q read N-major likewise
                 wgmma_rs<kD, true>(dkd, df[kc],
@@ -561,14 +572,15 @@ inline dim3 wg_grid(const TcArgs& a, int B, int kWG) {
 
 }  // namespace
 
-// Each kernel's shared-memory limit is raised once per process (the function-local statics).
+// Each kernel's shared-memory limit is raised once per device (the function-local statics).
 cudaError_t launch_flash_wg_forward(float* out, float* lse, const TcArgs& a, int B, int kD,
                                     int warpgroups, cudaStream_t s) {
     return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
         auto* k = &flash_wg_fwd_kernel<kD_, kWG>;
-        static const cudaError_t ready = allow_dynamic_shared(k, wg_fwd_smem<kD_, kWG>());
-        if (ready != cudaSuccess) return ready;
+        static DynamicSharedLimit limit;
+        if (const cudaError_t e = limit.raise(k, wg_fwd_smem<kD_, kWG>()); e != cudaSuccess)
+            return e;
         k<<<wg_grid(a, B, kWG), kWG * kThreads, wg_fwd_smem<kD_, kWG>(), s>>>(out, lse, a);
         return cudaGetLastError();
     });
@@ -579,8 +591,9 @@ cudaError_t launch_flash_wg_dq(float* dqkv, const float* lse, const float* dvec,
     return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
         auto* k = &flash_wg_dq_kernel<kD_, kWG>;
-        static const cudaError_t ready = allow_dynamic_shared(k, wg_dq_smem<kD_, kWG>());
-        if (ready != cudaSuccess) return ready;
+        static DynamicSharedLimit limit;
+        if (const cudaError_t e = limit.raise(k, wg_dq_smem<kD_, kWG>()); e != cudaSuccess)
+            return e;
         k<<<wg_grid(a, B, kWG), kWG * kThreads, wg_dq_smem<kD_, kWG>(), s>>>(dqkv, lse, dvec, a);
         return cudaGetLastError();
     });
@@ -591,8 +604,9 @@ cudaError_t launch_flash_wg_dkv(float* dqkv, const float* lse, const float* dvec
     return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
         auto* k = &flash_wg_dkv_kernel<kD_, kWG>;
-        static const cudaError_t ready = allow_dynamic_shared(k, wg_dkv_smem<kD_, kWG>());
-        if (ready != cudaSuccess) return ready;
+        static DynamicSharedLimit limit;
+        if (const cudaError_t e = limit.raise(k, wg_dkv_smem<kD_, kWG>()); e != cudaSuccess)
+            return e;
         k<<<wg_grid(a, B, kWG), kWG * kThreads, wg_dkv_smem<kD_, kWG>(), s>>>(dqkv, lse, dvec, a);
         return cudaGetLastError();
     });

@@ -4,7 +4,7 @@
 //
 // A warpgroup is 4 warps (128 threads, the first a multiple of 128 in the block). One wgmma
 // computes D (64 x N, fp32) += A (64 x 16) B (16 x N) for the whole group, asynchronously:
-//   wgmma_fence()                 before the first product and after registers it reads (A
+//   wgmma_fence_after(regs...)    before the first product and after registers it reads (A
 //                                 fragments, accumulators) were written by other instructions
 //   wgmma_ss / wgmma_rs ...       issued products (A from shared memory, or from registers)
 //   wgmma_commit()                closes a group of them
@@ -96,7 +96,8 @@ __device__ __forceinline__ void fence_proxy_async() {
 }
 
 // Keeps the compiler from moving reads of the accumulators above the wait that completes them
-// (the wait names no registers).
+// (the wait names no registers), and writes of a product's registers below the fence before it
+// (wgmma_fence_after).
 template <int R>
 __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
 #if defined(__CUDACC__)
@@ -105,6 +106,29 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
 #else
     (void)d;  // the emulated wait wrote them already
 #endif
+}
+template <int R>
+__device__ __forceinline__ void wgmma_fence_operands(uint32_t (&f)[R]) {
+#if defined(__CUDACC__)
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+r"(f[i])::"memory");
+#else
+    (void)f;
+#endif
+}
+template <int M, class X, int R>
+__device__ __forceinline__ void wgmma_fence_operands(X (&x)[M][R]) {
+#pragma unroll
+    for (int m = 0; m < M; m++) wgmma_fence_operands(x[m]);
+}
+
+// wgmma_fence() once the registers the next products read (accumulators, A fragments) have
+// their values: the fence names no registers, so without the operands tied to this point the
+// compiler could sink their last writes (O's rescale, P's packing) below it.
+template <class... Regs>
+__device__ __forceinline__ void wgmma_fence_after(Regs&... regs) {
+    (wgmma_fence_operands(regs), ...);
+    wgmma_fence();
 }
 
 #if !defined(__CUDACC__)

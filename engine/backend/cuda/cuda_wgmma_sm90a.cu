@@ -97,13 +97,13 @@ __global__ void __launch_bounds__(kGroupThreads)
             const int m = lane >> 3, r = 16 * w + (m & 1) * 8 + (lane & 7);
             ldsm_x4(a, reinterpret_cast<const uint16_t*>(
                            As + core_offset(r, 16 * ks + (m >> 1) * 8, K)));
-            wgmma_fence();  // a was written by ldmatrix
+            wgmma_fence_after(a, d);  // a was written by ldmatrix
             wgmma_rs<kN, kTransB>(d, a, db, acc);
             // the product may read a until it completes, and the next step rewrites a
             wgmma_commit();
             wgmma_wait<0>();
         } else {
-            if (ks == 0) wgmma_fence();
+            if (ks == 0) wgmma_fence_after(d);
             wgmma_ss<kN, kTransB>(d, wgmma_desc(As + 2 * ks * kCoreBytes, kCoreBytes, sbo), db,
                                   acc);
         }

@@ -66,6 +66,10 @@ void set_dyn_shared_limit(const void* kernel, int bytes);
 // The opt-in shared memory per block the emulated GPU has: 227 KiB (sm_90), or
 // CTX_EMU_SMEM_OPTIN bytes (101376: an sm_86/89 GPU's 99 KiB).
 size_t smem_optin();
+// CTX_EMU_DEVICES emulated devices (default 1), the current one (cudaSetDevice / cudaGetDevice).
+int device_count();
+int current_device();
+void set_current_device(int d);
 size_t dyn_shared_limit(const void* kernel);
 // Stream work (kernels, copies, memsets, cuBLAS, event records) runs at once, or, with
 // CTX_EMU_STREAM=deferred, is queued and runs at the next synchronisation (stream, event or

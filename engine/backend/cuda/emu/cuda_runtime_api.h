@@ -6,8 +6,14 @@
 #include <cstddef>
 #include <cstdint>
 
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
-                   cudaErrorNoDevice = 100, cudaErrorNotReady = 600 };
+enum cudaError_t {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101,
+    cudaErrorNotReady = 600
+};
 typedef struct emu_stream* cudaStream_t;
 typedef struct emu_event* cudaEvent_t;
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1,

@@ -277,13 +277,37 @@ void wgmma_wait(int newest_pending) {
 }
 
 namespace {
-std::map<const void*, size_t>& dyn_limits() {
-    static std::map<const void*, size_t> m;
+// The emulated devices: CTX_EMU_DEVICES of them (default 1, at most 8), all alike and all
+// backed by host memory; what differs per device is the state a GPU keeps per device, such as a
+// kernel's raised shared-memory limit (a launcher that raises it once per process fails on the
+// second device, as on a machine with two GPUs).
+int g_device = 0;
+std::map<std::pair<const void*, int>, size_t>& dyn_limits() {
+    static std::map<std::pair<const void*, int>, size_t> m;
     return m;
 }
 }  // namespace
 
-void set_dyn_shared_limit(const void* kernel, int bytes) { dyn_limits()[kernel] = size_t(bytes); }
+int device_count() {
+    static const int n = [] {
+        const char* e = std::getenv("CTX_EMU_DEVICES");
+        if (e == nullptr) return 1;
+        char* end = nullptr;
+        const long v = std::strtol(e, &end, 10);
+        if (end == e || *end != '\0' || v < 1 || v > 8) {
+            fprintf(stderr, "emu: CTX_EMU_DEVICES=%s (expected a count in [1, 8])\n", e);
+            abort();
+        }
+        return int(v);
+    }();
+    return n;
+}
+int current_device() { return g_device; }
+void set_current_device(int d) { g_device = d; }
+
+void set_dyn_shared_limit(const void* kernel, int bytes) {
+    dyn_limits()[{kernel, g_device}] = size_t(bytes);
+}
 size_t smem_optin() {
     static const size_t optin = [] {
         const char* e = std::getenv("CTX_EMU_SMEM_OPTIN");
@@ -299,13 +323,15 @@ size_t smem_optin() {
     return optin;
 }
 size_t dyn_shared_limit(const void* kernel) {
-    const auto it = dyn_limits().find(kernel);
+    const auto it = dyn_limits().find({kernel, g_device});
     return it == dyn_limits().end() ? size_t(48 * 1024) : std::max(size_t(48 * 1024), it->second);
 }
 void check_dyn_shared(const void* kernel, size_t shmem) {
     if (shmem > dyn_shared_limit(kernel)) {
-        fprintf(stderr, "emu: dynamic shared %zu > the kernel's limit %zu (cudaFuncSetAttribute)\n",
-                shmem, dyn_shared_limit(kernel));
+        fprintf(stderr,
+                "emu: dynamic shared %zu > the kernel's limit %zu on device %d "
+                "(cudaFuncSetAttribute)\n",
+                shmem, dyn_shared_limit(kernel), g_device);
         abort();
     }
 }
@@ -439,10 +465,21 @@ void check_range(const void* p, size_t bytes, const char* what) {
 using emu::check_range;
 using emu::is_dev;
 
-cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
-cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
-cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+cudaError_t cudaGetDeviceCount(int* n) {
+    *n = emu::device_count();
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= emu::device_count()) return cudaErrorInvalidDevice;
+    emu::set_current_device(d);
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int* d) {
+    *d = emu::current_device();
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
+    if (d < 0 || d >= emu::device_count()) return cudaErrorInvalidDevice;
     std::memset(p, 0, sizeof(*p));
     std::strcpy(p->name, "CPU emulation");
     p->major = 9; p->minor = 0; p->totalGlobalMem = size_t(80) << 30;

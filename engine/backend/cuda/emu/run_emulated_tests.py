@@ -19,7 +19,8 @@ BUILD_DIR/cuda_emu[_asan]/.
 --mpi=N: run each under mpirun with N ranks, each emulating its own GPU (the multi-rank model
 tests, e.g. --model --mpi=2 --only=test_context_parallel_cuda_mpi; NCCL is not emulated, so the
 groups stage through host memory: CTX_GROUP_COLLECTIVES=host is set).
-Environment: CTX_EMU_THREAD_ORDER=reverse runs a block's threads highest first between barriers
+Environment: CTX_EMU_DEVICES=N emulates N devices (default 2 for the op tests, 1 otherwise);
+CTX_EMU_THREAD_ORDER=reverse runs a block's threads highest first between barriers
 (a read of a lower thread's write with no barrier between then fails; the default order shows
 the reverse dependency); CTX_EMU_CP_ASYNC=eager lands cp.async copies when issued;
 CTX_EMU_STREAM=deferred queues stream work (kernels, copies, cuBLAS) until the next
@@ -173,6 +174,10 @@ def main():
             print(r.stderr, file=sys.stderr)
             sys.exit(f"link failed: {name}")
         env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
+        # two emulated devices for the op tests (whose per-device test needs them), one per
+        # rank for the multi-rank model tests
+        if name.startswith("test_ops_gpu_"):
+            env.setdefault("CTX_EMU_DEVICES", "2")
         launch = [exe]
         if ranks > 0:
             env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
