@@ -253,11 +253,26 @@ __global__ void __launch_bounds__(kWG* kThreads)
 //   dq += dS K               wgmma_rs: dS as bf16 A fragments, K read N-major from the SAME tile
 //                            (a K-major core matrix of 8 keys x 8 head-dim entries is also the
 //                            N-major one of K as the B of dS K; only LBO and SBO trade places)
+// With three stages of K, V (kWgDqStages), dq += dS K is not waited for in its tile: it runs
+// through the barrier, the next load and the next tile's S and dP issue, and completes with the
+// next tile's S (wgmma_wait<1>: groups complete in order) or after the loop. Its stage is the one
+// before the tile in hand, which the load of the tile after next leaves alone; after a
+// warpgroup's last take at most kWG - 1 = 1 tile follows (its tiles are an interval of the
+// block's), which loads nothing. Nothing but wgmma writes acc in the loop, and ptxas keeps the
+// in-flight dS fragments' registers (no C7515 / C7520, SASS checked 2026-12-06). One warpgroup
+// at head dim 128 keeps two stages and waits in the tile: a third would drop it from two blocks
+// an SM to one (131.5 KiB).
+template <int kD, int kWG>
+inline constexpr int kWgDqStages = kWG == 1 && kD == 128 ? 2 : 3;
+
 template <int kD, int kWG>
 __global__ void __launch_bounds__(kWG* kThreads)
     flash_wg_dq_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
-    // Qs, dOs (kRows x kD, K-major) | two stages of [Ks, Vs (kBc x kD, K-major) | posK (kBc
+    // Qs, dOs (kRows x kD, K-major) | kStages stages of [Ks, Vs (kBc x kD, K-major) | posK (kBc
     // floats)]
+    constexpr int kStages = kWgDqStages<kD, kWG>;
+    constexpr bool kDqInFlight = kStages >= 3;  // dq += dS K runs on into the next tile
+    static_assert(!kDqInFlight || kWG <= kStages - 1, "an in-flight dq product's stage is kept");
     extern __shared__ float sm[];
     constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16, kRows = kWG * kBr;
     constexpr int kBlock = kWG * kThreads;
@@ -282,7 +297,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
     stage_core<kRows, kD, false, kBlock>(Qs, a.q + rows + size_t(q0) * kD);
     stage_core<kRows, kD, false, kBlock>(dOs, a.g + rows + size_t(q0) * kD);
     auto load = [&](int it) {
-        const int st = it & 1, k0 = k_first + it * kBc;
+        const int st = it % kStages, k0 = k_first + it * kBc;
         stage_core<kBc, kD, false, kBlock>(Ks(st), a.k + rows + size_t(k0) * kD);
         stage_core<kBc, kD, false, kBlock>(Vs(st), a.v + rows + size_t(k0) * kD);
         if (positions) stage_floats_async(posK(st), pos, k0, kBc, T);
@@ -309,12 +324,13 @@ __global__ void __launch_bounds__(kWG* kThreads)
     float(&accd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(acc);
 
     for (int it = 0; it < n_tiles; it++) {
-        const int k0 = k_first + it * kBc, st = it & 1;
-        // this thread's copies fenced for the tensor core's (async proxy) reads
+        const int k0 = k_first + it * kBc, st = it % kStages;
+        // tile it + 1 loads into the stage of tile it + 1 - kStages; this thread's copies fenced
+        // for the tensor core's (async proxy) reads
         await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
         if (cover(a, b, g0, g0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {  // as the forward
             float s[NT * 4], dp[NT * 4];
-            wgmma_fence_after(accd);
+            wgmma_fence();  // acc is written by wgmma only (and zeroed before the first dq)
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
                 wgmma_ss<kBc>(s, wgmma_desc(Qg + ks * 2 * kCore, kCore, 16 * kD),
@@ -325,7 +341,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
                 wgmma_ss<kBc>(dp, wgmma_desc(dOg + ks * 2 * kCore, kCore, 16 * kD),
                               wgmma_desc(Vs(st) + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
             wgmma_commit();
-            wgmma_wait<1>();  // S; dP may still run
+            wgmma_wait<1>();  // S (and the previous tile's dq); dP may still run
             wgmma_fence_operands(s);
             const float* pk = posK(st);
             const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
@@ -372,17 +388,22 @@ __global__ void __launch_bounds__(kWG* kThreads)
                 wgmma_rs<kD, true>(accd, df[kc],
                                    wgmma_desc(Ks(st) + kc * 2 * 16 * kD, 16 * kD, kCore), true);
             wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_fence_operands(accd);
+            if constexpr (!kDqInFlight) {
+                wgmma_wait<0>();
+                wgmma_fence_operands(accd);
+            }
         }
-        __syncthreads();  // stage st is refilled by the next iteration's load
+        __syncthreads();  // stage (it + 1) % kStages is refilled by the next iteration's load
     }
+    wgmma_wait<0>();
+    wgmma_fence_operands(accd);
     write_dq<DN>(acc, dqkv, a, b, h, i, t);  // rotated back when the call rotates
 }
 
 template <int kD, int kWG>
 constexpr size_t wg_dq_smem() {
-    return 2 * size_t(kWG) * kBr * kD * 2 + 2 * (2 * size_t(kBc) * kD * 2 + kBc * 4);
+    return 2 * size_t(kWG) * kBr * kD * 2 +
+           kWgDqStages<kD, kWG> * (2 * size_t(kBc) * kD * 2 + kBc * 4);
 }
 
 // ================================================================ dk, dv
