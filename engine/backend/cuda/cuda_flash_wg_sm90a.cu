@@ -421,18 +421,29 @@ constexpr size_t wg_dq_smem() {
 //   dk += dS^T Q                 wgmma_rs likewise, Q read N-major
 // P^T's fragments are read by the tensor core until the last wait, so they stay untouched (the
 // emulation checks it). dk leaves rotated back when the call rotates.
+// With three stages of Q, dO (kWgDkvStages), the tile's dv and dk products are not waited for in
+// it but with the next tile's S^T (wgmma_wait<1>), as the dq kernel's product (see there: the
+// same stage argument). At head dim 64 only: at 128, the in-flight fragments (P^T, dS^T) live
+// through the next tile's issue cost ptxas 56 bytes of spills (sm_90a, CUDA 13.0, 2026-12-06)
+// on top of its 255 registers.
 inline constexpr int kBqWg = 64;
+template <int kD, int kWG>
+inline constexpr int kWgDkvStages = kD <= 64 ? 3 : 2;
 
 template <int kD, int kWG>
 constexpr size_t wg_dkv_smem() {
-    return 2 * size_t(kWG) * kBc * kD * 2 + 2 * (2 * size_t(kBqWg) * kD * 2 + 3 * kBqWg * 4);
+    return 2 * size_t(kWG) * kBc * kD * 2 +
+           kWgDkvStages<kD, kWG> * (2 * size_t(kBqWg) * kD * 2 + 3 * kBqWg * 4);
 }
 
 template <int kD, int kWG>
 __global__ void __launch_bounds__(kWG* kThreads)
     flash_wg_dkv_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
-    // Ks, Vs (kWG kBc x kD, K-major) | two stages of [Qs, dOs (kBqWg x kD, K-major) | posQ,
+    // Ks, Vs (kWG kBc x kD, K-major) | kStages stages of [Qs, dOs (kBqWg x kD, K-major) | posQ,
     // lseQ, dQ (kBqWg floats)]
+    constexpr int kStages = kWgDkvStages<kD, kWG>;
+    constexpr bool kInFlight = kStages >= 3;  // dv's and dk's products run on into the next tile
+    static_assert(!kInFlight || kWG <= kStages - 1, "an in-flight product's stage is kept");
     extern __shared__ float sm[];
     constexpr int DN = kD / 8, NT = kBqWg / 8, KS = kD / 16, kKeyRows = kWG * kBc;
     constexpr int kBlock = kWG * kThreads;
@@ -467,7 +478,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
     stage_core<kKeyRows, kD, false, kBlock>(Ks, a.k + rows + size_t(k0) * kD);
     stage_core<kKeyRows, kD, false, kBlock>(Vs, a.v + rows + size_t(k0) * kD);
     auto load = [&](int it) {
-        const int q0 = k0 + it * kBqWg, st = it & 1;
+        const int q0 = k0 + it * kBqWg, st = it % kStages;
         stage_core<kBqWg, kD, false, kBlock>(Qs(st), a.q + rows + size_t(q0) * kD);
         stage_core<kBqWg, kD, false, kBlock>(dOs(st), a.g + rows + size_t(q0) * kD);
         if (positions) stage_floats_async(posQ(st), pos, q0, kBqWg, T);
@@ -488,14 +499,15 @@ __global__ void __launch_bounds__(kWG* kThreads)
     float(&dvd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(dv);
 
     for (int it = 0; it < n_tiles; it++) {
-        const int q0 = k0 + it * kBqWg, st = it & 1;
-        // this thread's copies fenced for the tensor core's (async proxy) reads
+        const int q0 = k0 + it * kBqWg, st = it % kStages;
+        // tile it + 1 loads into the stage of tile it + 1 - kStages; this thread's copies fenced
+        // for the tensor core's (async proxy) reads
         await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
         // a product is the whole warpgroup's: skipped only for a tile none of its keys meets; a
         // warp whose own keys it misses takes the masked loop (its P^T and dS^T are 0)
         if (cover(a, b, q0, q0 + kBqWg - 1, g0, g0 + kBc - 1) != kSkip) {
             float s[NT * 4], dp[NT * 4];
-            wgmma_fence_after(dkd, dvd);
+            wgmma_fence();  // dk, dv are written by wgmma only (and zeroed before the first)
 #pragma unroll
             for (int ks = 0; ks < KS; ks++) {
                 const uint32_t at = ks * 2 * kCore;
@@ -510,7 +522,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
                                 wgmma_desc(dOs(st) + at, kCore, 16 * kD), ks > 0);
             }
             wgmma_commit();
-            wgmma_wait<1>();  // S^T; dP^T may still run
+            wgmma_wait<1>();  // S^T (and the previous tile's dv, dk); dP^T may still run
             wgmma_fence_operands(s);
             const float *pq = posQ(st), *lq = lseQ(st), *dd = dQ(st);
             // queries [q0, q0 + kBqWg) are the rows of the mask test, this warp's keys its
@@ -567,12 +579,17 @@ __global__ void __launch_bounds__(kWG* kThreads)
                 wgmma_rs<kD, true>(dkd, df[kc],
                                    wgmma_desc(Qs(st) + kc * 2 * 16 * kD, 16 * kD, kCore), true);
             wgmma_commit();
-            wgmma_wait<0>();
-            wgmma_fence_operands(dvd);
-            wgmma_fence_operands(dkd);
+            if constexpr (!kInFlight) {
+                wgmma_wait<0>();
+                wgmma_fence_operands(dvd);
+                wgmma_fence_operands(dkd);
+            }
         }
-        __syncthreads();  // stage st is refilled by the next iteration's load
+        __syncthreads();  // stage (it + 1) % kStages is refilled by the next iteration's load
     }
+    wgmma_wait<0>();
+    wgmma_fence_operands(dvd);
+    wgmma_fence_operands(dkd);
     write_dk_dv<DN>(dk, dv, dqkv, a, b, h, j, t, T, a.C, a.D);
 }
 
