@@ -29,6 +29,10 @@ registers, stack bytes, SASS instructions and serialized load-store pairs, and f
      exponentials are what the product still in flight (the forward's previous P V, the
      backward's dP or dP^T) is meant to run under; ptxas hoisted the forward's wait above them
      when it sat in their basic block (docs/CUDA.md "wgmma").
+  6. a backward wgmma kernel meant to leave its last products running through the block barrier
+     (IN_FLIGHT_AT_BARRIER: the dq kernel's dq += dS K, the dk / dv kernel's at head dim 64)
+     that waits for them before it: the overlap is gone (a wait moved, or a shape ptxas
+     serialised).
 
 cuobjdump: --cuobjdump, else as scripts/cuda_code_size.py finds it (whose SASS parser this
 shares) with --build (default build-bundle): $CUOBJDUMP, PATH, /usr/local/cuda/bin,
@@ -90,6 +94,25 @@ def serialized_wgmma(fn, instructions):
         return False
     hgmma = [i for i in instructions if "HGMMA" in i]
     return bool(hgmma) and 2 * sum("gsb0" in i for i in hgmma) > len(hgmma)
+
+
+# Kernels whose last products of a tile are still in flight at the block barrier
+# (cuda_flash_wg_sm90a.cu kWgDqStages, kWgDkvStages: three stages).
+IN_FLIGHT_AT_BARRIER = re.compile(
+    r"flash_wg_dq_kernelILi(64ELi[12]|128ELi2)E|flash_wg_dkv_kernelILi64ELi[12]E")
+
+
+def product_in_flight_at_barrier(instructions):
+    """Whether some BAR.SYNC is reached with a committed wgmma group not yet waited for."""
+    pending = False
+    for i in instructions:
+        if "HGMMA" in i and "gsb0" in i:
+            pending = True
+        elif "WARPGROUP.DEPBAR.LE" in i and i.rstrip(" ;").endswith("0x0"):
+            pending = False
+        elif "BAR.SYNC" in i and "WARPGROUP" not in i and pending:
+            return True
+    return False
 
 
 def exps_in_flight(instructions):
@@ -212,6 +235,13 @@ def self_test():
     below = ["WARPGROUP.DEPBAR.LE gsb0, 0x1"] + exps + ["WARPGROUP.DEPBAR.LE gsb0, 0x0"]
     got = [exps_in_flight(x) for x in (hoisted, below, exps, below[:-1] + [below[0]])]
     assert got == [0, 34, 0, 34], got
+    dq = "HGMMA.64x128x16.F32.BF16 R24, R152, gdesc[UR12].tnspB, R24, gsb0"
+    waited = [dq, "WARPGROUP.DEPBAR.LE gsb0, 0x0", "BAR.SYNC.DEFER_BLOCKING 0x0"]
+    running = [dq, "BAR.SYNC.DEFER_BLOCKING 0x0", "WARPGROUP.DEPBAR.LE gsb0, 0x1"]
+    assert [product_in_flight_at_barrier(x) for x in (waited, running)] == [False, True]
+    dq_wg = "_ZN3ctx4cuda2tc19flash_wg_dq_kernelILi128ELi2EEEvPfPKfS6_NS1_6TcArgsE"
+    assert IN_FLIGHT_AT_BARRIER.search(dq_wg)
+    assert not IN_FLIGHT_AT_BARRIER.search(dq_wg.replace("ELi2E", "ELi1E"))
     print("sass_check: self-test passed (pairs counted 20 / 0 / 0 / 1)")
     return 0
 
@@ -254,6 +284,9 @@ def main():
                 failures.append(f"{where}: {exps_in_flight(ins)} MUFU.EX2 while a product is "
                                 f"in flight, at least {SOFTMAX_EXPS} expected: its wait moved "
                                 f"above the exponentials")
+            if IN_FLIGHT_AT_BARRIER.search(fn) and not product_in_flight_at_barrier(ins):
+                failures.append(f"{where}: waits for its last products before the block "
+                                f"barrier; they are meant to run through it (three stages)")
             if stack > stack_allowed(fn, arch):
                 failures.append(f"{where}: {stack} bytes of stack (spills?), at most "
                                 f"{stack_allowed(fn, arch)} allowed (STACK_ALLOWED)")
