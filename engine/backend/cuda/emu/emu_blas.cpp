@@ -32,6 +32,18 @@ void check_matrix(const void* p, size_t elem, int rows, int cols, int ld, const 
     }
     check_range(p, (size_t(cols - 1) * size_t(ld) + size_t(rows)) * elem, what);
 }
+// Whether lda, ldb, ldc are too small for column-major op(A) (m x k), op(B) (k x n), C (m x n),
+// as cuBLAS checks them; says which, naming the caller.
+bool bad_leading_dims(const char* who, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                      int k, int lda, int ldb, int ldc) {
+    auto bad = [&](const char* name, int ld, int rows) {
+        if (ld >= std::max(1, rows)) return false;
+        fprintf(stderr, "emu %s: bad %s %d\n", who, name, ld);
+        return true;
+    };
+    return bad("lda", lda, ta == CUBLAS_OP_N ? m : k) ||
+           bad("ldb", ldb, tb == CUBLAS_OP_N ? k : n) || bad("ldc", ldc, m);
+}
 }  // namespace
 
 cublasStatus_t cublasCreate(cublasHandle_t* h) {
@@ -49,18 +61,8 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, c
                                          long long sb, const float* beta, float* C, int ldc,
                                          long long sc, int batch) {
     if (m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
-    if (lda < std::max(1, ta == CUBLAS_OP_N ? m : k)) {
-        fprintf(stderr, "emu sgemm: bad lda %d\n", lda);
+    if (bad_leading_dims("sgemm", ta, tb, m, n, k, lda, ldb, ldc))
         return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    if (ldb < std::max(1, tb == CUBLAS_OP_N ? k : n)) {
-        fprintf(stderr, "emu sgemm: bad ldb %d\n", ldb);
-        return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    if (ldc < std::max(1, m)) {
-        fprintf(stderr, "emu sgemm: bad ldc %d\n", ldc);
-        return CUBLAS_STATUS_INVALID_VALUE;
-    }
     for (int z = 0; z < batch; z++) {
         if (k > 0) {
             check_matrix(A + z * sa, sizeof(float), ta == CUBLAS_OP_N ? m : k,
@@ -112,18 +114,8 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
     if (m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
-    if (lda < std::max(1, ta == CUBLAS_OP_N ? m : k)) {
-        fprintf(stderr, "emu GemmEx: bad lda %d\n", lda);
+    if (bad_leading_dims("GemmEx", ta, tb, m, n, k, lda, ldb, ldc))
         return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    if (ldb < std::max(1, tb == CUBLAS_OP_N ? k : n)) {
-        fprintf(stderr, "emu GemmEx: bad ldb %d\n", ldb);
-        return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    if (ldc < std::max(1, m)) {
-        fprintf(stderr, "emu GemmEx: bad ldc %d\n", ldc);
-        return CUBLAS_STATUS_INVALID_VALUE;
-    }
     if (k > 0) {
         check_matrix(A, 2, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda, "GemmEx A");
         check_matrix(B, 2, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb, "GemmEx B");
