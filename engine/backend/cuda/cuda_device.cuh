@@ -34,6 +34,27 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// Named barriers (PTX bar.sync / bar.arrive with an id and a thread count): a barrier over
+// `count` threads of the block (a multiple of 32; whole warps execute it), ids 1-15 (0 is
+// __syncthreads'). sync waits until `count` threads have arrived in this phase; arrive counts
+// this thread and goes on (a producer signalling consumers, a consumer releasing a stage). When a
+// phase completes, the shared and global writes its threads made before arriving are visible to
+// the waiting threads' later reads.
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+#if defined(__CUDACC__)
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#else
+    emu::named_barrier(id, count, true);
+#endif
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
+#if defined(__CUDACC__)
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+#else
+    emu::named_barrier(id, count, false);
+#endif
+}
+
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
 // shared: 32 slots of T. Ends with a barrier, so shared may be reused right after.
 template <class T>

@@ -58,6 +58,16 @@ void wgmma_wait(int newest_pending);  // every committed group but the newest n 
 // The 128 threads of this thread's warpgroup (wgmma's .sync.aligned: every warp of the group
 // executes it; one that does not is a deadlock report).
 void warpgroup_barrier();
+// Named barriers (bar.sync / bar.arrive id, count; cuda_device.cuh): id 1-15 (0 is
+// __syncthreads'), count a multiple of 32 up to the block's threads. A phase completes when
+// count threads have arrived, releasing those that wait (bar.arrive does not). A count that
+// differs from the phase's first, a thread arriving twice in one phase and a block ending with
+// arrivals no phase completed abort the run; threads left waiting are the deadlock report.
+void named_barrier(int id, int count, bool wait);
+// setmaxnreg (cuda_wgmma.cuh): collective over the warpgroup, which must agree on the count
+// (24-256, a multiple of 8); registers are not emulated, so the pool's budget is the kernel's
+// static_assert.
+void set_max_registers(int regs);
 void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body);
 void check_dyn_shared(const void* kernel, size_t shmem);  // aborts above the kernel's limit
 // Dynamic shared memory a kernel may launch with: 48 KiB unless raised (up to 227 KiB, sm_90) by

@@ -51,14 +51,22 @@ struct Fiber {
     std::vector<std::vector<PendingCopy>> committed;  // groups in commit order
     std::vector<PendingWgmma> wg_open;                // wgmma products not yet committed
     std::vector<std::vector<PendingWgmma>> wg_committed;  // groups in commit order
+    long named_phase[16];  // the phase of each named barrier this thread last arrived in
 };
 struct Barrier { int count = 0, alive = 0; unsigned gen = 0; };
+// A named barrier's phase: arrivals so far, the count its first arrival named (0: none yet).
+struct NamedBarrier {
+    int arrived = 0, count = 0;
+    long phase = 0;
+};
 ucontext_t g_sched;
 std::vector<Fiber> g_fibers;
 std::vector<std::vector<char>> g_stacks;
 Fiber* g_cur = nullptr;
 Barrier g_block;
 std::vector<Barrier> g_warps, g_warpgroups;
+NamedBarrier g_named[16];
+std::vector<int> g_warpgroup_regs;  // setmaxnreg's count per warpgroup (0: the launch's)
 std::vector<uint64_t> g_slots;
 std::vector<char> g_dyn;
 const std::function<void()>* g_body = nullptr;
@@ -83,6 +91,7 @@ void trampoline();
 void setup_fiber(int t, dim3 b) {
     Fiber& f = g_fibers[size_t(t)];
     f.linear = t;
+    for (long& p : f.named_phase) p = -1;
     f.tid = {unsigned(t) % b.x, (unsigned(t) / b.x) % b.y, unsigned(t) / (b.x * b.y)};
     getcontext(&f.ctx);
     f.ctx.uc_stack.ss_sp = g_stacks[size_t(t)].data();
@@ -174,6 +183,62 @@ void warpgroup_barrier() {
         abort();
     }
     wait(g_warpgroups[size_t(g_cur->linear / 128)]);
+}
+
+// ---------------------------------------------------------------- named barriers
+void named_barrier(int id, int count, bool wait_for_it) {
+    const int nt = int(g_bdim.x * g_bdim.y * g_bdim.z);
+    if (id < 1 || id > 15 || count <= 0 || count % 32 != 0 || count > nt) {
+        fprintf(stderr,
+                "emu: thread %d: named barrier %d with count %d (ids 1-15, 0 is __syncthreads'; "
+                "a count a multiple of 32, at most the block's %d threads)\n",
+                g_cur->linear, id, count, nt);
+        abort();
+    }
+    NamedBarrier& b = g_named[id];
+    if (b.arrived > 0 && b.count != count) {
+        fprintf(stderr, "emu: thread %d: named barrier %d with count %d, its phase began with %d\n",
+                g_cur->linear, id, count, b.count);
+        abort();
+    }
+    // The hardware counts arrivals, not threads: a second arrival of one thread in a phase
+    // would stand in for a thread that has not come, a protocol error in every use we have.
+    if (g_cur->named_phase[id] == b.phase) {
+        fprintf(stderr, "emu: thread %d arrived twice at named barrier %d in one phase\n",
+                g_cur->linear, id);
+        abort();
+    }
+    g_cur->named_phase[id] = b.phase;
+    g_progress = true;
+    b.count = count;
+    if (++b.arrived == count) {
+        b.arrived = 0;
+        b.phase++;
+        return;
+    }
+    const long phase = b.phase;
+    if (wait_for_it)
+        while (b.phase == phase) yield();
+}
+
+void set_max_registers(int regs) {
+    if (regs < 24 || regs > 256 || regs % 8 != 0) {
+        fprintf(stderr, "emu: thread %d: setmaxnreg %d (24-256, a multiple of 8)\n", g_cur->linear,
+                regs);
+        abort();
+    }
+    // .sync.aligned over the warpgroup: all of its threads, the same count
+    const int wg = g_cur->linear / 128;
+    warpgroup_barrier();
+    if (g_warpgroup_regs[size_t(wg)] != 0 && g_warpgroup_regs[size_t(wg)] != regs) {
+        fprintf(stderr, "emu: warpgroup %d: setmaxnreg %d and %d in one step\n", wg,
+                g_warpgroup_regs[size_t(wg)], regs);
+        abort();
+    }
+    g_warpgroup_regs[size_t(wg)] = regs;
+    warpgroup_barrier();
+    g_warpgroup_regs[size_t(wg)] = 0;
+    warpgroup_barrier();
 }
 
 namespace {
@@ -414,6 +479,8 @@ void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body) {
         for (size_t w = 0; w < g_warpgroups.size(); w++)
             g_warpgroups[w].alive = std::min(128, nt - 128 * int(w));
         g_slots.assign(size_t(nw) * 32, 0);
+        for (NamedBarrier& n : g_named) n = NamedBarrier{};
+        g_warpgroup_regs.assign(g_warpgroups.size(), 0);
         for (int t = 0; t < nt; t++) setup_fiber(t, b);
         int alive = nt;
         while (alive > 0) {
@@ -433,6 +500,15 @@ void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body) {
                 abort();
             }
         }
+        // arrivals no thread waited for: the protocol's counts do not balance (on a GPU the
+        // next block on the SM starts with fresh barriers, so this goes unseen there)
+        for (int id = 1; id < 16; id++)
+            if (g_named[id].arrived > 0) {
+                fprintf(stderr,
+                        "emu: block (%u,%u,%u) ended with %d of %d arrivals at named barrier %d\n",
+                        bx, by, bz, g_named[id].arrived, g_named[id].count, id);
+                abort();
+            }
     }
 }
 }  // namespace emu
