@@ -33,6 +33,10 @@ registers, stack bytes, SASS instructions and serialized load-store pairs, and f
      (IN_FLIGHT_AT_BARRIER: the dq kernel's dq += dS K, the dk / dv kernel's at head dim 64)
      that waits for them before it: the overlap is gone (a wait moved, or a shape ptxas
      serialised).
+  7. a kernel with a producer warpgroup and two computing ones (REGISTER_HANDOFF) without both
+     setmaxnreg steps (USETMAXREG.DEALLOC, USETMAXREG.TRY_ALLOC): its computing warpgroups would
+     keep the launch's share, 168 registers a thread of 384 (ptxas then fits the forward at head
+     dim 128 into 168 without spilling, where it takes 210 when allowed: less room to schedule).
 
 cuobjdump: --cuobjdump, else as scripts/cuda_code_size.py finds it (whose SASS parser this
 shares) with --build (default build-bundle): $CUOBJDUMP, PATH, /usr/local/cuda/bin,
@@ -100,6 +104,17 @@ def serialized_wgmma(fn, instructions):
 # (cuda_flash_wg_sm90a.cu kWgDqStages, kWgDkvStages: three stages).
 IN_FLIGHT_AT_BARRIER = re.compile(
     r"flash_wg_dq_kernelILi(64ELi[12]|128ELi2)E|flash_wg_dkv_kernelILi64ELi[12]E")
+
+
+# Kernels of a producer warpgroup and two computing ones (cuda_flash_wg_producer_sm90a.cu): 384
+# threads launch with 168 registers; setmaxnreg gives the producer's to the others.
+REGISTER_HANDOFF = re.compile(r"flash_wg_fwd_producer_kernelILi\d+ELi2E")
+
+
+def hands_registers_over(instructions):
+    """Whether some warpgroup gives registers back and some takes them (setmaxnreg)."""
+    return (any("USETMAXREG.DEALLOC" in i for i in instructions) and
+            any("USETMAXREG.TRY_ALLOC" in i for i in instructions))
 
 
 def product_in_flight_at_barrier(instructions):
@@ -242,6 +257,10 @@ def self_test():
     dq_wg = "_ZN3ctx4cuda2tc19flash_wg_dq_kernelILi128ELi2EEEvPfPKfS6_NS1_6TcArgsE"
     assert IN_FLIGHT_AT_BARRIER.search(dq_wg)
     assert not IN_FLIGHT_AT_BARRIER.search(dq_wg.replace("ELi2E", "ELi1E"))
+    prod = "_ZN3ctx4cuda2tc28flash_wg_fwd_producer_kernelILi128ELi2EEEvPfS4_NS1_6TcArgsE"
+    assert REGISTER_HANDOFF.search(prod) and not REGISTER_HANDOFF.search(prod.replace("Li2E", "Li1E"))
+    both = ["USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0", "EXIT", "USETMAXREG.DEALLOC.CTAPOOL 0x18"]
+    assert [hands_registers_over(x) for x in (both, both[:2], both[1:])] == [True, False, False]
     print("sass_check: self-test passed (pairs counted 20 / 0 / 0 / 1)")
     return 0
 
@@ -287,6 +306,9 @@ def main():
             if IN_FLIGHT_AT_BARRIER.search(fn) and not product_in_flight_at_barrier(ins):
                 failures.append(f"{where}: waits for its last products before the block "
                                 f"barrier; they are meant to run through it (three stages)")
+            if REGISTER_HANDOFF.search(fn) and not hands_registers_over(ins):
+                failures.append(f"{where}: no setmaxnreg pair (USETMAXREG.DEALLOC / TRY_ALLOC): "
+                                f"its computing warpgroups keep the launch's registers")
             if stack > stack_allowed(fn, arch):
                 failures.append(f"{where}: {stack} bytes of stack (spills?), at most "
                                 f"{stack_allowed(fn, arch)} allowed (STACK_ALLOWED)")

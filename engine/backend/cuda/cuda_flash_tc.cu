@@ -495,7 +495,10 @@ cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uin
     a.v = v;
     const int kD = tc_head_dim(a.D);
     if (kernels.wgmma_forward && wgmma_applies(a, kD))
-        return launch_flash_wg_forward(out, lse, a, B, kD, kernels.wgmma_warpgroups, s);
+        return kernels.wgmma_producer
+                   ? launch_flash_wg_forward_producer(out, lse, a, B, kD, kernels.wgmma_warpgroups,
+                                                      s)
+                   : launch_flash_wg_forward(out, lse, a, B, kD, kernels.wgmma_warpgroups, s);
     const int mtiles = kernels.forward_mtiles;
     if (a.D <= 32) return forward_t<32>(out, lse, a, B, s, mtiles);
     if (a.D <= 64) return forward_t<64>(out, lse, a, B, s, mtiles);

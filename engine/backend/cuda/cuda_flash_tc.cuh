@@ -75,8 +75,8 @@ __device__ __forceinline__ void stage_async(uint16_t* dst, const uint16_t* src, 
 
 // dst[c] = src[i0 + c] for c < n, 0 at and past T, asynchronously.
 __device__ __forceinline__ void stage_floats_async(float* dst, const float* src, int i0, int n,
-                                                   int T) {
-    for (int c = threadIdx.x; c < n; c += kThreads) {
+                                                   int T, int thread = int(threadIdx.x)) {
+    for (int c = thread; c < n; c += kThreads) {
         const bool in = i0 + c < T;
         cp_async4(dst + c, src + (in ? i0 + c : 0), in);
     }
@@ -620,6 +620,10 @@ TcArgs make_args(const float* positions, int T, int C, int H, KeyMask mask, cons
 // a.rot.
 cudaError_t launch_flash_wg_forward(float* out, float* lse, const TcArgs& a, int B, int kD,
                                     int warpgroups, cudaStream_t s);
+// The forward with a producer warpgroup and named barriers (cuda_flash_wg_producer_sm90a.cu):
+// the same bits as launch_flash_wg_forward.
+cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArgs& a, int B, int kD,
+                                             int warpgroups, cudaStream_t s);
 cudaError_t launch_flash_wg_dq(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,
                                int B, int kD, int warpgroups, cudaStream_t s);
 cudaError_t launch_flash_wg_dkv(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,

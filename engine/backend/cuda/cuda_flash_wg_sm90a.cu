@@ -23,50 +23,11 @@
 // Head dims 64 and 128, the inline bias families (none, ALiBi, KERPLE-log); the launcher sends
 // the rest to the mma.sync kernel. The dq and dk / dv kernels below do the same for the backward.
 // Compiled for sm_90a only (engine/CMakeLists.txt).
-#include "backend/cuda/cuda_flash_tc.cuh"
-#include "backend/cuda/cuda_wgmma.cuh"
+#include "backend/cuda/cuda_flash_wg.cuh"
 
 namespace ctx::cuda::tc {
 
 namespace {
-
-constexpr uint32_t kCore = 128;  // bytes of a core matrix (8 rows x 16 bytes)
-
-// R rows of kD bf16 (global row stride kD) into a core-matrix layout, 16 bytes per cp.async.
-// K-major (Q and K, the operands of S = Q K^T): core matrices kCore apart along the head dim
-// (LBO), 16 kD bytes apart along the rows (SBO). kNMajor (V, the B operand of O = P V, whose K is
-// the R = kBc keys and N the head dim): core matrices kCore apart along the keys (LBO), 16 R
-// bytes apart along the head dim (SBO), each 8 keys of 16 bytes (8 head-dim entries) as V's rows
-// hold them. By the block's kBlock threads, 8 consecutive threads filling one core matrix (its 8
-// rows: 128 contiguous bytes, every bank once; a thread per row's next 16 bytes put 8 threads
-// 128 bytes or 16 R apart, on the same 4 banks); 4 such groups of a warp read 64 contiguous bytes
-// of each of 8 rows from global memory.
-template <int R, int kD, bool kNMajor, int kBlock>
-__device__ __forceinline__ void stage_core(char* dst, const uint16_t* src) {
-    constexpr int V = kD / 8, N = R * V, IT = (N + kBlock - 1) / kBlock;
-    static_assert(R % 8 == 0, "whole core matrices");
-#pragma unroll
-    for (int it = 0; it < IT; it++) {
-        const int idx = int(threadIdx.x) + it * kBlock;
-        if (N % kBlock == 0 || idx < N) {
-            const int r = idx % 8 + 8 * (idx / (8 * V)), v = (idx / 8) % V;
-            const int at = kNMajor ? v * 16 * R + (r / 8) * kCore + (r % 8) * 16
-                                   : (r / 8) * 16 * kD + v * kCore + (r % 8) * 16;
-            cp_async16(dst + at, src + size_t(r) * kD + v * 8);
-        }
-    }
-}
-
-// Accumulators x of a product (a warp's 16 rows, NT 8-column tiles) rounded to bf16 as the A
-// fragments of a product over those columns: k step kc's from tiles 2 kc and 2 kc + 1.
-template <int NT>
-__device__ __forceinline__ void a_fragments(const float (&x)[NT * 4], uint32_t (&f)[NT / 2][4]) {
-#pragma unroll
-    for (int n = 0; n < NT; n++) {
-        f[n / 2][2 * (n & 1)] = pack_bf16(x[4 * n], x[4 * n + 1]);
-        f[n / 2][2 * (n & 1) + 1] = pack_bf16(x[4 * n + 2], x[4 * n + 3]);
-    }
-}
 
 // The forward's key tiles in flight: the one whose O += P V is still to run, the one being
 // worked on, the next one loading.
@@ -83,19 +44,18 @@ __global__ void __launch_bounds__(kWG* kThreads)
     // Qs (kRows x kD, K-major) | kFwdStages stages of [Ks (kBc x kD, K-major) | Vs (kBc x kD,
     // N-major) | posK (kBc floats)]
     extern __shared__ float sm[];
-    constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16, kRows = kWG * kBr;
-    constexpr int kBlock = kWG * kThreads;
+    constexpr int kRows = kWG * kBr, kBlock = kWG * kThreads;
     constexpr size_t kTile = size_t(kBc) * kD * 2, kStage = 2 * kTile + kBc * 4;
     char* Qs = reinterpret_cast<char*>(sm);
     auto Ks = [&](int st) { return Qs + kRows * kD * 2 + st * kStage; };
     auto Vs = [&](int st) { return Ks(st) + kTile; };
     auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kTile); };
-    const int T = a.T, kind = a.bs.kind, family = bias_family(kind);
+    const int T = a.T;
     const int q0 = tile_index() * kRows, h = blockIdx.y, b = blockIdx.z;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, t = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const size_t bh = size_t(b) * a.H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
-    const bool positions = needs_positions(kind);
+    const bool positions = needs_positions(a.bs.kind);
     const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kRows - 1);
     const int n_tiles = (j_last - k_first) / kBc + 1;
     // this warpgroup's 64 queries from g0: their rows of Qs (8 core-matrix rows of 16 kD bytes)
@@ -111,51 +71,11 @@ __global__ void __launch_bounds__(kWG* kThreads)
     };
     load(0);  // Q travels in the first group
 
-    // rows r = 0, 1 of this thread: queries ig and ig + 8 of the warp's 16
-    const int w0 = q0 + warp * 16, w1 = w0 + 15, ig = w0 + (lane >> 2);
-    int lo[2];
-    float pi[2], m_run[2], l[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int i = ig + 8 * r;
-        const bool real = i < T;
-        lo[r] = real ? row_lo(a, b, i) : INT_MAX;
-        pi[r] = real && positions ? pos[i] : 0.0f;
-        m_run[r] = -INFINITY;
-        l[r] = 0.0f;
-    }
-    const float pa = param_a(a.bs, h), pb = param_b(a.bs, h), scale2 = a.scale * kLog2e;
-    float o[DN * 4];  // the warp's O rows as wgmma accumulators: o[4 dn + e] = C fragment [dn][e]
-#pragma unroll
-    for (int i = 0; i < DN * 4; i++) o[i] = 0.0f;
-
-    // O += P V of the last tile this warpgroup took runs while the next tile's logits and
-    // softmax do (FlashAttention-3's intra-warpgroup overlap): it is issued with the next tile's
-    // S and waited for after that tile's take, outside it. Within the take, ptxas hoisted the
-    // wait (which names no registers) to the top of the softmax's basic block, leaving only the
-    // logit loop to overlap; below the take's join it cannot rise above the exponentials. Its P
-    // (pf_prev, read by the tensor core until the wait) and its stage (prev_st) are kept until
-    // then. O goes through the same steps in the same order as without the overlap
-    // (... O *= corr_j, O += P_j V_j, O *= corr_j+1 ...), so its bits do not change.
-    // The product is issued whether or not a P is pending (P = 0 then, against the tile in hand:
-    // O += 0 leaves O's bits): issued under a condition, ptxas serialised every wgmma of the
-    // kernel (C7520), and so it did when P was copied into pf_prev rather than packed there, or
-    // zeroed in a branch; and so it does (C7515) when the wait is put off to the next take,
-    // across the barrier. So a pending product waits through skipped tiles for the next taken
-    // one or the end: a warpgroup takes an interval of the block's tiles (cover: its first row's
-    // first key to its last row), so only its last kWG - 1 tiles can follow, and its stage is
-    // refilled three tiles on.
+    WgForwardRows<kD> rows_of_warp(a, b, h, q0, warp, lane);
+    // A pending P V waits through skipped tiles (WgForwardRows): a warpgroup takes an interval of
+    // the block's tiles (cover: its first row's first key to its last row), so only its last
+    // kWG - 1 tiles can follow, and its stage is refilled three tiles on.
     static_assert(kWG <= kFwdStages - 1, "a pending P V's stage outlives the skipped tiles");
-    uint32_t pf_prev[NT / 2][4] = {};
-    bool pending = false;  // whether pf_prev holds a tile's P (warpgroup-uniform)
-    int prev_st = 0;
-    auto issue_pv = [&] {
-#pragma unroll
-        for (int kc = 0; kc < kBc / 16; kc++)
-            wgmma_rs<kD, true>(o, pf_prev[kc],
-                               wgmma_desc(Vs(prev_st) + kc * 2 * kCore, kCore, 16 * kBc), true);
-        wgmma_commit();
-    };
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = k_first + it * kBc, st = it % kFwdStages;
         // tile it + 1 loads into the stage of tile it - 2, whose P V has run (see pending);
@@ -163,82 +83,11 @@ __global__ void __launch_bounds__(kWG* kThreads)
         await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
         // a product is the whole warpgroup's: skipped only for a tile none of its rows sees
         const bool take = cover(a, b, g0, g0 + kBr - 1, k0, k0 + kBc - 1) != kSkip;
-        float s[NT * 4], corr[2];  // the take's P (fp32) and O's rescale for it
-        if (take) {
-            if (!pending) prev_st = st;  // P = 0: any landed tile, this one
-            wgmma_fence_after(o, pf_prev);  // both written here since the last product
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++)
-                wgmma_ss<kBc>(s, wgmma_desc(Qg + ks * 2 * kCore, kCore, 16 * kD),
-                              wgmma_desc(Ks(st) + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
-            wgmma_commit();
-            issue_pv();
-            wgmma_wait<1>();  // S; the previous tile's P V may still run
-            wgmma_fence_operands(s);
-
-            const float* pk = posK(st);
-            const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
-            float mx[2] = {-INFINITY, -INFINITY};
-            with_family<false, false>(family, cv != kFull, [&](auto fam, auto masked) {
-                constexpr int F = decltype(fam)::value;
-                constexpr bool kMasked = decltype(masked)::value;
-                const KerpleRows kr{};  // KERPLE-log by its MUFU path, as the mma.sync forward
-#pragma unroll
-                for (int n = 0; n < NT; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int r = e >> 1, i = ig + 8 * r, c = n * 8 + 2 * t + (e & 1);
-                        const int j = k0 + c;
-                        const bool outside = kMasked && (j < lo[r] || j > i);
-                        const float x =
-                            outside ? -INFINITY
-                                    : fmaf(s[4 * n + e], scale2,
-                                           bias2_of<F>(a.bs, h, pa, pb, pi[r],
-                                                       positions ? pk[c] : 0.0f, nullptr, j, kr));
-                        s[4 * n + e] = x;
-                        mx[r] = fmaxf(mx[r], x);
-                    }
-            });
-            float ms[2], sum[2] = {};
-            softmax_row_max<2>(mx, m_run, ms, corr);
-#pragma unroll
-            for (int n = 0; n < NT; n++)  // P in fp32, as probabilities() takes it
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    s[4 * n + e] = exp2_ftz(s[4 * n + e] - ms[e >> 1]);
-                    sum[e >> 1] += s[4 * n + e];
-                }
-            softmax_row_sum<2>(sum, l, corr);
-        }
-        wgmma_wait<0>();  // the previous tile's P V (none in flight after a skipped tile)
-        if (take) {
-            wgmma_fence_operands(o);
-#pragma unroll
-            for (int dn = 0; dn < DN; dn++) {
-                o[4 * dn] *= corr[0];
-                o[4 * dn + 1] *= corr[0];
-                o[4 * dn + 2] *= corr[1];
-                o[4 * dn + 3] *= corr[1];
-            }
-            a_fragments<NT>(s, pf_prev);  // P in bf16 A fragments: the mma.sync forward's
-            prev_st = st;
-            pending = true;
-        }
+        rows_of_warp.tile(a, b, Qg, Ks(st), Vs(st), posK(st), k0, take, [] {});
         __syncthreads();  // stage (it + 1) % kFwdStages is refilled by the next iteration
     }
-    if (pending) {
-        wgmma_fence_after(o, pf_prev);
-        issue_pv();
-        wgmma_wait<0>();
-        wgmma_fence_operands(o);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int i = ig + 8 * r;
-        if (i >= T) continue;  // every real row has its diagonal: l > 0
-        write_forward_row<DN>(a, out, lse, b, h, i, t, m_run[r], l[r],
-                              [&](int dn, int e) { return o[4 * dn + 2 * r + e]; });
-    }
+    rows_of_warp.finish();
+    rows_of_warp.write(a, out, lse, b);
 }
 
 // ================================================================ dq
@@ -591,21 +440,6 @@ __global__ void __launch_bounds__(kWG* kThreads)
     wgmma_fence_operands(dvd);
     wgmma_fence_operands(dkd);
     write_dk_dv<DN>(dk, dv, dqkv, a, b, h, j, t, T, a.C, a.D);
-}
-
-// f(kD, kWG) with both as compile-time constants: head dims 64 and 128, one or two warpgroups.
-template <class F>
-cudaError_t with_wg_shape(int kD, int warpgroups, F&& f) {
-    using One = std::integral_constant<int, 1>;
-    using Two = std::integral_constant<int, 2>;
-    auto by_groups = [&](auto d) { return warpgroups == 1 ? f(d, One{}) : f(d, Two{}); };
-    return kD == 64 ? by_groups(std::integral_constant<int, 64>{})
-                    : by_groups(std::integral_constant<int, 128>{});
-}
-
-// A block takes kWG * 64 queries (forward, dq) or keys (dk / dv): the grid, the block.
-inline dim3 wg_grid(const TcArgs& a, int B, int kWG) {
-    return dim3((a.T + kWG * 64 - 1) / (kWG * 64), a.H, B);
 }
 
 }  // namespace

@@ -44,17 +44,23 @@
 
 namespace ctx::cuda {
 
-// A K-major, no-swizzle shared-memory operand starting at smem (16-byte aligned): core matrices
-// LBO bytes apart along K and SBO bytes apart along M / N.
-__device__ __forceinline__ uint64_t wgmma_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
+// The shared-memory address of smem (the emulation: its offset in the dynamic shared memory).
+__device__ __forceinline__ uint32_t shared_address(const void* smem) {
 #if defined(__CUDACC__)
-    const uint32_t addr = uint32_t(__cvta_generic_to_shared(smem));
+    return uint32_t(__cvta_generic_to_shared(smem));
 #else
-    const uint32_t addr =
-        uint32_t(static_cast<const char*>(smem) - static_cast<const char*>(emu::dyn_shared()));
+    return uint32_t(static_cast<const char*>(smem) - static_cast<const char*>(emu::dyn_shared()));
 #endif
+}
+
+// A K-major, no-swizzle shared-memory operand starting at shared address addr (16-byte
+// aligned): core matrices LBO bytes apart along K and SBO bytes apart along M / N.
+__device__ __forceinline__ uint64_t wgmma_desc_at(uint32_t addr, uint32_t lbo, uint32_t sbo) {
     return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t((lbo >> 4) & 0x3FFFu) << 16) |
            (uint64_t((sbo >> 4) & 0x3FFFu) << 32);
+}
+__device__ __forceinline__ uint64_t wgmma_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
+    return wgmma_desc_at(shared_address(smem), lbo, sbo);
 }
 
 __device__ __forceinline__ void wgmma_fence() {
@@ -74,6 +80,26 @@ __device__ __forceinline__ void wgmma_commit() {
     __trap();
 #else
     emu::wgmma_commit();
+#endif
+}
+
+// setmaxnreg: this warpgroup's registers a thread become kRegs (24-256, a multiple of 8),
+// collectively; a producer warpgroup gives registers back (kIncrease false) and consumers take
+// them (true: waits until the block's pool has them). The kernel's launch bounds set the count
+// every warpgroup starts with; the counts after must fit the 64 K registers of the block's SM
+// share.
+template <int kRegs, bool kIncrease>
+__device__ __forceinline__ void warpgroup_max_registers() {
+    static_assert(kRegs >= 24 && kRegs <= 256 && kRegs % 8 == 0, "setmaxnreg's range");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if constexpr (kIncrease)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+    else
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#elif defined(__CUDACC__)
+    __trap();
+#else
+    emu::set_max_registers(kRegs);
 #endif
 }
 

@@ -1,0 +1,232 @@
+// CUDA backend (private, device code, sm_90a): what the wgmma flash kernels share
+// (cuda_flash_wg_sm90a.cu, cuda_flash_wg_producer_sm90a.cu): the core-matrix staging of tiles
+// for the tensor core's shared-memory operands, accumulators packed as A fragments, and the
+// launchers' shapes.
+#pragma once
+
+#include "backend/cuda/cuda_flash_tc.cuh"
+#include "backend/cuda/cuda_wgmma.cuh"
+
+namespace ctx::cuda::tc {
+
+inline constexpr uint32_t kCore = 128;  // bytes of a core matrix (8 rows x 16 bytes)
+
+// R rows of kD bf16 (global row stride kD) into a core-matrix layout, 16 bytes per cp.async.
+// K-major (Q and K, the operands of S = Q K^T): core matrices kCore apart along the head dim
+// (LBO), 16 kD bytes apart along the rows (SBO). kNMajor (V, the B operand of O = P V, whose K is
+// the R = kBc keys and N the head dim): core matrices kCore apart along the keys (LBO), 16 R
+// bytes apart along the head dim (SBO), each 8 keys of 16 bytes (8 head-dim entries) as V's rows
+// hold them. By kBlock threads (thread: this one's index among them), 8 consecutive threads
+// filling one core matrix (its 8 rows: 128 contiguous bytes, every bank once; a thread per row's
+// next 16 bytes put 8 threads 128 bytes or 16 R apart, on the same 4 banks); 4 such groups of a
+// warp read 64 contiguous bytes of each of 8 rows from global memory. kUnrolled false keeps the
+// loop (a producer warpgroup with few registers: unrolled, its addresses spill).
+template <int R, int kD, bool kNMajor, int kBlock, bool kUnrolled = true>
+__device__ __forceinline__ void stage_core(char* dst, const uint16_t* src,
+                                           int thread = int(threadIdx.x)) {
+    constexpr int V = kD / 8, N = R * V, IT = (N + kBlock - 1) / kBlock;
+    static_assert(R % 8 == 0, "whole core matrices");
+    auto copy = [&](int it) {
+        const int idx = thread + it * kBlock;
+        if (N % kBlock == 0 || idx < N) {
+            const int r = idx % 8 + 8 * (idx / (8 * V)), v = (idx / 8) % V;
+            const int at = kNMajor ? v * 16 * R + (r / 8) * kCore + (r % 8) * 16
+                                   : (r / 8) * 16 * kD + v * kCore + (r % 8) * 16;
+            cp_async16(dst + at, src + size_t(r) * kD + v * 8);
+        }
+    };
+    if constexpr (kUnrolled) {
+#pragma unroll
+        for (int it = 0; it < IT; it++) copy(it);
+    } else {
+#pragma unroll 1
+        for (int it = 0; it < IT; it++) copy(it);
+    }
+}
+
+// Accumulators x of a product (a warp's 16 rows, NT 8-column tiles) rounded to bf16 as the A
+// fragments of a product over those columns: k step kc's from tiles 2 kc and 2 kc + 1.
+template <int NT>
+__device__ __forceinline__ void a_fragments(const float (&x)[NT * 4], uint32_t (&f)[NT / 2][4]) {
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        f[n / 2][2 * (n & 1)] = pack_bf16(x[4 * n], x[4 * n + 1]);
+        f[n / 2][2 * (n & 1) + 1] = pack_bf16(x[4 * n + 2], x[4 * n + 3]);
+    }
+}
+
+// One warp's 16 query rows of a wgmma forward (rows ig and ig + 8 of this thread), a warpgroup
+// of 4 such warps per 64 queries: the online-softmax state, O as wgmma accumulators, and the P
+// of the last tile taken, whose O += P V is still to run. The forward kernels
+// (flash_wg_fwd_kernel: every warpgroup stages and meets at the block barrier; the producer
+// kernel: a producer warpgroup stages) differ only in how tiles reach shared memory; per tile
+// both call tile(), then finish() and write() after the last.
+//
+// O += P V of the last tile taken runs while the next tile's logits and softmax do
+// (FlashAttention-3's intra-warpgroup overlap): it is issued with the next tile's S and waited
+// for after that tile's take, outside it. Within the take, ptxas hoisted the wait (which names
+// no registers) to the top of the softmax's basic block, leaving only the logit loop to
+// overlap; below the take's join it cannot rise above the exponentials. Its P (pf_prev, read by
+// the tensor core until the wait) and its V (prev_v) are kept until then. O goes through the
+// same steps in the same order as without the overlap (... O *= corr_j, O += P_j V_j,
+// O *= corr_j+1 ...), so its bits do not change. The product is issued whether or not a P is
+// pending (P = 0 then, against the tile in hand: O += 0 leaves O's bits): issued under a
+// condition, ptxas serialised every wgmma of the kernel (C7520), and so it did when P was copied
+// into pf_prev rather than packed there, or zeroed in a branch; and so it does (C7515) when the
+// wait is put off to the next take, across the barrier. So a pending product waits through
+// skipped tiles for the next taken one or the end: the caller keeps its V staged until then.
+template <int kD>
+struct WgForwardRows {
+    static constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16;
+    int h, family, ig, t, w0, w1;
+    bool positions;
+    int lo[2];
+    float pa, pb, scale2, pi[2], m_run[2], l[2];
+    float o[DN * 4];  // the warp's O rows as wgmma accumulators: o[4 dn + e] = C fragment [dn][e]
+    uint32_t pf_prev[NT / 2][4] = {};
+    bool pending = false;  // whether pf_prev holds a tile's P (warpgroup-uniform)
+    uint32_t prev_v = 0;   // the shared address of its V
+
+    // warp: this warp's index in the block's query warps (16 queries each from q0)
+    __device__ __forceinline__ WgForwardRows(const TcArgs& a, int b, int h_, int q0, int warp,
+                                             int lane)
+        : h(h_),
+          family(bias_family(a.bs.kind)),
+          t(lane & 3),
+          positions(needs_positions(a.bs.kind)) {
+        w0 = q0 + warp * 16;
+        w1 = w0 + 15;
+        ig = w0 + (lane >> 2);
+        const float* pos = a.pos + size_t(b) * a.T;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = ig + 8 * r;
+            const bool real = i < a.T;
+            lo[r] = real ? row_lo(a, b, i) : INT_MAX;
+            pi[r] = real && positions ? pos[i] : 0.0f;
+            m_run[r] = -INFINITY;
+            l[r] = 0.0f;
+        }
+        pa = param_a(a.bs, h);
+        pb = param_b(a.bs, h);
+        scale2 = a.scale * kLog2e;
+#pragma unroll
+        for (int i = 0; i < DN * 4; i++) o[i] = 0.0f;
+    }
+
+    __device__ __forceinline__ void issue_pv() {
+#pragma unroll
+        for (int kc = 0; kc < kBc / 16; kc++)
+            wgmma_rs<kD, true>(o, pf_prev[kc],
+                               wgmma_desc_at(prev_v + kc * 2 * kCore, kCore, 16 * kBc), true);
+        wgmma_commit();
+    }
+
+    // The key tile from k0 (K-major Ks, N-major Vs, positions pk), taken when take (the
+    // warpgroup's rows see it): S = Q K^T (Qg: the warpgroup's K-major Q rows) is issued with
+    // the pending P V, then the softmax; the pending P V is waited for either way. issued()
+    // runs right after both products are issued (the producer kernel's turn-taking).
+    template <class Issued>
+    __device__ __forceinline__ void tile(const TcArgs& a, int b, const char* Qg, const char* Ks,
+                                         const char* Vs, const float* pk, int k0, bool take,
+                                         Issued&& issued) {
+        float s[NT * 4], corr[2];  // the take's P (fp32) and O's rescale for it
+        if (take) {
+            if (!pending) prev_v = shared_address(Vs);  // P = 0: any landed tile, this one
+            wgmma_fence_after(o, pf_prev);              // both written here since the last product
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++)
+                wgmma_ss<kBc>(s, wgmma_desc(Qg + ks * 2 * kCore, kCore, 16 * kD),
+                              wgmma_desc(Ks + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
+            wgmma_commit();
+            issue_pv();
+            issued();
+            wgmma_wait<1>();  // S; the previous tile's P V may still run
+            wgmma_fence_operands(s);
+
+            const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
+            float mx[2] = {-INFINITY, -INFINITY};
+            with_family<false, false>(family, cv != kFull, [&](auto fam, auto masked) {
+                constexpr int F = decltype(fam)::value;
+                constexpr bool kMasked = decltype(masked)::value;
+                const KerpleRows kr{};  // KERPLE-log by its MUFU path, as the mma.sync forward
+#pragma unroll
+                for (int n = 0; n < NT; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int r = e >> 1, i = ig + 8 * r, c = n * 8 + 2 * t + (e & 1);
+                        const int j = k0 + c;
+                        const bool outside = kMasked && (j < lo[r] || j > i);
+                        const float x =
+                            outside ? -INFINITY
+                                    : fmaf(s[4 * n + e], scale2,
+                                           bias2_of<F>(a.bs, h, pa, pb, pi[r],
+                                                       positions ? pk[c] : 0.0f, nullptr, j, kr));
+                        s[4 * n + e] = x;
+                        mx[r] = fmaxf(mx[r], x);
+                    }
+            });
+            float ms[2], sum[2] = {};
+            softmax_row_max<2>(mx, m_run, ms, corr);
+#pragma unroll
+            for (int n = 0; n < NT; n++)  // P in fp32, as probabilities() takes it
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[4 * n + e] = exp2_ftz(s[4 * n + e] - ms[e >> 1]);
+                    sum[e >> 1] += s[4 * n + e];
+                }
+            softmax_row_sum<2>(sum, l, corr);
+        }
+        wgmma_wait<0>();  // the previous tile's P V (none in flight after a skipped tile)
+        if (take) {
+            wgmma_fence_operands(o);
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++) {
+                o[4 * dn] *= corr[0];
+                o[4 * dn + 1] *= corr[0];
+                o[4 * dn + 2] *= corr[1];
+                o[4 * dn + 3] *= corr[1];
+            }
+            a_fragments<NT>(s, pf_prev);  // P in bf16 A fragments: the mma.sync forward's
+            prev_v = shared_address(Vs);
+            pending = true;
+        }
+    }
+
+    // The last pending P V, after the last tile.
+    __device__ __forceinline__ void finish() {
+        if (pending) {
+            wgmma_fence_after(o, pf_prev);
+            issue_pv();
+            wgmma_wait<0>();
+            wgmma_fence_operands(o);
+        }
+    }
+
+    __device__ __forceinline__ void write(const TcArgs& a, float* out, float* lse, int b) const {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int i = ig + 8 * r;
+            if (i >= a.T) continue;  // every real row has its diagonal: l > 0
+            write_forward_row<DN>(a, out, lse, b, h, i, t, m_run[r], l[r],
+                                  [&](int dn, int e) { return o[4 * dn + 2 * r + e]; });
+        }
+    }
+};
+
+// f(kD, kWG) with both as compile-time constants: head dims 64 and 128, one or two warpgroups.
+template <class F>
+cudaError_t with_wg_shape(int kD, int warpgroups, F&& f) {
+    using One = std::integral_constant<int, 1>;
+    using Two = std::integral_constant<int, 2>;
+    auto by_groups = [&](auto d) { return warpgroups == 1 ? f(d, One{}) : f(d, Two{}); };
+    return kD == 64 ? by_groups(std::integral_constant<int, 64>{})
+                    : by_groups(std::integral_constant<int, 128>{});
+}
+
+// A block takes kWG * 64 queries (forward, dq) or keys (dk / dv): the grid, the block.
+inline dim3 wg_grid(const TcArgs& a, int B, int kWG) {
+    return dim3((a.T + kWG * 64 - 1) / (kWG * 64), a.H, B);
+}
+
+}  // namespace ctx::cuda::tc
