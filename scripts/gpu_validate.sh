@@ -11,15 +11,15 @@
 #             none, alibi and kerple_log at T 1k / 4k / 16k; the same and GPT-2 with
 #             CTX_FLASH_BACKWARD=atomic; attention with CTX_FLASH_FORWARD_MTILES=1; the wgmma
 #             kernels (CTX_FLASH_FORWARD / DQ / DKV=wgmma) in attention and GPT-2, the wgmma
-#             forward with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer); the SDPA
-#             peer),
+#             forward and dq kernel with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer);
+#             the SDPA peer),
 #             racecheck of the flash full-tile cases (both backwards) and of the producer
-#             forward, synccheck of the producer forward (named barriers), memcheck of the bf16
+#             kernels, synccheck of the producer kernels (named barriers), memcheck of the bf16
 #             activation kernels, the atomic-dq backward, the one-launch AdamW and the forward's
 #             edge cases, ncu of the forward at D 64 / 128, T 4k (tensor pipe, shared-memory
 #             wavefronts) and of the backward kernels at D 64 / T 1k (time, instructions, stalls),
 #             ncu of the wgmma kernels at D 64 / T 1k and D 128 / T 4k (and of the producer
-#             forward at D 128 / T 4k)
+#             kernels at D 128 / T 4k)
 #   tests     GPU report, tests and recipes only
 #   bench     GPU report, benchmarks only
 #   profile   GPU report, Nsight Compute metrics of the tensor-core flash kernels (forward, dq,
@@ -285,19 +285,20 @@ quick_bench() {
             attention --device cuda --precision bf16 --head-dim $d --T 1024,4096,16384 \
             --pe none,alibi,kerple_log --steps 5 --repeats 2
     done
-    # the wgmma forward with a producer warpgroup and named barriers (2026-12-06) against the
-    # lock-step one just above (CTX_FLASH_WGMMA_PIPELINE; the forward column differs)
-    for d in 64 128; do
-        step "ab-attention-d$d-bf16-wgmma-fwd-producer" 45 env CTX_FLASH_FORWARD=wgmma \
-            CTX_FLASH_WGMMA_PIPELINE=producer "${B[@]}" attention --device cuda --precision bf16 \
-            --head-dim $d --T 1024,4096,16384 --pe none,alibi,kerple_log --steps 5 --repeats 2
-    done
     # and the backward's two kernels on wgmma (the backward column differs; each kernel's time
     # against the mma.sync ones' in the ncu steps below); GPT-2 with the forward, and with all
     for d in 64 128; do
         step "ab-attention-d$d-bf16-wgmma-bwd" 45 env CTX_FLASH_DQ=wgmma CTX_FLASH_DKV=wgmma \
             "${B[@]}" attention --device cuda --precision bf16 --head-dim $d \
             --T 1024,4096,16384 --pe none,alibi --steps 5 --repeats 2
+    done
+    # the forward and dq kernel with a producer warpgroup and named barriers (2026-12-06): the
+    # forward column against -wgmma-fwd's, the backward column against -wgmma-bwd's
+    for d in 64 128; do
+        step "ab-attention-d$d-bf16-wgmma-producer" 45 env CTX_FLASH_FORWARD=wgmma \
+            CTX_FLASH_DQ=wgmma CTX_FLASH_DKV=wgmma CTX_FLASH_WGMMA_PIPELINE=producer "${B[@]}" \
+            attention --device cuda --precision bf16 --head-dim $d --T 1024,4096,16384 \
+            --pe none,alibi,kerple_log --steps 5 --repeats 2
     done
     # the wgmma kernels in blocks of one warpgroup against two (the default above)
     step ab-attention-d128-bf16-wgmma-1wg 45 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
@@ -374,7 +375,7 @@ quick_bench() {
         step memcheck-wgmma-flash 60 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
             --gtest_filter='*Wgmma*none_*:*Wgmma*kerple*'
-        # the producer forward's stages handed over by named barriers (positions read by plain
+        # the producer kernels' stages handed over by named barriers (positions read by plain
         # loads, the tiles by the tensor core), and its named-barrier use (synccheck)
         step racecheck-wgmma-producer 60 "$RUN" "$cs" --tool racecheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" --gtest_filter='*Producer*'
@@ -410,8 +411,8 @@ quick_bench() {
         --repeats 1 --warmup 0
     # the wgmma kernels (forward, dq, dk / dv), each against its mma.sync kernel above (the
     # backward's at D 64 / T 1k, the forward's at D 128 / T 4k)
-    step profile-flash-wg-producer-ncu-d128 60 env CTX_FLASH_FORWARD=wgmma \
-        CTX_FLASH_WGMMA_PIPELINE=producer "$RUN" "$ncu" -k regex:flash_wg_fwd --launch-count 1 \
+    step profile-flash-wg-producer-ncu-d128 60 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
+        CTX_FLASH_WGMMA_PIPELINE=producer "$RUN" "$ncu" -k regex:flash_wg --launch-count 2 \
         --metrics "$m" "$BUNDLE/bin/ctxengine" bench attention --device cuda --precision bf16 \
         --head-dim 128 --T 4096 --pe none --steps 1 --repeats 1 --warmup 0
     for dt in 64:1024 128:4096; do

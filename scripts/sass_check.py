@@ -106,9 +106,10 @@ IN_FLIGHT_AT_BARRIER = re.compile(
     r"flash_wg_dq_kernelILi(64ELi[12]|128ELi2)E|flash_wg_dkv_kernelILi64ELi[12]E")
 
 
-# Kernels of a producer warpgroup and two computing ones (cuda_flash_wg_producer_sm90a.cu): 384
+# Kernels of a producer warpgroup and two computing ones (cuda_flash_wg_producer_sm90a.cu: the
+# forward and the dq kernel): 384
 # threads launch with 168 registers; setmaxnreg gives the producer's to the others.
-REGISTER_HANDOFF = re.compile(r"flash_wg_fwd_producer_kernelILi\d+ELi2E")
+REGISTER_HANDOFF = re.compile(r"flash_wg_(fwd|dq)_producer_kernelILi\d+ELi2E")
 
 
 def hands_registers_over(instructions):
@@ -259,6 +260,7 @@ def self_test():
     assert not IN_FLIGHT_AT_BARRIER.search(dq_wg.replace("ELi2E", "ELi1E"))
     prod = "_ZN3ctx4cuda2tc28flash_wg_fwd_producer_kernelILi128ELi2EEEvPfS4_NS1_6TcArgsE"
     assert REGISTER_HANDOFF.search(prod) and not REGISTER_HANDOFF.search(prod.replace("Li2E", "Li1E"))
+    assert REGISTER_HANDOFF.search(prod.replace("fwd", "dq"))
     both = ["USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0", "EXIT", "USETMAXREG.DEALLOC.CTAPOOL 0x18"]
     assert [hands_registers_over(x) for x in (both, both[:2], both[1:])] == [True, False, False]
     print("sass_check: self-test passed (pairs counted 20 / 0 / 0 / 1)")

@@ -83,13 +83,18 @@ inline ctx::Backend& gpu_bf16_wgmma_forward() {
     return *be;
 }
 
-// The wgmma forward with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer), its block's
-// computing warpgroups two (the default) or one.
-inline ctx::Backend& gpu_bf16_wgmma_producer_forward(int warpgroups) {
-    static std::unique_ptr<ctx::Backend> two = make_bf16_backend_with(
-        {{"CTX_FLASH_FORWARD", "wgmma"}, {"CTX_FLASH_WGMMA_PIPELINE", "producer"}});
+// Every wgmma kernel, the forward and the dq kernel with a producer warpgroup
+// (CTX_FLASH_WGMMA_PIPELINE=producer), their blocks' computing warpgroups two (the default) or one.
+inline ctx::Backend& gpu_bf16_wgmma_producer(int warpgroups) {
+    static std::unique_ptr<ctx::Backend> two =
+        make_bf16_backend_with({{"CTX_FLASH_FORWARD", "wgmma"},
+                                {"CTX_FLASH_DQ", "wgmma"},
+                                {"CTX_FLASH_DKV", "wgmma"},
+                                {"CTX_FLASH_WGMMA_PIPELINE", "producer"}});
     static std::unique_ptr<ctx::Backend> one =
         make_bf16_backend_with({{"CTX_FLASH_FORWARD", "wgmma"},
+                                {"CTX_FLASH_DQ", "wgmma"},
+                                {"CTX_FLASH_DKV", "wgmma"},
                                 {"CTX_FLASH_WGMMA_PIPELINE", "producer"},
                                 {"CTX_FLASH_WGMMA_WARPGROUPS", "1"}});
     return warpgroups == 1 ? *one : *two;

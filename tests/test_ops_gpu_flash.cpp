@@ -348,21 +348,22 @@ TEST_P(OpsGpuFlash, Bf16WgmmaForwardMatchesCpu) {
     EXPECT_CLOSE(wg.out, mma.out, kBf16Tol);
 }
 
-// The wgmma forward with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer;
+// The wgmma forward and dq kernel with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer;
 // cuda_flash_wg_producer_sm90a.cu), with two computing warpgroups and with one: the consumers
-// run the lock-step forward's arithmetic on the same tiles in the same order, so out and lse are
-// its bits (and the backward's, which reads them); and out against the CPU. Cases the wgmma
-// kernels do not serve take the mma.sync forward in both backends and pass alike.
-TEST_P(OpsGpuFlash, Bf16WgmmaProducerForwardGivesLockstepBits) {
+// run the lock-step kernels' arithmetic on the same tiles in the same order, so out, lse and
+// dqkv are the lock-step kernels' bits (all three wgmma kernels in both backends; dk / dv has no
+// producer form); and out against the CPU. Cases the wgmma kernels do not serve take the
+// mma.sync kernels in both backends and pass alike.
+TEST_P(OpsGpuFlash, Bf16WgmmaProducerGivesLockstepBits) {
     REQUIRE_GPU();
     const FlashCase& fc = GetParam();
     const Bf16Case k = bf16_case(fc, 3000 + fc.T * 7 + fc.C + int(fc.kind));
     const GpuRun lockstep = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
-                                    k.dqkv0, fc.learn, gpu_bf16_wgmma_forward());
+                                    k.dqkv0, fc.learn, gpu_bf16_wgmma_all());
     for (const int warpgroups : {2, 1}) {
         SCOPED_TRACE(warpgroups == 2 ? "two computing warpgroups" : "one computing warpgroup");
         const GpuRun wg = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
-                                  k.dqkv0, fc.learn, gpu_bf16_wgmma_producer_forward(warpgroups));
+                                  k.dqkv0, fc.learn, gpu_bf16_wgmma_producer(warpgroups));
         EXPECT_EQ(wg.out, lockstep.out);
         EXPECT_EQ(wg.saved, lockstep.saved);
         EXPECT_TRUE(wg.dqkv == lockstep.dqkv) << "dqkv differs";
@@ -549,30 +550,32 @@ TEST(OpsGpuFlashChecks, KernelsRunOnEveryDevice) {
     }
 }
 
-// The producer forward's pipeline over many tiles: stages refilled many times over (T 600: 10
+// The producer kernels' pipeline over many tiles: stages refilled many times over (T 600: 10
 // key tiles for the last block), windows that make the second computing warpgroup skip the
 // block's first tiles (its rows' windows start later) and the first skip the last (the causal
-// edge), so the turns count only the tiles both take; packed documents. The lock-step forward's
-// bits, out against the CPU.
+// edge), so the turns count only the tiles both take; packed documents. Fixed bias parameters,
+// so the dq kernel is the wgmma one. The lock-step kernels' bits, those against the CPU.
 TEST(OpsGpuFlashProducer, LongRowsGiveLockstepBits) {
     REQUIRE_GPU();
     for (const FlashCase& fc :
          {FlashCase{"d128_long", 1, 600, 256, 2, ctx::BiasKind::None, 0, kWide},
-          FlashCase{"d64_kerple_window", 1, 520, 128, 2, ctx::BiasKind::KerpleLog, 150, kGaps},
+          FlashCase{"d64_kerple_window", 1, 520, 128, 2, ctx::BiasKind::KerpleLog, 150, kGaps, 32,
+                    128, false},
           FlashCase{"d128_alibi_window_packed", 1, 400, 256, 2, ctx::BiasKind::Linear, 100,
-                    kContiguous, 32, 128, true, false, 3}}) {
+                    kContiguous, 32, 128, false, false, 3}}) {
         SCOPED_TRACE(fc.name);
         const Bf16Case k = bf16_case(fc, 9100 + fc.T + fc.C);
         const GpuRun lockstep = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
-                                        k.dqkv0, fc.learn, gpu_bf16_wgmma_forward());
+                                        k.dqkv0, fc.learn, gpu_bf16_wgmma_all());
         EXPECT_CLOSE(lockstep.out, k.out, kBf16Tol);
+        expect_bf16_grads_match_cpu(lockstep, k, fc.learn);
         for (const int warpgroups : {2, 1}) {
             SCOPED_TRACE(warpgroups);
-            const GpuRun wg =
-                run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout, k.dqkv0,
-                        fc.learn, gpu_bf16_wgmma_producer_forward(warpgroups));
+            const GpuRun wg = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
+                                      k.dqkv0, fc.learn, gpu_bf16_wgmma_producer(warpgroups));
             EXPECT_EQ(wg.out, lockstep.out);
             EXPECT_EQ(wg.saved, lockstep.saved);
+            EXPECT_TRUE(wg.dqkv == lockstep.dqkv) << "dqkv differs";
         }
     }
 }

@@ -108,11 +108,11 @@ TEST(OpsGpuFlashChecks, BackwardKernelsSwitch) {
     expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
                  {"CTX_FLASH_WGMMA_WARPGROUPS", "'4'", "2", "1"});
     unsetenv("CTX_FLASH_WGMMA_WARPGROUPS");
-    EXPECT_NE(gpu_bf16_wgmma_producer_forward(2).name().find("wgmma forward (producer warpgroup)"),
+    EXPECT_NE(gpu_bf16_wgmma_producer(2).name().find("with a producer warpgroup"),
               std::string::npos)
-        << gpu_bf16_wgmma_producer_forward(2).name();
-    EXPECT_EQ(gpu_bf16_wgmma_forward().name().find("producer"), std::string::npos)
-        << gpu_bf16_wgmma_forward().name();
+        << gpu_bf16_wgmma_producer(2).name();
+    EXPECT_EQ(gpu_bf16_wgmma_all().name().find("producer"), std::string::npos)
+        << gpu_bf16_wgmma_all().name();
     setenv("CTX_FLASH_WGMMA_PIPELINE", "tma", 1);
     expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
                  {"CTX_FLASH_WGMMA_PIPELINE", "'tma'", "lockstep", "producer"});

@@ -214,11 +214,12 @@ CudaBackend::CudaBackend(int device, Precision precision)
         lt_.enabled() ? "Lt" : "", atomic_dq && precision_ == Precision::Bf16 ? ", atomic dq" : "",
         one_mtile && precision_ == Precision::Bf16 ? ", 1 m-tile forward" : "",
         kernels.wgmma_forward && precision_ == Precision::Bf16 ? ", wgmma forward" : "",
-        kernels.wgmma_forward && kernels.wgmma_producer && precision_ == Precision::Bf16
-            ? " (producer warpgroup)"
-            : "",
         kernels.wgmma_dq && precision_ == Precision::Bf16 ? ", wgmma dq" : "",
         kernels.wgmma_dkv && precision_ == Precision::Bf16 ? ", wgmma dk/dv" : "",
+        kernels.wgmma_producer && (kernels.wgmma_forward || kernels.wgmma_dq) &&
+                precision_ == Precision::Bf16
+            ? " (forward / dq with a producer warpgroup)"
+            : "",
         one_warpgroup && precision_ == Precision::Bf16 ? ", 1-warpgroup wgmma blocks" : "",
         separate_rotary && precision_ == Precision::Bf16 ? ", separate rotary" : "",
         sync_each_op_ ? ", CTX_CUDA_SYNC" : "");

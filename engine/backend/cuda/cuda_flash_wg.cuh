@@ -214,6 +214,137 @@ struct WgForwardRows {
     }
 };
 
+// One warp's 16 query rows of a wgmma dq kernel (the lock-step flash_wg_dq_kernel and the
+// producer kernel call tile() per key tile, then finish() and write()): per tile taken,
+//   S = Q K^T, dP = dO V^T   wgmma_ss from K-major Q, dO, K, V tiles (K and V rows as stored),
+//                            two commit groups: P is computed while dP is in flight
+//   dS = P (dP - D_i)        the mma.sync kernel's per-logit arithmetic (p_exponent, the masks)
+//   dq += dS K               wgmma_rs: dS as bf16 A fragments, K read N-major from the SAME tile
+//                            (a K-major core matrix of 8 keys x 8 head-dim entries is also the
+//                            N-major one of K as the B of dS K; only LBO and SBO trade places)
+// kInFlight: dq += dS K is not waited for in its tile but completes with the next tile's S
+// (wgmma_wait<1>: groups complete in order) or in finish(), so the caller keeps the tile's K
+// staged until then. Nothing but wgmma writes acc in the loop, and ptxas keeps the in-flight dS
+// fragments' registers (no C7515 / C7520, SASS checked 2026-12-06).
+template <int kD, bool kInFlight>
+struct WgDqRows {
+    static constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16;
+    int h, family, t, w0, w1;
+    bool positions;
+    int i[2], lo[2], hi[2];
+    float pa, pb, scale2, pi[2], lse_r[2], d_r[2];
+    float acc[DN][4] = {};  // dq: the warp's rows as wgmma accumulators (acc[dn][e] = d[4 dn + e])
+
+    // warp: this warp's index in the block's query warps (16 queries each from q0)
+    __device__ __forceinline__ WgDqRows(const TcArgs& a, int b, int h_, int q0, int warp, int lane,
+                                        const float* lse, const float* dvec)
+        : h(h_), family(call_family(a)), t(lane & 3), positions(needs_positions(a.bs.kind)) {
+        w0 = q0 + warp * 16;
+        w1 = w0 + 15;
+        const size_t bh = size_t(b) * a.H + h;
+        const float* pos = a.pos + size_t(b) * a.T;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            i[r] = w0 + (lane >> 2) + 8 * r;
+            const size_t row = bh * a.T + i[r];
+            const bool real = i[r] < a.T;
+            lo[r] = real ? row_lo(a, b, i[r]) : 1;
+            hi[r] = real ? i[r] : 0;
+            pi[r] = real && positions ? pos[i[r]] : 0.0f;
+            lse_r[r] = real ? lse[row] : 0.0f;
+            d_r[r] = real ? dvec[row] : 0.0f;
+        }
+        pa = param_a(a.bs, h);
+        pb = param_b(a.bs, h);
+        scale2 = a.scale * kLog2e;
+    }
+
+    // The key tile from k0 (K-major Ks and Vs, positions pk) when take (the warpgroup's rows see
+    // it); Qg, dOg: the warpgroup's K-major Q and dO rows. issued() runs right after S and dP
+    // are issued (the producer kernel's turn-taking).
+    template <class Issued>
+    __device__ __forceinline__ void tile(const TcArgs& a, int b, const char* Qg, const char* dOg,
+                                         const char* Ks, const char* Vs, const float* pk, int k0,
+                                         bool take, Issued&& issued) {
+        if (!take) return;
+        float(&accd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(acc);
+        float s[NT * 4], dp[NT * 4];
+        wgmma_fence();  // acc is written by wgmma only (and zeroed before the first dq)
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+            wgmma_ss<kBc>(s, wgmma_desc(Qg + ks * 2 * kCore, kCore, 16 * kD),
+                          wgmma_desc(Ks + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
+        wgmma_commit();
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+            wgmma_ss<kBc>(dp, wgmma_desc(dOg + ks * 2 * kCore, kCore, 16 * kD),
+                          wgmma_desc(Vs + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
+        wgmma_commit();
+        issued();
+        wgmma_wait<1>();  // S (and the previous tile's dq); dP may still run
+        wgmma_fence_operands(s);
+        const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
+        // s becomes P, 0 outside the mask (a warp whose rows the tile misses takes the masked
+        // loop: all 0), while dP is in flight
+        uint32_t attends = ~0u;  // bit 4 n + e: the pair attends
+        with_family<false, true>(family, cv != kFull, [&](auto fam, auto masked) {
+            constexpr int F = decltype(fam)::value;
+            constexpr bool kMasked = decltype(masked)::value;
+            const KerpleRows kr = F == kKerpleTable ? kerple_rows(a, h) : KerpleRows{};
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), j = k0 + c;
+                    float p = 0.0f;
+                    if (!kMasked || (j >= lo[r] && j <= hi[r])) {
+                        const float pj = F == kNone ? 0.0f : pk[c];
+                        const float x =
+                            fmaf(s[4 * n + e], scale2,
+                                 bias2_of<F>(a.bs, h, pa, pb, pi[r], pj, nullptr, j, kr));
+                        p = exp2_ftz(p_exponent(x, lse_r[r]));
+                    } else {
+                        attends &= ~(1u << (4 * n + e));
+                    }
+                    s[4 * n + e] = p;
+                }
+        });
+        wgmma_wait<0>();  // dP
+        wgmma_fence_operands(dp);
+        // s becomes dS = P (dP - D_i), 0 outside the mask
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                s[4 * n + e] = (attends >> (4 * n + e)) & 1u
+                                   ? s[4 * n + e] * (dp[4 * n + e] - d_r[e >> 1])
+                                   : 0.0f;
+        uint32_t df[NT / 2][4];
+        a_fragments<NT>(s, df);
+        wgmma_fence_after(accd, df);  // df written by this thread since the last product
+#pragma unroll
+        for (int kc = 0; kc < kBc / 16; kc++)  // K read N-major: LBO along keys, SBO along d
+            wgmma_rs<kD, true>(accd, df[kc], wgmma_desc(Ks + kc * 2 * 16 * kD, 16 * kD, kCore),
+                               true);
+        wgmma_commit();
+        if constexpr (!kInFlight) {
+            wgmma_wait<0>();
+            wgmma_fence_operands(accd);
+        }
+    }
+
+    // The last dq product, after the last tile.
+    __device__ __forceinline__ void finish() {
+        float(&accd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(acc);
+        wgmma_wait<0>();
+        wgmma_fence_operands(accd);
+    }
+
+    __device__ __forceinline__ void write(const TcArgs& a, float* dqkv, int b) {
+        write_dq<DN>(acc, dqkv, a, b, h, i, t);  // rotated back when the call rotates
+    }
+};
+
 // f(kD, kWG) with both as compile-time constants: head dims 64 and 128, one or two warpgroups.
 template <class F>
 cudaError_t with_wg_shape(int kD, int warpgroups, F&& f) {

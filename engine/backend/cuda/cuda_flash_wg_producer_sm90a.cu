@@ -1,28 +1,32 @@
-// The wgmma flash forward with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer), an A/B
-// against the lock-step forward of cuda_flash_wg_sm90a.cu until a GPU has timed both.
+// The wgmma flash forward and dq kernel with a producer warpgroup
+// (CTX_FLASH_WGMMA_PIPELINE=producer), an A/B against the lock-step kernels of
+// cuda_flash_wg_sm90a.cu until a GPU has timed both.
 //
-// In flash_wg_fwd_kernel every warpgroup stages a share of each tile and all meet at the block
-// barrier once a tile, so both run their products at the same moments and both exponentiate at
-// the same moments, while the tensor core waits. Here (FlashAttention-3's warp specialisation) a
-// block is kWG consumer warpgroups, which compute exactly what flash_wg_fwd_kernel's do
-// (WgForwardRows, the same bits), and one producer warpgroup, which only copies: Q once, then K, V
-// and the key positions of every tile into kStages stages. They meet at named barriers
-// (cuda_device.cuh), never at the block's:
+// In the lock-step kernels every warpgroup stages a share of each tile and all meet at the block
+// barrier once a tile, so both run their products at the same moments and both do their
+// per-logit arithmetic at the same moments, while the tensor core waits. Here (FlashAttention-3's
+// warp specialisation) a block is kWG consumer warpgroups, which compute exactly what the
+// lock-step kernels' do (WgForwardRows, WgDqRows: the same bits), and one producer warpgroup,
+// which only copies: the block's query rows once (Q; Q and dO), then K, V and the key positions
+// of every tile into kStages stages. They meet at named barriers (cuda_device.cuh), never at the
+// block's:
 //   full(stage, c)  the producer, once the stage's copies have landed and are fenced for the
 //                   tensor core's reads, and consumer c, before it reads them: 256 threads. One
 //                   per consumer, so the consumers need not be in step.
-//   empty(stage)    every consumer, once it no longer reads the stage (after the P V of its
-//                   tile has run), and the producer, before it refills it: all threads.
-//   turn(c)         two consumers: c issues its products for a tile only after the other has
-//                   issued those of the tile before (counting the tiles both take), so the
+//   empty(stage)    every consumer, once it no longer reads the stage (after the product of its
+//                   tile still in flight has run), and the producer, before it refills it: all
+//                   threads.
+//   turn(c)         two consumers: c issues its first products of a tile only after the other
+//                   has issued those of the tile before (counting the tiles both take), so the
 //                   tensor core alternates between them and one's softmax runs under the other's
 //                   products (FlashAttention-3's ping-pong).
 // With two consumers, setmaxnreg gives the producer's registers to them: 24 and 240 a thread.
 //
 // The schedule: the producer hands out tile j, then fills tile j + 2 into the stage of tile
-// j - 2. A consumer at tile j keeps tile j - 1's stage until its P V has run (WgForwardRows), so
-// the stage of j - 2 is released by the slower consumer during its tile j - 1: one consumer may
-// run a tile ahead of the other before it waits for a load. Four stages: j - 1 .. j + 2.
+// j - 2. A consumer at tile j keeps tile j - 1's stage until the product that reads it (the
+// forward's P V, the dq kernel's dS K) has run, which it knows once tile j is done, so the stage
+// of j - 2 is released by the slower consumer during its tile j - 1: one consumer may run a tile
+// ahead of the other before it waits for a load. Four stages: j - 1 .. j + 2.
 //
 // Arrivals balance, as named barriers need (a surplus arrival would count in the next phase):
 // every consumer syncs full for every tile of the block (also the ones it skips) and arrives at
@@ -36,9 +40,12 @@ namespace {
 
 inline constexpr int kProducerStages = 4;
 
-template <int kD, int kWG>
-constexpr size_t wg_producer_fwd_smem() {
-    return size_t(kWG) * kBr * kD * 2 + kProducerStages * (2 * size_t(kBc) * kD * 2 + kBc * 4);
+// Shared memory: kRowOps operands of the block's query rows (Q; Q and dO), then the stages of
+// [K | V | key positions].
+template <int kD, int kWG, int kRowOps>
+constexpr size_t wg_producer_smem() {
+    return size_t(kRowOps) * kWG * kBr * kD * 2 +
+           kProducerStages * (2 * size_t(kBc) * kD * 2 + kBc * 4);
 }
 
 // Named barrier ids (1-15; 0 is __syncthreads'): full(stage, c), empty(stage), turn(c).
@@ -58,17 +65,23 @@ inline constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 static_assert(kThreads * kProducerRegs + 2 * kThreads * kConsumerRegs <= 65536,
               "one block's registers");
 
-template <int kD, int kWG>
-__global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
-    flash_wg_fwd_producer_kernel(float* out, float* lse, TcArgs a) {
-    // Qs (kRows x kD, K-major) | kProducerStages stages of [Ks (kBc x kD, K-major) | Vs (kBc x kD,
-    // N-major) | posK (kBc floats)]
+// The block's pipeline. Rows: WgForwardRows or WgDqRows, made by make_rows(warp, lane) in each
+// consumer thread; row_src[o]: operand o's rows in global memory (this head's, from row 0);
+// kVNMajor: V staged N-major (the forward's O += P V) or K-major (the dq kernel's dP = dO V^T).
+// Per tile a consumer calls tile(rows, Qg-like row pointers..., K, V, positions, k0, take,
+// issued) through run_tile; after the last, done(rows).
+template <int kD, int kWG, int kRowOps, bool kVNMajor, class MakeRows, class RunTile, class Done>
+__device__ __forceinline__ void producer_pipeline(const TcArgs& a,
+                                                  const uint16_t* const (&row_src)[kRowOps],
+                                                  MakeRows&& make_rows, RunTile&& run_tile,
+                                                  Done&& done) {
     extern __shared__ float sm[];
     using Bar = ProducerBarriers<kWG>;
     constexpr int kStages = kProducerStages, kRows = kWG * kBr;
-    constexpr size_t kTile = size_t(kBc) * kD * 2, kStage = 2 * kTile + kBc * 4;
-    char* Qs = reinterpret_cast<char*>(sm);
-    auto Ks = [&](int st) { return Qs + kRows * kD * 2 + st * kStage; };
+    constexpr size_t kRowBytes = size_t(kRows) * kD * 2, kTile = size_t(kBc) * kD * 2;
+    constexpr size_t kStage = 2 * kTile + kBc * 4;
+    char* rows_smem = reinterpret_cast<char*>(sm);
+    auto Ks = [&](int st) { return rows_smem + kRowOps * kRowBytes + st * kStage; };
     auto Vs = [&](int st) { return Ks(st) + kTile; };
     auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kTile); };
     const int T = a.T, q0 = tile_index() * kRows, h = blockIdx.y, b = blockIdx.z;
@@ -86,13 +99,16 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
             const int st = j % kStages, k0 = k_first + j * kBc;
             stage_core<kBc, kD, false, kThreads, false>(Ks(st), a.k + rows + size_t(k0) * kD,
                                                         thread);
-            stage_core<kBc, kD, true, kThreads, false>(Vs(st), a.v + rows + size_t(k0) * kD,
-                                                       thread);
+            stage_core<kBc, kD, kVNMajor, kThreads, false>(Vs(st), a.v + rows + size_t(k0) * kD,
+                                                           thread);
             if (positions) stage_floats_async(posK(st), pos, k0, kBc, T, thread);
             cp_async_commit();
         };
-        stage_core<kRows, kD, false, kThreads, false>(Qs, a.q + rows + size_t(q0) * kD, thread);
-        load(0);  // Q travels in the first group
+#pragma unroll
+        for (int o = 0; o < kRowOps; o++)
+            stage_core<kRows, kD, false, kThreads, false>(
+                rows_smem + o * kRowBytes, row_src[o] + rows + size_t(q0) * kD, thread);
+        load(0);  // the query rows travel in the first group
         if (n_tiles > 1) load(1);
         for (int j = 0; j < n_tiles; j++) {
             // tile j landed (tile j + 1 may still be in flight), fenced for the async proxy
@@ -113,11 +129,11 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
         return;
     }
 
-    // a consumer: this warpgroup's 64 queries from g0, their K-major rows of Qs
+    // a consumer: this warpgroup's 64 queries, their K-major rows of each row operand
     if constexpr (kWG == 2) warpgroup_max_registers<kConsumerRegs, true>();
     const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-    const char* Qg = Qs + wg * kBr * kD * 2;
-    WgForwardRows<kD> rows_of_warp(a, b, h, q0, warp, lane);
+    const char* own_rows = rows_smem + wg * kBr * kD * 2;  // operand o at + o kRowBytes
+    auto rows_of_warp = make_rows(warp, lane);
     auto takes = [&](int c, int k0) {  // whether consumer c's rows see the tile from k0
         const int c0 = q0 + c * kBr;
         return cover(a, b, c0, c0 + kBr - 1, k0, k0 + kBc - 1) != kSkip;
@@ -129,10 +145,10 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
     auto release = [&](int j) {  // this warpgroup no longer reads tile j's stage
         if (j + kStages < n_tiles) named_barrier_arrive(Bar::empty(j % kStages), Bar::kAllThreads);
     };
-    // a pending P V waits through skipped tiles (WgForwardRows): at most kWG - 1 follow a
-    // warpgroup's last take, and its stage is refilled kStages tiles on
-    static_assert(kWG <= kStages - 1, "a pending P V's stage outlives the skipped tiles");
-    int held = -1;      // the tile whose stage the pending P V reads
+    // a product still in flight waits through skipped tiles for the next take (WgForwardRows):
+    // at most kWG - 1 follow a warpgroup's last take, and its stage is refilled kStages tiles on
+    static_assert(kWG <= kStages - 1, "an in-flight product's stage outlives the skipped tiles");
+    int held = -1;      // the tile whose stage a product still in flight reads
     bool first = true;  // no tile both consumers take has been issued yet
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = k_first + j * kBc, st = j % kStages;
@@ -141,13 +157,13 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
         const bool turns = both_take(j);
         // consumer 0 goes first at the first tile both take; the other's last turn is not waited
         if (turns && !(wg == 0 && first)) named_barrier_sync(Bar::turn(wg), Bar::kFullThreads);
-        rows_of_warp.tile(a, b, Qg, Ks(st), Vs(st), posK(st), k0, take, [&] {
+        run_tile(rows_of_warp, own_rows, kRowBytes, Ks(st), Vs(st), posK(st), k0, take, [&] {
             if (turns && !(wg == 1 && !both_take(j + 1)))
                 named_barrier_arrive(Bar::turn(1 - wg), Bar::kFullThreads);
         });
         if (turns) first = false;
         if (take) {
-            if (held >= 0 && held != j) release(held);  // its P V has run
+            if (held >= 0) release(held);  // its product has run
             held = j;
         } else {
             release(j);
@@ -155,7 +171,35 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
     }
     rows_of_warp.finish();
     if (held >= 0) release(held);
-    rows_of_warp.write(a, out, lse, b);
+    done(rows_of_warp);
+}
+
+template <int kD, int kWG>
+__global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
+    flash_wg_fwd_producer_kernel(float* out, float* lse, TcArgs a) {
+    const int q0 = tile_index() * kWG * kBr, h = blockIdx.y, b = blockIdx.z;
+    const uint16_t* const rows[1] = {a.q};
+    producer_pipeline<kD, kWG, 1, true>(
+        a, rows, [&](int warp, int lane) { return WgForwardRows<kD>(a, b, h, q0, warp, lane); },
+        [&](WgForwardRows<kD>& r, const char* Qg, size_t, const char* Ks, const char* Vs,
+            const float* pk, int k0, bool take,
+            auto&& issued) { r.tile(a, b, Qg, Ks, Vs, pk, k0, take, issued); },
+        [&](WgForwardRows<kD>& r) { r.write(a, out, lse, b); });
+}
+
+// dq += dS K in flight into the next tile (WgDqRows): its K stays staged until then.
+template <int kD, int kWG>
+__global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
+    flash_wg_dq_producer_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
+    const int q0 = tile_index() * kWG * kBr, h = blockIdx.y, b = blockIdx.z;
+    const uint16_t* const rows[2] = {a.q, a.g};
+    producer_pipeline<kD, kWG, 2, false>(
+        a, rows,
+        [&](int warp, int lane) { return WgDqRows<kD, true>(a, b, h, q0, warp, lane, lse, dvec); },
+        [&](WgDqRows<kD, true>& r, const char* Qg, size_t row_bytes, const char* Ks, const char* Vs,
+            const float* pk, int k0, bool take,
+            auto&& issued) { r.tile(a, b, Qg, Qg + row_bytes, Ks, Vs, pk, k0, take, issued); },
+        [&](WgDqRows<kD, true>& r) { r.write(a, dqkv, b); });
 }
 
 }  // namespace
@@ -164,13 +208,25 @@ cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArg
                                              int warpgroups, cudaStream_t s) {
     return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
+        constexpr size_t smem = wg_producer_smem<kD_, kWG, 1>();
         auto* k = &flash_wg_fwd_producer_kernel<kD_, kWG>;
         static DynamicSharedLimit limit;
-        if (const cudaError_t e = limit.raise(k, wg_producer_fwd_smem<kD_, kWG>());
-            e != cudaSuccess)
-            return e;
-        k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, wg_producer_fwd_smem<kD_, kWG>(), s>>>(
-            out, lse, a);
+        if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
+        k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(out, lse, a);
+        return cudaGetLastError();
+    });
+}
+
+cudaError_t launch_flash_wg_dq_producer(float* dqkv, const float* lse, const float* dvec,
+                                        const TcArgs& a, int B, int kD, int warpgroups,
+                                        cudaStream_t s) {
+    return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
+        constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
+        constexpr size_t smem = wg_producer_smem<kD_, kWG, 2>();
+        auto* k = &flash_wg_dq_producer_kernel<kD_, kWG>;
+        static DynamicSharedLimit limit;
+        if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
+        k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(dqkv, lse, dvec, a);
         return cudaGetLastError();
     });
 }

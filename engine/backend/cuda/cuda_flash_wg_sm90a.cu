@@ -94,23 +94,14 @@ __global__ void __launch_bounds__(kWG* kThreads)
 
 // The dq kernel on wgmma (CTX_FLASH_DQ=wgmma), the mma.sync dq kernel's algorithm for the common
 // case: the inline families without bias-parameter gradients (the launcher sends the rest to the
-// mma.sync kernel); dq leaves rotated back when the call rotates. A warpgroup takes 64 queries;
-// per key tile of 64:
-//   S = Q K^T, dP = dO V^T   wgmma_ss from K-major Q, dO, K, V tiles (K and V rows as stored),
-//                            two commit groups: P is computed while dP is in flight
-//   dS = P (dP - D_i)        the mma.sync kernel's per-logit arithmetic (p_exponent, the masks)
-//   dq += dS K               wgmma_rs: dS as bf16 A fragments, K read N-major from the SAME tile
-//                            (a K-major core matrix of 8 keys x 8 head-dim entries is also the
-//                            N-major one of K as the B of dS K; only LBO and SBO trade places)
+// mma.sync kernel); dq leaves rotated back when the call rotates. A warpgroup takes 64 queries,
+// per key tile of 64 the products and arithmetic of WgDqRows (cuda_flash_wg.cuh).
 // With three stages of K, V (kWgDqStages), dq += dS K is not waited for in its tile: it runs
-// through the barrier, the next load and the next tile's S and dP issue, and completes with the
-// next tile's S (wgmma_wait<1>: groups complete in order) or after the loop. Its stage is the one
+// through the barrier, the next load and the next tile's S and dP issue. Its stage is the one
 // before the tile in hand, which the load of the tile after next leaves alone; after a
 // warpgroup's last take at most kWG - 1 = 1 tile follows (its tiles are an interval of the
-// block's), which loads nothing. Nothing but wgmma writes acc in the loop, and ptxas keeps the
-// in-flight dS fragments' registers (no C7515 / C7520, SASS checked 2026-12-06). One warpgroup
-// at head dim 128 keeps two stages and waits in the tile: a third would drop it from two blocks
-// an SM to one (131.5 KiB).
+// block's), which loads nothing. One warpgroup at head dim 128 keeps two stages and waits in the
+// tile: a third would drop it from two blocks an SM to one (131.5 KiB).
 template <int kD, int kWG>
 inline constexpr int kWgDqStages = kWG == 1 && kD == 128 ? 2 : 3;
 
@@ -123,8 +114,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
     constexpr bool kDqInFlight = kStages >= 3;  // dq += dS K runs on into the next tile
     static_assert(!kDqInFlight || kWG <= kStages - 1, "an in-flight dq product's stage is kept");
     extern __shared__ float sm[];
-    constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16, kRows = kWG * kBr;
-    constexpr int kBlock = kWG * kThreads;
+    constexpr int kRows = kWG * kBr, kBlock = kWG * kThreads;
     constexpr size_t kRowBytes = size_t(kRows) * kD * 2, kTile = size_t(kBc) * kD * 2;
     constexpr size_t kStage = 2 * kTile + kBc * 4;
     char* Qs = reinterpret_cast<char*>(sm);
@@ -132,12 +122,12 @@ __global__ void __launch_bounds__(kWG* kThreads)
     auto Ks = [&](int st) { return dOs + kRowBytes + st * kStage; };
     auto Vs = [&](int st) { return Ks(st) + kTile; };
     auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kTile); };
-    const int T = a.T, H = a.H, kind = a.bs.kind, family = call_family(a);
+    const int T = a.T;
     const int q0 = tile_index() * kRows, h = blockIdx.y, b = blockIdx.z;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const size_t bh = size_t(b) * H + h, rows = bh * a.Tp * kD;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const size_t rows = (size_t(b) * a.H + h) * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
-    const bool positions = needs_positions(kind);
+    const bool positions = needs_positions(a.bs.kind);
     const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kRows - 1);
     const int n_tiles = (j_last - k_first) / kBc + 1;
     // this warpgroup's 64 queries from g0 and their rows of Qs, dOs
@@ -154,99 +144,18 @@ __global__ void __launch_bounds__(kWG* kThreads)
     };
     load(0);  // Q and dO travel in the first group
 
-    const int w0 = q0 + warp * 16, w1 = w0 + 15;
-    int i[2], lo[2], hi[2];
-    float pi[2], lse_r[2], d_r[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        i[r] = w0 + g + 8 * r;
-        const size_t row = bh * T + i[r];
-        const bool real = i[r] < T;
-        lo[r] = real ? row_lo(a, b, i[r]) : 1;
-        hi[r] = real ? i[r] : 0;
-        pi[r] = real && positions ? pos[i[r]] : 0.0f;
-        lse_r[r] = real ? lse[row] : 0.0f;
-        d_r[r] = real ? dvec[row] : 0.0f;
-    }
-    const float pa = param_a(a.bs, h), pb = param_b(a.bs, h), scale2 = a.scale * kLog2e;
-    float acc[DN][4] = {};  // dq: the warp's rows as wgmma accumulators (acc[dn][e] = d[4 dn + e])
-    float(&accd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(acc);
-
+    WgDqRows<kD, kDqInFlight> rows_of_warp(a, b, h, q0, warp, lane, lse, dvec);
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = k_first + it * kBc, st = it % kStages;
         // tile it + 1 loads into the stage of tile it + 1 - kStages; this thread's copies fenced
         // for the tensor core's (async proxy) reads
         await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
-        if (cover(a, b, g0, g0 + kBr - 1, k0, k0 + kBc - 1) != kSkip) {  // as the forward
-            float s[NT * 4], dp[NT * 4];
-            wgmma_fence();  // acc is written by wgmma only (and zeroed before the first dq)
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++)
-                wgmma_ss<kBc>(s, wgmma_desc(Qg + ks * 2 * kCore, kCore, 16 * kD),
-                              wgmma_desc(Ks(st) + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
-            wgmma_commit();
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++)
-                wgmma_ss<kBc>(dp, wgmma_desc(dOg + ks * 2 * kCore, kCore, 16 * kD),
-                              wgmma_desc(Vs(st) + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
-            wgmma_commit();
-            wgmma_wait<1>();  // S (and the previous tile's dq); dP may still run
-            wgmma_fence_operands(s);
-            const float* pk = posK(st);
-            const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
-            // s becomes P, 0 outside the mask (a warp whose rows the tile misses takes the
-            // masked loop: all 0), while dP is in flight
-            uint32_t attends = ~0u;  // bit 4 n + e: the pair attends
-            with_family<false, true>(family, cv != kFull, [&](auto fam, auto masked) {
-                constexpr int F = decltype(fam)::value;
-                constexpr bool kMasked = decltype(masked)::value;
-                const KerpleRows kr = F == kKerpleTable ? kerple_rows(a, h) : KerpleRows{};
-#pragma unroll
-                for (int n = 0; n < NT; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), j = k0 + c;
-                        float p = 0.0f;
-                        if (!kMasked || (j >= lo[r] && j <= hi[r])) {
-                            const float pj = F == kNone ? 0.0f : pk[c];
-                            const float x =
-                                fmaf(s[4 * n + e], scale2,
-                                     bias2_of<F>(a.bs, h, pa, pb, pi[r], pj, nullptr, j, kr));
-                            p = exp2_ftz(p_exponent(x, lse_r[r]));
-                        } else {
-                            attends &= ~(1u << (4 * n + e));
-                        }
-                        s[4 * n + e] = p;
-                    }
-            });
-            wgmma_wait<0>();  // dP
-            wgmma_fence_operands(dp);
-            // s becomes dS = P (dP - D_i), 0 outside the mask
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    s[4 * n + e] = (attends >> (4 * n + e)) & 1u
-                                       ? s[4 * n + e] * (dp[4 * n + e] - d_r[e >> 1])
-                                       : 0.0f;
-            uint32_t df[NT / 2][4];
-            a_fragments<NT>(s, df);
-            wgmma_fence_after(accd, df);  // df written by this thread since the last product
-#pragma unroll
-            for (int kc = 0; kc < kBc / 16; kc++)  // K read N-major: LBO along keys, SBO along d
-                wgmma_rs<kD, true>(accd, df[kc],
-                                   wgmma_desc(Ks(st) + kc * 2 * 16 * kD, 16 * kD, kCore), true);
-            wgmma_commit();
-            if constexpr (!kDqInFlight) {
-                wgmma_wait<0>();
-                wgmma_fence_operands(accd);
-            }
-        }
+        const bool take = cover(a, b, g0, g0 + kBr - 1, k0, k0 + kBc - 1) != kSkip;  // as fwd
+        rows_of_warp.tile(a, b, Qg, dOg, Ks(st), Vs(st), posK(st), k0, take, [] {});
         __syncthreads();  // stage (it + 1) % kStages is refilled by the next iteration's load
     }
-    wgmma_wait<0>();
-    wgmma_fence_operands(accd);
-    write_dq<DN>(acc, dqkv, a, b, h, i, t);  // rotated back when the call rotates
+    rows_of_warp.finish();
+    rows_of_warp.write(a, dqkv, b);
 }
 
 template <int kD, int kWG>
