@@ -292,6 +292,12 @@ quick_bench() {
             "${B[@]}" attention --device cuda --precision bf16 --head-dim $d \
             --T 1024,4096,16384 --pe none,alibi --steps 5 --repeats 2
     done
+    # the wgmma forward's KERPLE-log computed (MUFU) against looked up (the default, in -wgmma-fwd)
+    for d in 64 128; do
+        step "ab-attention-d$d-bf16-wgmma-fwd-kerple-computed" 30 env CTX_FLASH_FORWARD=wgmma \
+            CTX_FLASH_FORWARD_KERPLE=computed "${B[@]}" attention --device cuda --precision bf16 \
+            --head-dim $d --T 1024,4096,16384 --pe kerple_log --steps 5 --repeats 2
+    done
     # the forward and dq kernel with a producer warpgroup and named barriers (2026-12-06): the
     # forward column against -wgmma-fwd's, the backward column against -wgmma-bwd's
     for d in 64 128; do

@@ -580,13 +580,14 @@ TEST(OpsGpuFlashProducer, LongRowsGiveLockstepBits) {
     }
 }
 
-// KERPLE-log's backward looks its terms up (log2(1 + b d) and d / (1 + b d) per integer
-// distance) when a call's positions are integers spanning less than the tables, and computes
-// them otherwise; the tables hold what the computation gives, so both agree bit for bit. The
-// same rows twice: as they are (tables), and with the second row's positions moved 70000 on
+// KERPLE-log's backward (and the wgmma forward) looks its terms up (log2(1 + b d) and d / (1 + b d)
+// per integer distance) when a call's positions are integers spanning less than the tables, and
+// computes them otherwise; the tables hold what the computation gives, so both agree bit for bit.
+// The same rows twice: as they are (tables), and with the second row's positions moved 70000 on
 // (the call's span exceeds the tables: computed; each row's distances, so its attention, are
 // unchanged). Learned and fixed parameters, head dims 64 (both backward kernels from the
-// tables) and 128 (the dk/dv kernel computes), the two-kernel and the one-kernel backward.
+// tables) and 128 (the dk/dv kernel computes), the two-kernel and the one-kernel backward, and
+// the wgmma kernels (lock-step and with a producer), whose forward looks the terms up too.
 TEST(OpsGpuFlashKerple, TablesGiveTheComputedTermsBitForBit) {
     REQUIRE_GPU();
     for (const FlashCase& fc :
@@ -598,7 +599,9 @@ TEST(OpsGpuFlashKerple, TablesGiveTheComputedTermsBitForBit) {
         const Bf16Case k = bf16_case(fc, 7000 + fc.T + fc.C);
         FVec far = k.positions;
         for (int t = 0; t < fc.T; t++) far[size_t(fc.T) + t] += 70000.0f;
-        for (ctx::Backend* be : {&gpu_bf16(), &gpu_bf16_atomic_dq()}) {
+        // the wgmma kernels too: their forward looks the terms up (CTX_FLASH_FORWARD_KERPLE)
+        for (ctx::Backend* be : {&gpu_bf16(), &gpu_bf16_atomic_dq(), &gpu_bf16_wgmma_all(),
+                                 &gpu_bf16_wgmma_producer(2)}) {
             SCOPED_TRACE(be->name());
             const GpuRun tab = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd,
                                        k.dout, k.dqkv0, fc.learn, *be);
@@ -606,7 +609,7 @@ TEST(OpsGpuFlashKerple, TablesGiveTheComputedTermsBitForBit) {
                 run_gpu(fc, AttentionMode::Flash, far, k.qkv, k.bd, k.dout, k.dqkv0, fc.learn, *be);
             EXPECT_EQ(tab.out, comp.out);
             EXPECT_EQ(tab.saved, comp.saved);
-            if (be == &gpu_bf16()) {  // the one-kernel dq's atomics add in any order on a GPU
+            if (be != &gpu_bf16_atomic_dq()) {  // its dq's atomics add in any order on a GPU
                 EXPECT_EQ(tab.dqkv, comp.dqkv);
             } else {
                 EXPECT_CLOSE(minus(tab.dqkv, k.dqkv0), minus(comp.dqkv, k.dqkv0), 1e-5);

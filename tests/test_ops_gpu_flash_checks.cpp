@@ -113,6 +113,18 @@ TEST(OpsGpuFlashChecks, BackwardKernelsSwitch) {
         << gpu_bf16_wgmma_producer(2).name();
     EXPECT_EQ(gpu_bf16_wgmma_all().name().find("producer"), std::string::npos)
         << gpu_bf16_wgmma_all().name();
+    {  // the wgmma forward's KERPLE-log from tables (the default) or computed
+        const auto computed = make_bf16_backend_with(
+            {{"CTX_FLASH_FORWARD", "wgmma"}, {"CTX_FLASH_FORWARD_KERPLE", "computed"}});
+        EXPECT_NE(computed->name().find("forward's KERPLE-log computed"), std::string::npos)
+            << computed->name();
+        EXPECT_EQ(gpu_bf16_wgmma_forward().name().find("KERPLE"), std::string::npos)
+            << gpu_bf16_wgmma_forward().name();
+        setenv("CTX_FLASH_FORWARD_KERPLE", "table", 1);
+        expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
+                     {"CTX_FLASH_FORWARD_KERPLE", "'table'", "tables", "computed"});
+        unsetenv("CTX_FLASH_FORWARD_KERPLE");
+    }
     setenv("CTX_FLASH_WGMMA_PIPELINE", "tma", 1);
     expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
                  {"CTX_FLASH_WGMMA_PIPELINE", "'tma'", "lockstep", "producer"});

@@ -199,6 +199,9 @@ CudaBackend::CudaBackend(int device, Precision precision)
     kernels.wgmma_producer =
         env_switch("CTX_FLASH_WGMMA_PIPELINE", "lockstep", "every warpgroup stages, block barriers",
                    "producer", "a producer warpgroup stages, named barriers");
+    kernels.wgmma_forward_kerple_tables = !env_switch(
+        "CTX_FLASH_FORWARD_KERPLE", "tables", "the wgmma forward looks KERPLE-log's terms up",
+        "computed", "the wgmma forward computes them");
     flash_.set_kernels(kernels);
     // rotary inside the tensor-core attention kernels (the default) or as passes of its own
     // over q, k and dq, dk (the layout before 2026-12-05), for A/B timings
@@ -208,7 +211,7 @@ CudaBackend::CudaBackend(int device, Precision precision)
     // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
     // fp32 accumulation; "bf16 activations" when the products' inputs are stored in bf16)
     name_ = fmt::format(
-        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{}{}{}{}{}{})", device, prop.name,
+        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{}{}{}{}{}{}{})", device, prop.name,
         prop.major, prop.minor, double(prop.totalGlobalMem) / double(size_t(1) << 30),
         precision_name(precision_), bf16_activations_ ? " activations" : "",
         lt_.enabled() ? "Lt" : "", atomic_dq && precision_ == Precision::Bf16 ? ", atomic dq" : "",
@@ -216,6 +219,10 @@ CudaBackend::CudaBackend(int device, Precision precision)
         kernels.wgmma_forward && precision_ == Precision::Bf16 ? ", wgmma forward" : "",
         kernels.wgmma_dq && precision_ == Precision::Bf16 ? ", wgmma dq" : "",
         kernels.wgmma_dkv && precision_ == Precision::Bf16 ? ", wgmma dk/dv" : "",
+        kernels.wgmma_forward && !kernels.wgmma_forward_kerple_tables &&
+                precision_ == Precision::Bf16
+            ? " (forward's KERPLE-log computed)"
+            : "",
         kernels.wgmma_producer && (kernels.wgmma_forward || kernels.wgmma_dq) &&
                 precision_ == Precision::Bf16
             ? " (forward / dq with a producer warpgroup)"

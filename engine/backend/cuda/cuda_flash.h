@@ -95,6 +95,10 @@ struct FlashTcKernels {
     // tensor core (FlashAttention-3's warp specialisation and ping-pong); lockstep (false) is
     // the default
     bool wgmma_producer = false;
+    // CTX_FLASH_FORWARD_KERPLE=tables (the default) or computed: whether the wgmma forward looks
+    // KERPLE-log's terms up in the backward's per-distance tables when the positions allow (one
+    // MUFU op a logit fewer, for more registers: at D 64 with two warpgroups 175 instead of 128)
+    bool wgmma_forward_kerple_tables = true;
 };
 
 size_t flash_tc_operand_elems(int B, int T, int C, int H);
@@ -107,12 +111,18 @@ size_t flash_tc_forward_smem_bytes(int D, int mtiles = 2);
 size_t flash_tc_backward_smem_bytes(int D, bool t5);
 // out (fp32) or out16 (bf16, rounded as written): one of them, the other null.
 // rot (a table, or none): q and k are rotated as they are packed (qkv is the product's output
-// before rotary; the packed q, k the rotated ones the logits read).
+// before rotary; the packed q, k the rotated ones the logits read). kerple_space: room for the
+// KERPLE-log tables the wgmma forward looks its terms up in (flash_tc_forward_kerple_elems bf16
+// elements; null: it computes them, as the mma.sync forward always does).
 cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uint16_t* qkv16,
                                     const float* qkv, const float* positions, int B, int T, int C,
                                     int H, KeyMask mask, const BiasArgs& bias,
                                     const RotationTable& rot, cudaStream_t s,
-                                    const FlashTcKernels& kernels = FlashTcKernels{});
+                                    const FlashTcKernels& kernels = FlashTcKernels{},
+                                    uint16_t* kerple_space = nullptr);
+// bf16 elements of that room: the tables' when the wgmma forward serves a KERPLE-log call at C,
+// H on this GPU, else 0.
+size_t flash_tc_forward_kerple_elems(int C, int H, int bias_kind, const FlashTcKernels& kernels);
 // accumulate: dqkv += the gradient, else dqkv = (each entry of the B x T rows written once).
 // rot (a table, or none; Split only): dq and dk leave the kernels rotated back (the transpose of
 // the forward's rotation), before they are added to dqkv. Its layout Half needs dr / 2 a

@@ -98,9 +98,12 @@ void FlashAttention::forward(cudaStream_t stream, float* out, uint16_t* out16, f
     float* lse = saved;  // (B, H, T)
     if (packed_ != nullptr) {
         check_tc_smem(flash_tc_forward_smem_bytes(C / H, kernels_.forward_mtiles), C / H, op);
+        // the wgmma forward's KERPLE-log tables in the backward's scratch (free until then)
+        const size_t kerple = flash_tc_forward_kerple_elems(C, H, ba.kind, kernels_);
+        uint16_t* kerple_space = kerple > 0 ? packed_->ensure(kerple, op) : nullptr;
         check_cuda(launch_flash_tc_forward(
                        out, out16, lse, kept_qkv(saved, B, T, H), qkv, positions, B, T, C, H,
-                       KeyMask{opt.window, opt.doc_start}, ba, rot, stream, kernels_),
+                       KeyMask{opt.window, opt.doc_start}, ba, rot, stream, kernels_, kerple_space),
                    op);
         return;
     }

@@ -476,11 +476,20 @@ size_t flash_tc_forward_smem_bytes(int D, int mtiles) {
     return tc::fwd_smem(kD, tc::fwd_m(kD, mtiles));
 }
 
+size_t flash_tc_forward_kerple_elems(int C, int H, int bias_kind, const FlashTcKernels& kernels) {
+    using namespace tc;
+    if (H <= 0 || bias_kind != kKerpleLog || !kernels.wgmma_forward ||
+        !kernels.wgmma_forward_kerple_tables || !wgmma_device())
+        return 0;
+    const int kD = tc_head_dim(C / H);
+    return kD == 64 || kD == 128 ? kerple_space_elems(H) : 0;
+}
+
 cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uint16_t* qkv16,
                                     const float* qkv, const float* positions, int B, int T, int C,
                                     int H, KeyMask mask, const BiasArgs& bias,
                                     const RotationTable& rot, cudaStream_t s,
-                                    const FlashTcKernels& kernels) {
+                                    const FlashTcKernels& kernels, uint16_t* kerple_space) {
     using namespace tc;
     if (B <= 0 || T <= 0) return cudaSuccess;
     TcArgs a = make_args(positions, T, C, H, mask, bias);
@@ -494,11 +503,17 @@ cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uin
     a.k = k;
     a.v = v;
     const int kD = tc_head_dim(a.D);
-    if (kernels.wgmma_forward && wgmma_applies(a, kD))
+    if (kernels.wgmma_forward && wgmma_applies(a, kD)) {
+        // KERPLE-log's terms looked up where the positions allow (the backward's tables, built
+        // here too: a MUFU op a logit fewer, where the softmax's exponentials already bound it)
+        if (a.bs.kind == kKerpleLog && kerple_space != nullptr)
+            if (cudaError_t e = launch_kerple_tables(a, kerple_space, B, s); e != cudaSuccess)
+                return e;
         return kernels.wgmma_producer
                    ? launch_flash_wg_forward_producer(out, lse, a, B, kD, kernels.wgmma_warpgroups,
                                                       s)
                    : launch_flash_wg_forward(out, lse, a, B, kD, kernels.wgmma_warpgroups, s);
+    }
     const int mtiles = kernels.forward_mtiles;
     if (a.D <= 32) return forward_t<32>(out, lse, a, B, s, mtiles);
     if (a.D <= 64) return forward_t<64>(out, lse, a, B, s, mtiles);

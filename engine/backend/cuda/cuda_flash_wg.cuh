@@ -75,7 +75,11 @@ __device__ __forceinline__ void a_fragments(const float (&x)[NT * 4], uint32_t (
 // into pf_prev rather than packed there, or zeroed in a branch; and so it does (C7515) when the
 // wait is put off to the next take, across the barrier. So a pending product waits through
 // skipped tiles for the next taken one or the end: the caller keeps its V staged until then.
-template <int kD>
+// kTables: an instantiation that also looks KERPLE-log's terms up when the call has tables
+// (kKerpleTable; launch_kerple_tables): one MUFU op a logit fewer. Its own instantiation, since
+// the table loop costs registers (at D 64 with two warpgroups 128 -> 175, a block an SM less)
+// that the other families should not pay.
+template <int kD, bool kTables>
 struct WgForwardRows {
     static constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16;
     int h, family, ig, t, w0, w1;
@@ -91,7 +95,7 @@ struct WgForwardRows {
     __device__ __forceinline__ WgForwardRows(const TcArgs& a, int b, int h_, int q0, int warp,
                                              int lane)
         : h(h_),
-          family(bias_family(a.bs.kind)),
+          family(kTables ? call_family(a) : bias_family(a.bs.kind)),
           t(lane & 3),
           positions(needs_positions(a.bs.kind)) {
         w0 = q0 + warp * 16;
@@ -146,10 +150,11 @@ struct WgForwardRows {
 
             const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
             float mx[2] = {-INFINITY, -INFINITY};
-            with_family<false, false>(family, cv != kFull, [&](auto fam, auto masked) {
+            with_family<false, kTables>(family, cv != kFull, [&](auto fam, auto masked) {
                 constexpr int F = decltype(fam)::value;
                 constexpr bool kMasked = decltype(masked)::value;
-                const KerpleRows kr{};  // KERPLE-log by its MUFU path, as the mma.sync forward
+                // KERPLE-log from its tables when the call has them (kKerpleTable), else by MUFU
+                const KerpleRows kr = F == kKerpleTable ? kerple_rows(a, h) : KerpleRows{};
 #pragma unroll
                 for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -346,6 +351,7 @@ struct WgDqRows {
 };
 
 // f(kD, kWG) with both as compile-time constants: head dims 64 and 128, one or two warpgroups.
+// with_wg_forward_shape: f(kD, kWG, kTables), kTables whether the call has KERPLE-log tables.
 template <class F>
 cudaError_t with_wg_shape(int kD, int warpgroups, F&& f) {
     using One = std::integral_constant<int, 1>;
@@ -353,6 +359,13 @@ cudaError_t with_wg_shape(int kD, int warpgroups, F&& f) {
     auto by_groups = [&](auto d) { return warpgroups == 1 ? f(d, One{}) : f(d, Two{}); };
     return kD == 64 ? by_groups(std::integral_constant<int, 64>{})
                     : by_groups(std::integral_constant<int, 128>{});
+}
+
+template <class F>
+cudaError_t with_wg_forward_shape(int kD, int warpgroups, bool tables, F&& f) {
+    return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
+        return tables ? f(d, w, std::true_type{}) : f(d, w, std::false_type{});
+    });
 }
 
 // A block takes kWG * 64 queries (forward, dq) or keys (dk / dv): the grid, the block.

@@ -174,17 +174,17 @@ __device__ __forceinline__ void producer_pipeline(const TcArgs& a,
     done(rows_of_warp);
 }
 
-template <int kD, int kWG>
+template <int kD, int kWG, bool kTables>
 __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
     flash_wg_fwd_producer_kernel(float* out, float* lse, TcArgs a) {
+    using Rows = WgForwardRows<kD, kTables>;
     const int q0 = tile_index() * kWG * kBr, h = blockIdx.y, b = blockIdx.z;
     const uint16_t* const rows[1] = {a.q};
     producer_pipeline<kD, kWG, 1, true>(
-        a, rows, [&](int warp, int lane) { return WgForwardRows<kD>(a, b, h, q0, warp, lane); },
-        [&](WgForwardRows<kD>& r, const char* Qg, size_t, const char* Ks, const char* Vs,
-            const float* pk, int k0, bool take,
-            auto&& issued) { r.tile(a, b, Qg, Ks, Vs, pk, k0, take, issued); },
-        [&](WgForwardRows<kD>& r) { r.write(a, out, lse, b); });
+        a, rows, [&](int warp, int lane) { return Rows(a, b, h, q0, warp, lane); },
+        [&](Rows& r, const char* Qg, size_t, const char* Ks, const char* Vs, const float* pk,
+            int k0, bool take, auto&& issued) { r.tile(a, b, Qg, Ks, Vs, pk, k0, take, issued); },
+        [&](Rows& r) { r.write(a, out, lse, b); });
 }
 
 // dq += dS K in flight into the next tile (WgDqRows): its K stays staged until then.
@@ -206,10 +206,10 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
 
 cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArgs& a, int B, int kD,
                                              int warpgroups, cudaStream_t s) {
-    return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
+    return with_wg_forward_shape(kD, warpgroups, a.ktab != nullptr, [&](auto d, auto w, auto tab) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
         constexpr size_t smem = wg_producer_smem<kD_, kWG, 1>();
-        auto* k = &flash_wg_fwd_producer_kernel<kD_, kWG>;
+        auto* k = &flash_wg_fwd_producer_kernel<kD_, kWG, decltype(tab)::value>;
         static DynamicSharedLimit limit;
         if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
         k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(out, lse, a);

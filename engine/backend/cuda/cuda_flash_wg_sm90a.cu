@@ -38,7 +38,7 @@ constexpr size_t wg_fwd_smem() {
     return size_t(kWG) * kBr * kD * 2 + kFwdStages * (2 * size_t(kBc) * kD * 2 + kBc * 4);
 }
 
-template <int kD, int kWG>
+template <int kD, int kWG, bool kTables>
 __global__ void __launch_bounds__(kWG* kThreads)
     flash_wg_fwd_kernel(float* out, float* lse, TcArgs a) {
     // Qs (kRows x kD, K-major) | kFwdStages stages of [Ks (kBc x kD, K-major) | Vs (kBc x kD,
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
     };
     load(0);  // Q travels in the first group
 
-    WgForwardRows<kD> rows_of_warp(a, b, h, q0, warp, lane);
+    WgForwardRows<kD, kTables> rows_of_warp(a, b, h, q0, warp, lane);
     // A pending P V waits through skipped tiles (WgForwardRows): a warpgroup takes an interval of
     // the block's tiles (cover: its first row's first key to its last row), so only its last
     // kWG - 1 tiles can follow, and its stage is refilled three tiles on.
@@ -356,9 +356,9 @@ __global__ void __launch_bounds__(kWG* kThreads)
 // Each kernel's shared-memory limit is raised once per device (the function-local statics).
 cudaError_t launch_flash_wg_forward(float* out, float* lse, const TcArgs& a, int B, int kD,
                                     int warpgroups, cudaStream_t s) {
-    return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
+    return with_wg_forward_shape(kD, warpgroups, a.ktab != nullptr, [&](auto d, auto w, auto tab) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
-        auto* k = &flash_wg_fwd_kernel<kD_, kWG>;
+        auto* k = &flash_wg_fwd_kernel<kD_, kWG, decltype(tab)::value>;
         static DynamicSharedLimit limit;
         if (const cudaError_t e = limit.raise(k, wg_fwd_smem<kD_, kWG>()); e != cudaSuccess)
             return e;
