@@ -318,6 +318,9 @@ quick_bench() {
     step ab-gpt2-124m-bf16-wgmma-all 60 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
         CTX_FLASH_DKV=wgmma "${B[@]}" --config gpt2-124m --device cuda --precision bf16 \
         --steps 20 --warmup 3
+    step ab-gpt2-124m-bf16-wgmma-producer 60 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
+        CTX_FLASH_DKV=wgmma CTX_FLASH_WGMMA_PIPELINE=producer "${B[@]}" --config gpt2-124m \
+        --device cuda --precision bf16 --steps 20 --warmup 3
     # A/B: the forward at one m-tile per warp (the layout before 2026-11-28) against two
     for d in 64 128; do
         step "ab-attention-d$d-bf16-fwd-1mtile" 45 env CTX_FLASH_FORWARD_MTILES=1 "${B[@]}" \
