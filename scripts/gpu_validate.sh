@@ -290,7 +290,7 @@ quick_bench() {
     for d in 64 128; do
         step "ab-attention-d$d-bf16-wgmma-bwd" 45 env CTX_FLASH_DQ=wgmma CTX_FLASH_DKV=wgmma \
             "${B[@]}" attention --device cuda --precision bf16 --head-dim $d \
-            --T 1024,4096,16384 --pe none,alibi --steps 5 --repeats 2
+            --T 1024,4096,16384 --pe none,alibi,kerple_log --steps 5 --repeats 2
     done
     # the wgmma forward's KERPLE-log computed (MUFU) against looked up (the default, in -wgmma-fwd)
     for d in 64 128; do

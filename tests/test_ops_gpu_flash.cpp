@@ -367,6 +367,8 @@ TEST_P(OpsGpuFlash, Bf16WgmmaProducerGivesLockstepBits) {
         EXPECT_EQ(wg.out, lockstep.out);
         EXPECT_EQ(wg.saved, lockstep.saved);
         EXPECT_TRUE(wg.dqkv == lockstep.dqkv) << "dqkv differs";
+        EXPECT_EQ(wg.da, lockstep.da);
+        EXPECT_EQ(wg.db, lockstep.db);
         EXPECT_CLOSE(wg.out, k.out, kBf16Tol);
     }
 }
@@ -374,8 +376,10 @@ TEST_P(OpsGpuFlash, Bf16WgmmaProducerGivesLockstepBits) {
 // The dq kernel on wgmma (CTX_FLASH_DQ=wgmma; cuda_flash_wg_sm90a.cu): every case against the
 // CPU on the rounded operands, and against the mma.sync dq kernel: the forward, dk and dv are the
 // same kernels (same bits), dq the same terms summed in another order (within 1e-5 of its
-// largest entry). Cases it does not serve (bias-parameter gradients, tables, T5, head dims 32 and
-// 80, a GPU other than sm_90) take the mma.sync dq kernel and pass the same checks.
+// largest entry), and the bias-parameter gradients (ALiBi, KERPLE-log learned) the same terms
+// summed per warpgroup (within 1e-4: sums that cancel). Cases it does not serve (tables, T5,
+// KERPLE-power, head dims 32 and 80, a GPU other than sm_90) take the mma.sync dq kernel and
+// pass the same checks.
 TEST_P(OpsGpuFlash, Bf16WgmmaDqMatchesCpu) {
     REQUIRE_GPU();
     const FlashCase& fc = GetParam();
@@ -393,6 +397,12 @@ TEST_P(OpsGpuFlash, Bf16WgmmaDqMatchesCpu) {
     const FVec dq0 = dqkv_cols(k.dqkv0, C, 0, C);
     EXPECT_CLOSE(minus(dqkv_cols(wg.dqkv, C, 0, C), dq0), minus(dqkv_cols(mma.dqkv, C, 0, C), dq0),
                  1e-5);
+    if (!k.bd.da.empty()) {
+        EXPECT_CLOSE(minus(wg.da, k.bd.da), minus(mma.da, k.bd.da), 1e-4);
+    }
+    if (!k.bd.db.empty()) {
+        EXPECT_CLOSE(minus(wg.db, k.bd.db), minus(mma.db, k.bd.db), 1e-4);
+    }
 }
 
 // The dk / dv kernel on wgmma (CTX_FLASH_DKV=wgmma; cuda_flash_wg_sm90a.cu): every case against
@@ -553,8 +563,9 @@ TEST(OpsGpuFlashChecks, KernelsRunOnEveryDevice) {
 // The producer kernels' pipeline over many tiles: stages refilled many times over (T 600: 10
 // key tiles for the last block), windows that make the second computing warpgroup skip the
 // block's first tiles (its rows' windows start later) and the first skip the last (the causal
-// edge), so the turns count only the tiles both take; packed documents. Fixed bias parameters,
-// so the dq kernel is the wgmma one. The lock-step kernels' bits, those against the CPU.
+// edge), so the turns count only the tiles both take; packed documents; KERPLE-log learned on
+// integer positions (tables, the bias-parameter gradients). The lock-step kernels' bits, those
+// against the CPU.
 TEST(OpsGpuFlashProducer, LongRowsGiveLockstepBits) {
     REQUIRE_GPU();
     for (const FlashCase& fc :
@@ -562,7 +573,9 @@ TEST(OpsGpuFlashProducer, LongRowsGiveLockstepBits) {
           FlashCase{"d64_kerple_window", 1, 520, 128, 2, ctx::BiasKind::KerpleLog, 150, kGaps, 32,
                     128, false},
           FlashCase{"d128_alibi_window_packed", 1, 400, 256, 2, ctx::BiasKind::Linear, 100,
-                    kContiguous, 32, 128, false, false, 3}}) {
+                    kContiguous, 32, 128, false, false, 3},
+          FlashCase{"d128_kerple_learned_window", 1, 450, 256, 2, ctx::BiasKind::KerpleLog, 130,
+                    kIntGaps}}) {
         SCOPED_TRACE(fc.name);
         const Bf16Case k = bf16_case(fc, 9100 + fc.T + fc.C);
         const GpuRun lockstep = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
@@ -576,6 +589,8 @@ TEST(OpsGpuFlashProducer, LongRowsGiveLockstepBits) {
             EXPECT_EQ(wg.out, lockstep.out);
             EXPECT_EQ(wg.saved, lockstep.saved);
             EXPECT_TRUE(wg.dqkv == lockstep.dqkv) << "dqkv differs";
+            EXPECT_EQ(wg.da, lockstep.da);
+            EXPECT_EQ(wg.db, lockstep.db);
         }
     }
 }

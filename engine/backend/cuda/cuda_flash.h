@@ -82,7 +82,7 @@ struct FlashTcKernels {
     int forward_mtiles = 2;      // CTX_FLASH_FORWARD_MTILES: the mma.sync forward's m-tiles a warp
     bool wgmma_forward = false;  // CTX_FLASH_FORWARD=wgmma
     FlashBackward backward = FlashBackward::Split;  // CTX_FLASH_BACKWARD
-    // Split only. dq: not with bias-parameter gradients (the mma.sync dq kernel sums them).
+    // Split only. dq: also with the bias-parameter gradients (ALiBi, KERPLE-log).
     bool wgmma_dq = false;   // CTX_FLASH_DQ=wgmma
     bool wgmma_dkv = false;  // CTX_FLASH_DKV=wgmma
     // CTX_FLASH_WGMMA_WARPGROUPS: a wgmma kernel's block is 2 warpgroups (the default) or 1, each

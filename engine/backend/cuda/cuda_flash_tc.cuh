@@ -615,22 +615,22 @@ TcArgs make_args(const float* positions, int T, int C, int H, KeyMask mask, cons
 // of head dim kD 64 or 128 and the inline bias families (wgmma_applies), in blocks of `warpgroups`
 // (1 or 2) warpgroups of 64 queries (forward, dq) or keys (dk / dv) that share the block's other
 // tiles. Each writes (or adds to, with a.accumulate) what the mma.sync kernel it replaces does:
-// the forward out and lse; the dq kernel (not with bias-parameter gradients, which the mma.sync
-// dq kernel sums) dqkv's dq columns, the dk / dv kernel its dk and dv columns, rotated back with
-// a.rot.
+// the forward out and lse; the dq kernel dqkv's dq columns and, given partials, the
+// bias-parameter gradients' per-chunk sums; the dk / dv kernel its dk and dv columns, rotated
+// back with a.rot.
 cudaError_t launch_flash_wg_forward(float* out, float* lse, const TcArgs& a, int B, int kD,
                                     int warpgroups, cudaStream_t s);
-cudaError_t launch_flash_wg_dq(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,
-                               int B, int kD, int warpgroups, cudaStream_t s);
+cudaError_t launch_flash_wg_dq(float* dqkv, float* partials, const float* lse, const float* dvec,
+                               const TcArgs& a, int B, int kD, int warpgroups, cudaStream_t s);
 cudaError_t launch_flash_wg_dkv(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,
                                 int B, int kD, int warpgroups, cudaStream_t s);
 // The forward and the dq kernel with a producer warpgroup and named barriers
 // (cuda_flash_wg_producer_sm90a.cu): the same bits as launch_flash_wg_forward / _dq.
 cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArgs& a, int B, int kD,
                                              int warpgroups, cudaStream_t s);
-cudaError_t launch_flash_wg_dq_producer(float* dqkv, const float* lse, const float* dvec,
-                                        const TcArgs& a, int B, int kD, int warpgroups,
-                                        cudaStream_t s);
+cudaError_t launch_flash_wg_dq_producer(float* dqkv, float* partials, const float* lse,
+                                        const float* dvec, const TcArgs& a, int B, int kD,
+                                        int warpgroups, cudaStream_t s);
 bool wgmma_device();  // the current GPU runs sm_90a code (compute capability 9.0)
 // Whether the wgmma kernels serve a call of kernel head dim kD: 64 or 128, an inline bias family,
 // a wgmma_device.

@@ -583,11 +583,12 @@ cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float*
     }
     const dim3 grid_q((a.T + kBr - 1) / kBr, a.H, B);
     const bool wgmma = wgmma_applies(a, kD);
-    if (kernels.wgmma_dq && wgmma && partials == nullptr) {
+    if (kernels.wgmma_dq && wgmma) {  // with the bias-parameter partials when they are asked
         const int wgs = kernels.wgmma_warpgroups;
-        if (cudaError_t e = kernels.wgmma_producer
-                                ? launch_flash_wg_dq_producer(dqkv, lse, dvec, a, B, kD, wgs, s)
-                                : launch_flash_wg_dq(dqkv, lse, dvec, a, B, kD, wgs, s);
+        if (cudaError_t e =
+                kernels.wgmma_producer
+                    ? launch_flash_wg_dq_producer(dqkv, partials, lse, dvec, a, B, kD, wgs, s)
+                    : launch_flash_wg_dq(dqkv, partials, lse, dvec, a, B, kD, wgs, s);
             e != cudaSuccess)
             return e;
     } else {

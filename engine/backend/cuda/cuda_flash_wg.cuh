@@ -231,11 +231,17 @@ struct WgForwardRows {
 // (wgmma_wait<1>: groups complete in order) or in finish(), so the caller keeps the tile's K
 // staged until then. Nothing but wgmma writes acc in the loop, and ptxas keeps the in-flight dS
 // fragments' registers (no C7515 / C7520, SASS checked 2026-12-06).
-template <int kD, bool kInFlight>
+// kParamGrads: the bias-parameter gradients too (ALiBi's a, KERPLE-log's a and b), summed per
+// thread over its logits as the mma.sync dq kernel sums them (a float per tile added to a
+// double), then per warpgroup into the partials (write_param_grads). They need a logit's dS and
+// its bias terms together, so this instantiation waits for dP before the logits (P's
+// exponentials no longer run under dP), as that kernel computes them.
+template <int kD, bool kInFlight, bool kParamGrads = false>
 struct WgDqRows {
     static constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16;
     int h, family, t, w0, w1;
     bool positions;
+    double ga = 0.0, gb = 0.0;  // kParamGrads: this thread's share of the a, b gradients
     int i[2], lo[2], hi[2];
     float pa, pb, scale2, pi[2], lse_r[2], d_r[2];
     float acc[DN][4] = {};  // dq: the warp's rows as wgmma accumulators (acc[dn][e] = d[4 dn + e])
@@ -286,11 +292,36 @@ struct WgDqRows {
                           wgmma_desc(Vs + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
         wgmma_commit();
         issued();
-        wgmma_wait<1>();  // S (and the previous tile's dq); dP may still run
-        wgmma_fence_operands(s);
         const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
-        // s becomes P, 0 outside the mask (a warp whose rows the tile misses takes the masked
-        // loop: all 0), while dP is in flight
+        if constexpr (kParamGrads) {
+            wgmma_wait<0>();  // S and dP (and the previous tile's dq)
+            wgmma_fence_operands(s);
+            wgmma_fence_operands(dp);
+            param_grad_logits(a, s, dp, pk, k0, cv);
+        } else {
+            wgmma_wait<1>();  // S (and the previous tile's dq); dP may still run
+            wgmma_fence_operands(s);
+            p_then_ds(a, s, dp, pk, k0, cv);
+        }
+        uint32_t df[NT / 2][4];
+        a_fragments<NT>(s, df);
+        wgmma_fence_after(accd, df);  // df written by this thread since the last product
+#pragma unroll
+        for (int kc = 0; kc < kBc / 16; kc++)  // K read N-major: LBO along keys, SBO along d
+            wgmma_rs<kD, true>(accd, df[kc], wgmma_desc(Ks + kc * 2 * 16 * kD, 16 * kD, kCore),
+                               true);
+        wgmma_commit();
+        if constexpr (!kInFlight) {
+            wgmma_wait<0>();
+            wgmma_fence_operands(accd);
+        }
+    }
+
+    // s becomes P, 0 outside the mask (a warp whose rows the tile misses takes the masked loop:
+    // all 0), while dP is in flight; then dS = P (dP - D_i) once dP has come.
+    __device__ __forceinline__ void p_then_ds(const TcArgs& a, float (&s)[NT * 4],
+                                              float (&dp)[NT * 4], const float* pk, int k0,
+                                              TileCover cv) {
         uint32_t attends = ~0u;  // bit 4 n + e: the pair attends
         with_family<false, true>(family, cv != kFull, [&](auto fam, auto masked) {
             constexpr int F = decltype(fam)::value;
@@ -324,17 +355,74 @@ struct WgDqRows {
                 s[4 * n + e] = (attends >> (4 * n + e)) & 1u
                                    ? s[4 * n + e] * (dp[4 * n + e] - d_r[e >> 1])
                                    : 0.0f;
-        uint32_t df[NT / 2][4];
-        a_fragments<NT>(s, df);
-        wgmma_fence_after(accd, df);  // df written by this thread since the last product
+    }
+
+    // s becomes dS, and each logit's dS times its bias's derivatives goes into fa, fb (the
+    // mma.sync dq kernel's terms: ALiBi d logit / d a = p_i - p_j; KERPLE-log's from its log
+    // and ratio, looked up or computed), a float per tile added to ga, gb.
+    __device__ __forceinline__ void param_grad_logits(const TcArgs& a, float (&s)[NT * 4],
+                                                      const float (&dp)[NT * 4], const float* pk,
+                                                      int k0, TileCover cv) {
+        float fa = 0.0f, fb = 0.0f;
+        with_family<false, true>(family, cv != kFull, [&](auto fam, auto masked) {
+            constexpr int F = decltype(fam)::value;
+            constexpr bool kMasked = decltype(masked)::value;
+            constexpr bool kKerple = F == kKerpleLog || F == kKerpleTable;
+            const KerpleRows kr = F == kKerpleTable ? kerple_rows(a, h) : KerpleRows{};
 #pragma unroll
-        for (int kc = 0; kc < kBc / 16; kc++)  // K read N-major: LBO along keys, SBO along d
-            wgmma_rs<kD, true>(accd, df[kc], wgmma_desc(Ks + kc * 2 * 16 * kD, 16 * kD, kCore),
-                               true);
-        wgmma_commit();
-        if constexpr (!kInFlight) {
-            wgmma_wait<0>();
-            wgmma_fence_operands(accd);
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), j = k0 + c;
+                    float v = 0.0f;
+                    if (!kMasked || (j >= lo[r] && j <= hi[r])) {
+                        const float pj = F == kNone ? 0.0f : pk[c];
+                        if constexpr (kKerple) {
+                            float ratio = 0.0f;  // the log the bias needs is its a-gradient's
+                            const float lg = kerple_log2<F, true>(kr, pb, pi[r], pj, &ratio);
+                            v = exp2_ftz(
+                                    p_exponent(fmaf(s[4 * n + e], scale2, -pa * lg), lse_r[r])) *
+                                (dp[4 * n + e] - d_r[r]);
+                            fa -= v * lg * kLn2;
+                            fb -= v * pa * ratio;
+                        } else {
+                            const float x =
+                                fmaf(s[4 * n + e], scale2,
+                                     bias2_of<F>(a.bs, h, pa, pb, pi[r], pj, nullptr, j, kr));
+                            v = exp2_ftz(p_exponent(x, lse_r[r])) * (dp[4 * n + e] - d_r[r]);
+                            if constexpr (F == kLinear) fa -= v * (pi[r] - pj);
+                        }
+                    }
+                    s[4 * n + e] = v;
+                }
+        });
+        ga += double(fa);
+        gb += double(fb);
+    }
+
+    // kParamGrads, after the last tile: the warpgroup's a, b gradient sums (a fixed order:
+    // each warp's tree, then the 4 warps' as block_sum adds them) into the partials' 32-row
+    // chunk of its first row g0, the next chunk zeroed, as the mma.sync dq kernel writes its 64
+    // rows. red: 8 doubles of this warpgroup's in shared memory; sync: a barrier over its 128
+    // threads (or more).
+    template <class Sync>
+    __device__ __forceinline__ void write_param_grads(const TcArgs& a, float* partials, int b,
+                                                      int g0, double* red, Sync&& sync) const {
+        const int lane = int(threadIdx.x) & 31, w = (int(threadIdx.x) >> 5) & 3;
+        double sa = warp_sum(ga), sb = warp_sum(gb);
+        if (lane == 0) {
+            red[w] = sa;
+            red[4 + w] = sb;
+        }
+        sync();
+        sa = warp_sum(lane < 4 ? red[lane] : 0.0);
+        sb = warp_sum(lane < 4 ? red[4 + lane] : 0.0);
+        const int chunks = (a.T + kBiasGradRows - 1) / kBiasGradRows, chunk = g0 / kBiasGradRows;
+        if (int(threadIdx.x) % kThreads == 0 && chunk < chunks) {
+            float* slot = partials + ((size_t(b) * a.H + h) * chunks + chunk) * kMaxT5Buckets;
+            slot[0] = float(sa);
+            slot[1] = float(sb);
+            if (chunk + 1 < chunks) slot[kMaxT5Buckets] = slot[kMaxT5Buckets + 1] = 0.0f;
         }
     }
 

@@ -171,7 +171,9 @@ __device__ __forceinline__ void producer_pipeline(const TcArgs& a,
     }
     rows_of_warp.finish();
     if (held >= 0) release(held);
-    done(rows_of_warp);
+    // a barrier over this consumer's threads for done's sums: full(0, wg), idle now (every phase
+    // of it has completed; a phase may name another count)
+    done(rows_of_warp, wg, [&] { named_barrier_sync(Bar::full(0, wg), kThreads); });
 }
 
 template <int kD, int kWG, bool kTables>
@@ -184,22 +186,29 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
         a, rows, [&](int warp, int lane) { return Rows(a, b, h, q0, warp, lane); },
         [&](Rows& r, const char* Qg, size_t, const char* Ks, const char* Vs, const float* pk,
             int k0, bool take, auto&& issued) { r.tile(a, b, Qg, Ks, Vs, pk, k0, take, issued); },
-        [&](Rows& r) { r.write(a, out, lse, b); });
+        [&](Rows& r, int, auto&&) { r.write(a, out, lse, b); });
 }
 
-// dq += dS K in flight into the next tile (WgDqRows): its K stays staged until then.
-template <int kD, int kWG>
+// dq += dS K in flight into the next tile (WgDqRows): its K stays staged until then. kGrads: the
+// bias-parameter gradients into partials too.
+template <int kD, int kWG, bool kGrads>
 __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
-    flash_wg_dq_producer_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
+    flash_wg_dq_producer_kernel(float* dqkv, float* partials, const float* lse, const float* dvec,
+                                TcArgs a) {
+    using Rows = WgDqRows<kD, true, kGrads>;
     const int q0 = tile_index() * kWG * kBr, h = blockIdx.y, b = blockIdx.z;
     const uint16_t* const rows[2] = {a.q, a.g};
+    __shared__ double red[kGrads ? kWG * 8 : 1];
     producer_pipeline<kD, kWG, 2, false>(
-        a, rows,
-        [&](int warp, int lane) { return WgDqRows<kD, true>(a, b, h, q0, warp, lane, lse, dvec); },
-        [&](WgDqRows<kD, true>& r, const char* Qg, size_t row_bytes, const char* Ks, const char* Vs,
+        a, rows, [&](int warp, int lane) { return Rows(a, b, h, q0, warp, lane, lse, dvec); },
+        [&](Rows& r, const char* Qg, size_t row_bytes, const char* Ks, const char* Vs,
             const float* pk, int k0, bool take,
             auto&& issued) { r.tile(a, b, Qg, Qg + row_bytes, Ks, Vs, pk, k0, take, issued); },
-        [&](WgDqRows<kD, true>& r) { r.write(a, dqkv, b); });
+        [&](Rows& r, int wg, auto&& sync) {
+            r.write(a, dqkv, b);
+            if constexpr (kGrads)
+                r.write_param_grads(a, partials, b, q0 + wg * kBr, red + wg * 8, sync);
+        });
 }
 
 }  // namespace
@@ -217,17 +226,20 @@ cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArg
     });
 }
 
-cudaError_t launch_flash_wg_dq_producer(float* dqkv, const float* lse, const float* dvec,
-                                        const TcArgs& a, int B, int kD, int warpgroups,
-                                        cudaStream_t s) {
+cudaError_t launch_flash_wg_dq_producer(float* dqkv, float* partials, const float* lse,
+                                        const float* dvec, const TcArgs& a, int B, int kD,
+                                        int warpgroups, cudaStream_t s) {
     return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
         constexpr size_t smem = wg_producer_smem<kD_, kWG, 2>();
-        auto* k = &flash_wg_dq_producer_kernel<kD_, kWG>;
-        static DynamicSharedLimit limit;
-        if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
-        k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(dqkv, lse, dvec, a);
-        return cudaGetLastError();
+        static DynamicSharedLimit plain, grads;  // one per kernel (the two share a type)
+        auto launch = [&](auto* k, DynamicSharedLimit& limit) {
+            if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
+            k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(dqkv, partials, lse, dvec, a);
+            return cudaGetLastError();
+        };
+        return partials != nullptr ? launch(&flash_wg_dq_producer_kernel<kD_, kWG, true>, grads)
+                                   : launch(&flash_wg_dq_producer_kernel<kD_, kWG, false>, plain);
     });
 }
 

@@ -105,9 +105,11 @@ __global__ void __launch_bounds__(kWG* kThreads)
 template <int kD, int kWG>
 inline constexpr int kWgDqStages = kWG == 1 && kD == 128 ? 2 : 3;
 
-template <int kD, int kWG>
+// kGrads: the bias-parameter gradients into partials too (WgDqRows' kParamGrads).
+template <int kD, int kWG, bool kGrads>
 __global__ void __launch_bounds__(kWG* kThreads)
-    flash_wg_dq_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
+    flash_wg_dq_kernel(float* dqkv, float* partials, const float* lse, const float* dvec,
+                       TcArgs a) {
     // Qs, dOs (kRows x kD, K-major) | kStages stages of [Ks, Vs (kBc x kD, K-major) | posK (kBc
     // floats)]
     constexpr int kStages = kWgDqStages<kD, kWG>;
@@ -144,7 +146,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
     };
     load(0);  // Q and dO travel in the first group
 
-    WgDqRows<kD, kDqInFlight> rows_of_warp(a, b, h, q0, warp, lane, lse, dvec);
+    WgDqRows<kD, kDqInFlight && !kGrads, kGrads> rows_of_warp(a, b, h, q0, warp, lane, lse, dvec);
     for (int it = 0; it < n_tiles; it++) {
         const int k0 = k_first + it * kBc, st = it % kStages;
         // tile it + 1 loads into the stage of tile it + 1 - kStages; this thread's copies fenced
@@ -156,6 +158,10 @@ __global__ void __launch_bounds__(kWG* kThreads)
     }
     rows_of_warp.finish();
     rows_of_warp.write(a, dqkv, b);
+    if constexpr (kGrads) {
+        __shared__ double red[kWG * 8];
+        rows_of_warp.write_param_grads(a, partials, b, g0, red + wg * 8, [] { __syncthreads(); });
+    }
 }
 
 template <int kD, int kWG>
@@ -367,16 +373,20 @@ cudaError_t launch_flash_wg_forward(float* out, float* lse, const TcArgs& a, int
     });
 }
 
-cudaError_t launch_flash_wg_dq(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,
-                               int B, int kD, int warpgroups, cudaStream_t s) {
+cudaError_t launch_flash_wg_dq(float* dqkv, float* partials, const float* lse, const float* dvec,
+                               const TcArgs& a, int B, int kD, int warpgroups, cudaStream_t s) {
     return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
-        auto* k = &flash_wg_dq_kernel<kD_, kWG>;
-        static DynamicSharedLimit limit;
-        if (const cudaError_t e = limit.raise(k, wg_dq_smem<kD_, kWG>()); e != cudaSuccess)
-            return e;
-        k<<<wg_grid(a, B, kWG), kWG * kThreads, wg_dq_smem<kD_, kWG>(), s>>>(dqkv, lse, dvec, a);
-        return cudaGetLastError();
+        static DynamicSharedLimit plain, grads;  // one per kernel (the two share a type)
+        auto launch = [&](auto* k, DynamicSharedLimit& limit) {
+            if (const cudaError_t e = limit.raise(k, wg_dq_smem<kD_, kWG>()); e != cudaSuccess)
+                return e;
+            k<<<wg_grid(a, B, kWG), kWG * kThreads, wg_dq_smem<kD_, kWG>(), s>>>(dqkv, partials,
+                                                                                 lse, dvec, a);
+            return cudaGetLastError();
+        };
+        return partials != nullptr ? launch(&flash_wg_dq_kernel<kD_, kWG, true>, grads)
+                                   : launch(&flash_wg_dq_kernel<kD_, kWG, false>, plain);
     });
 }
 
