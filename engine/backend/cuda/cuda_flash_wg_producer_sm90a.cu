@@ -68,8 +68,8 @@ static_assert(kThreads * kProducerRegs + 2 * kThreads * kConsumerRegs <= 65536,
 // The block's pipeline. Rows: WgForwardRows or WgDqRows, made by make_rows(warp, lane) in each
 // consumer thread; row_src[o]: operand o's rows in global memory (this head's, from row 0);
 // kVNMajor: V staged N-major (the forward's O += P V) or K-major (the dq kernel's dP = dO V^T).
-// Per tile a consumer calls tile(rows, Qg-like row pointers..., K, V, positions, k0, take,
-// issued) through run_tile; after the last, done(rows).
+// Per tile a consumer calls run_tile(rows, its row operands, their stride, K, V, positions, k0,
+// take, issued); after the last, done(rows, its warpgroup, a barrier over its threads).
 template <int kD, int kWG, int kRowOps, bool kVNMajor, class MakeRows, class RunTile, class Done>
 __device__ __forceinline__ void producer_pipeline(const TcArgs& a,
                                                   const uint16_t* const (&row_src)[kRowOps],
@@ -150,18 +150,19 @@ __device__ __forceinline__ void producer_pipeline(const TcArgs& a,
     static_assert(kWG <= kStages - 1, "an in-flight product's stage outlives the skipped tiles");
     int held = -1;      // the tile whose stage a product still in flight reads
     bool first = true;  // no tile both consumers take has been issued yet
+    bool turns = both_take(0);  // tile j's, then j + 1's (each computed once)
     for (int j = 0; j < n_tiles; j++) {
         const int k0 = k_first + j * kBc, st = j % kStages;
         named_barrier_sync(Bar::full(st, wg), Bar::kFullThreads);
-        const bool take = takes(wg, k0);
-        const bool turns = both_take(j);
+        const bool take = takes(wg, k0), turns_next = both_take(j + 1);
         // consumer 0 goes first at the first tile both take; the other's last turn is not waited
         if (turns && !(wg == 0 && first)) named_barrier_sync(Bar::turn(wg), Bar::kFullThreads);
         run_tile(rows_of_warp, own_rows, kRowBytes, Ks(st), Vs(st), posK(st), k0, take, [&] {
-            if (turns && !(wg == 1 && !both_take(j + 1)))
+            if (turns && !(wg == 1 && !turns_next))
                 named_barrier_arrive(Bar::turn(1 - wg), Bar::kFullThreads);
         });
         if (turns) first = false;
+        turns = turns_next;
         if (take) {
             if (held >= 0) release(held);  // its product has run
             held = j;
