@@ -298,7 +298,7 @@ quick_bench() {
             CTX_FLASH_FORWARD_KERPLE=computed "${B[@]}" attention --device cuda --precision bf16 \
             --head-dim $d --T 1024,4096,16384 --pe kerple_log --steps 5 --repeats 2
     done
-    # the forward and dq kernel with a producer warpgroup and named barriers (2026-12-06): the
+    # the three wgmma kernels with a producer warpgroup and named barriers (2026-12-06): the
     # forward column against -wgmma-fwd's, the backward column against -wgmma-bwd's
     for d in 64 128; do
         step "ab-attention-d$d-bf16-wgmma-producer" 45 env CTX_FLASH_FORWARD=wgmma \
@@ -421,7 +421,8 @@ quick_bench() {
     # the wgmma kernels (forward, dq, dk / dv), each against its mma.sync kernel above (the
     # backward's at D 64 / T 1k, the forward's at D 128 / T 4k)
     step profile-flash-wg-producer-ncu-d128 60 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
-        CTX_FLASH_WGMMA_PIPELINE=producer "$RUN" "$ncu" -k regex:flash_wg --launch-count 2 \
+        CTX_FLASH_DKV=wgmma CTX_FLASH_WGMMA_PIPELINE=producer "$RUN" "$ncu" -k regex:flash_wg \
+        --launch-count 3 \
         --metrics "$m" "$BUNDLE/bin/ctxengine" bench attention --device cuda --precision bf16 \
         --head-dim 128 --T 4096 --pe none --steps 1 --repeats 1 --warmup 0
     for dt in 64:1024 128:4096; do

@@ -73,6 +73,11 @@ STACK_ALLOWED = [
     # two staging values reloaded from L1 when a query tile is prefetched (8 bytes; 0 since the
     # two-warpgroup blocks, 2026-12-05)
     (r"flash_wg_dkv_kernelILi128E", {"sm_90a": 8}),
+    # its producer form with two consumers (CTX_FLASH_WGMMA_PIPELINE=producer): 240 registers a
+    # consumer thread after setmaxnreg; four loop-invariant values of the consumers' named-barrier
+    # waits reloaded from L1 once a tile (16 bytes, 2026-12-06; 52 while dv's products overlapped
+    # dS^T, which the producer form no longer does at D 128)
+    (r"flash_wg_dkv_producer_kernelILi128ELi2E", {"sm_90a": 16}),
     # the rotary kernels' double-precision sincos (cuda_rotary.cuh pair_rotation): libdevice's
     # argument reduction for large angles keeps its words in a local array, not a spill
     # (2026-12-05: the separate pass and the flash kernels' per-token table)
@@ -113,9 +118,9 @@ PARAM_GRADS = re.compile(r"flash_wg_dq(_producer)?_kernelILi\d+ELi\dELb1E")
 
 
 # Kernels of a producer warpgroup and two computing ones (cuda_flash_wg_producer_sm90a.cu: the
-# forward and the dq kernel): 384
-# threads launch with 168 registers; setmaxnreg gives the producer's to the others.
-REGISTER_HANDOFF = re.compile(r"flash_wg_(fwd|dq)_producer_kernelILi\d+ELi2E")
+# forward, the dq and the dk / dv kernel): 384 threads launch with 168 registers; setmaxnreg
+# gives the producer's to the others.
+REGISTER_HANDOFF = re.compile(r"flash_wg_(fwd|dq|dkv)_producer_kernelILi\d+ELi2E")
 
 
 def hands_registers_over(instructions):
@@ -270,6 +275,7 @@ def self_test():
     prod = "_ZN3ctx4cuda2tc28flash_wg_fwd_producer_kernelILi128ELi2EEEvPfS4_NS1_6TcArgsE"
     assert REGISTER_HANDOFF.search(prod) and not REGISTER_HANDOFF.search(prod.replace("Li2E", "Li1E"))
     assert REGISTER_HANDOFF.search(prod.replace("fwd", "dq"))
+    assert REGISTER_HANDOFF.search(prod.replace("fwd", "dkv"))
     both = ["USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0", "EXIT", "USETMAXREG.DEALLOC.CTAPOOL 0x18"]
     assert [hands_registers_over(x) for x in (both, both[:2], both[1:])] == [True, False, False]
     print("sass_check: self-test passed (pairs counted 20 / 0 / 0 / 1)")

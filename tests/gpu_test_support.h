@@ -83,8 +83,8 @@ inline ctx::Backend& gpu_bf16_wgmma_forward() {
     return *be;
 }
 
-// Every wgmma kernel, the forward and the dq kernel with a producer warpgroup
-// (CTX_FLASH_WGMMA_PIPELINE=producer), their blocks' computing warpgroups two (the default) or one.
+// Every wgmma kernel with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer), their
+// blocks' computing warpgroups two (the default) or one.
 inline ctx::Backend& gpu_bf16_wgmma_producer(int warpgroups) {
     static std::unique_ptr<ctx::Backend> two =
         make_bf16_backend_with({{"CTX_FLASH_FORWARD", "wgmma"},

@@ -348,12 +348,12 @@ TEST_P(OpsGpuFlash, Bf16WgmmaForwardMatchesCpu) {
     EXPECT_CLOSE(wg.out, mma.out, kBf16Tol);
 }
 
-// The wgmma forward and dq kernel with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer;
+// The wgmma kernels with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer;
 // cuda_flash_wg_producer_sm90a.cu), with two computing warpgroups and with one: the consumers
 // run the lock-step kernels' arithmetic on the same tiles in the same order, so out, lse and
-// dqkv are the lock-step kernels' bits (all three wgmma kernels in both backends; dk / dv has no
-// producer form); and out against the CPU. Cases the wgmma kernels do not serve take the
-// mma.sync kernels in both backends and pass alike.
+// dqkv are the lock-step kernels' bits (all three wgmma kernels in both backends); and out
+// against the CPU. Cases the wgmma kernels do not serve take the mma.sync kernels in both
+// backends and pass alike.
 // The producer kernels, with two computing warpgroups and with one, against the lock-step
 // kernels' run of the same case: every output bit for bit.
 void expect_producer_gives_lockstep_bits(const FlashCase& fc, const Bf16Case& k,
@@ -568,9 +568,10 @@ TEST(OpsGpuFlashChecks, KernelsRunOnEveryDevice) {
 }
 
 // The producer kernels' pipeline over many tiles: stages refilled many times over (T 600: 10
-// key tiles for the last block), windows that make the second computing warpgroup skip the
-// block's first tiles (its rows' windows start later) and the first skip the last (the causal
-// edge), so the turns count only the tiles both take; packed documents; KERPLE-log learned on
+// key tiles for the last query block, 10 query tiles for the first key block), windows that make
+// the second computing warpgroup skip the block's first tiles (its rows' windows start later, the
+// causal edge for dk / dv) and the first skip the last (the causal edge; the window's end for
+// dk / dv), so the turns count only the tiles both take; packed documents; KERPLE-log learned on
 // integer positions (tables, the bias-parameter gradients). The lock-step kernels' bits, those
 // against the CPU.
 TEST(OpsGpuFlashProducer, LongRowsGiveLockstepBits) {

@@ -223,9 +223,10 @@ CudaBackend::CudaBackend(int device, Precision precision)
                 precision_ == Precision::Bf16
             ? " (forward's KERPLE-log computed)"
             : "",
-        kernels.wgmma_producer && (kernels.wgmma_forward || kernels.wgmma_dq) &&
+        kernels.wgmma_producer &&
+                (kernels.wgmma_forward || kernels.wgmma_dq || kernels.wgmma_dkv) &&
                 precision_ == Precision::Bf16
-            ? " (forward / dq with a producer warpgroup)"
+            ? " (with a producer warpgroup)"
             : "",
         one_warpgroup && precision_ == Precision::Bf16 ? ", 1-warpgroup wgmma blocks" : "",
         separate_rotary && precision_ == Precision::Bf16 ? ", separate rotary" : "",

@@ -89,7 +89,7 @@ struct FlashTcKernels {
     // of 64 queries (forward, dq) or keys (dk / dv), sharing the block's K, V (Q, dO) tiles: 2
     // halves the shared-memory fills and the L2 reads a product needs (FlashAttention-3's layout)
     int wgmma_warpgroups = 2;
-    // CTX_FLASH_WGMMA_PIPELINE=producer: the wgmma forward's and dq kernel's blocks gain a
+    // CTX_FLASH_WGMMA_PIPELINE=producer: the three wgmma kernels' blocks gain a
     // producer warpgroup that stages the tiles while the others compute, meeting them at named
     // barriers instead of the block barrier, the two computing warpgroups taking turns at the
     // tensor core (FlashAttention-3's warp specialisation and ping-pong); lockstep (false) is

@@ -624,13 +624,16 @@ cudaError_t launch_flash_wg_dq(float* dqkv, float* partials, const float* lse, c
                                const TcArgs& a, int B, int kD, int warpgroups, cudaStream_t s);
 cudaError_t launch_flash_wg_dkv(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,
                                 int B, int kD, int warpgroups, cudaStream_t s);
-// The forward and the dq kernel with a producer warpgroup and named barriers
-// (cuda_flash_wg_producer_sm90a.cu): the same bits as launch_flash_wg_forward / _dq.
+// The three with a producer warpgroup and named barriers (cuda_flash_wg_producer_sm90a.cu): the
+// same bits as launch_flash_wg_forward / _dq / _dkv.
 cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArgs& a, int B, int kD,
                                              int warpgroups, cudaStream_t s);
 cudaError_t launch_flash_wg_dq_producer(float* dqkv, float* partials, const float* lse,
                                         const float* dvec, const TcArgs& a, int B, int kD,
                                         int warpgroups, cudaStream_t s);
+cudaError_t launch_flash_wg_dkv_producer(float* dqkv, const float* lse, const float* dvec,
+                                         const TcArgs& a, int B, int kD, int warpgroups,
+                                         cudaStream_t s);
 bool wgmma_device();  // the current GPU runs sm_90a code (compute capability 9.0)
 // Whether the wgmma kernels serve a call of kernel head dim kD: 64 or 128, an inline bias family,
 // a wgmma_device.

@@ -597,7 +597,10 @@ cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float*
         if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
     }
     if (kernels.wgmma_dkv && wgmma)
-        return launch_flash_wg_dkv(dqkv, lse, dvec, a, B, kD, kernels.wgmma_warpgroups, s);
+        return kernels.wgmma_producer
+                   ? launch_flash_wg_dkv_producer(dqkv, lse, dvec, a, B, kD,
+                                                  kernels.wgmma_warpgroups, s)
+                   : launch_flash_wg_dkv(dqkv, lse, dvec, a, B, kD, kernels.wgmma_warpgroups, s);
     auto* dkv = &flash_tc_dkv_kernel<kD, false>;
     dkv<<<grid_k, kThreads, dkv_smem(kD, false), s>>>(dqkv, nullptr, nullptr, lse, dvec, a);
     return cudaGetLastError();

@@ -1,4 +1,4 @@
-// The wgmma flash forward and dq kernel with a producer warpgroup
+// The wgmma flash forward, dq and dk / dv kernels with a producer warpgroup
 // (CTX_FLASH_WGMMA_PIPELINE=producer), an A/B against the lock-step kernels of
 // cuda_flash_wg_sm90a.cu until a GPU has timed both.
 //
@@ -6,10 +6,11 @@
 // barrier once a tile, so both run their products at the same moments and both do their
 // per-logit arithmetic at the same moments, while the tensor core waits. Here (FlashAttention-3's
 // warp specialisation) a block is kWG consumer warpgroups, which compute exactly what the
-// lock-step kernels' do (WgForwardRows, WgDqRows: the same bits), and one producer warpgroup,
-// which only copies: the block's query rows once (Q; Q and dO), then K, V and the key positions
-// of every tile into kStages stages. They meet at named barriers (cuda_device.cuh), never at the
-// block's:
+// lock-step kernels' do (WgForwardRows, WgDqRows, WgDkvRows: the same bits), and one producer
+// warpgroup, which only copies: the block's own rows once (Q; Q and dO; the dk / dv kernel's K
+// and V), then each tile (K, V and the key positions; Q, dO and the queries' positions,
+// log-sum-exps and D) into kStages stages. They meet at named barriers (cuda_device.cuh), never at
+// the block's:
 //   full(stage, c)  the producer, once the stage's copies have landed and are fenced for the
 //                   tensor core's reads, and consumer c, before it reads them: 256 threads. One
 //                   per consumer, so the consumers need not be in step.
@@ -24,9 +25,10 @@
 //
 // The schedule: the producer hands out tile j, then fills tile j + 2 into the stage of tile
 // j - 2. A consumer at tile j keeps tile j - 1's stage until the product that reads it (the
-// forward's P V, the dq kernel's dS K) has run, which it knows once tile j is done, so the stage
-// of j - 2 is released by the slower consumer during its tile j - 1: one consumer may run a tile
-// ahead of the other before it waits for a load. Four stages: j - 1 .. j + 2.
+// forward's P V, the dq kernel's dS K, the dk / dv kernel's at D 64) has run, which it knows once
+// tile j is done, so the stage of j - 2 is released by the slower consumer during its tile j - 1:
+// one consumer may run a tile ahead of the other before it waits for a load. Four stages:
+// j - 1 .. j + 2.
 //
 // Arrivals balance, as named barriers need (a surplus arrival would count in the next phase):
 // every consumer syncs full for every tile of the block (also the ones it skips) and arrives at
@@ -39,14 +41,6 @@ namespace ctx::cuda::tc {
 namespace {
 
 inline constexpr int kProducerStages = 4;
-
-// Shared memory: kRowOps operands of the block's query rows (Q; Q and dO), then the stages of
-// [K | V | key positions].
-template <int kD, int kWG, int kRowOps>
-constexpr size_t wg_producer_smem() {
-    return size_t(kRowOps) * kWG * kBr * kD * 2 +
-           kProducerStages * (2 * size_t(kBc) * kD * 2 + kBc * 4);
-}
 
 // Named barrier ids (1-15; 0 is __syncthreads'): full(stage, c), empty(stage), turn(c).
 template <int kWG>
@@ -65,50 +59,32 @@ inline constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 static_assert(kThreads * kProducerRegs + 2 * kThreads * kConsumerRegs <= 65536,
               "one block's registers");
 
-// The block's pipeline. Rows: WgForwardRows or WgDqRows, made by make_rows(warp, lane) in each
-// consumer thread; row_src[o]: operand o's rows in global memory (this head's, from row 0);
-// kVNMajor: V staged N-major (the forward's O += P V) or K-major (the dq kernel's dP = dO V^T).
-// Per tile a consumer calls run_tile(rows, its row operands, their stride, K, V, positions, k0,
-// take, issued); after the last, done(rows, its warpgroup, a barrier over its threads).
-template <int kD, int kWG, int kRowOps, bool kVNMajor, class MakeRows, class RunTile, class Done>
-__device__ __forceinline__ void producer_pipeline(const TcArgs& a,
-                                                  const uint16_t* const (&row_src)[kRowOps],
-                                                  MakeRows&& make_rows, RunTile&& run_tile,
-                                                  Done&& done) {
-    extern __shared__ float sm[];
+// The block's pipeline (the schedule above) for a Plan, one per kernel, which says what is
+// staged where and what a consumer computes:
+//   n_tiles                              the block's tiles
+//   load_rows(thread)                    the producer stages the block's own rows (once)
+//   load_tile(j, thread)                 ... and tile j into stage j % kProducerStages, both
+//                                        without a commit (the pipeline commits)
+//   takes(c, j)                          whether consumer c's rows meet tile j (an interval)
+//   make_rows(warp, lane)                a consumer thread's Rows (WgForwardRows, ...)
+//   run_tile(rows, wg, j, take, issued)  consumer wg's tile j; issued() after its first products
+//   done(rows, wg, sync)                 after the last tile; sync: a barrier over its threads
+template <int kWG, class Plan>
+__device__ __forceinline__ void producer_pipeline(const Plan& plan) {
     using Bar = ProducerBarriers<kWG>;
-    constexpr int kStages = kProducerStages, kRows = kWG * kBr;
-    constexpr size_t kRowBytes = size_t(kRows) * kD * 2, kTile = size_t(kBc) * kD * 2;
-    constexpr size_t kStage = 2 * kTile + kBc * 4;
-    char* rows_smem = reinterpret_cast<char*>(sm);
-    auto Ks = [&](int st) { return rows_smem + kRowOps * kRowBytes + st * kStage; };
-    auto Vs = [&](int st) { return Ks(st) + kTile; };
-    auto posK = [&](int st) { return reinterpret_cast<float*>(Vs(st) + kTile); };
-    const int T = a.T, q0 = tile_index() * kRows, h = blockIdx.y, b = blockIdx.z;
-    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kRows - 1);
-    const int n_tiles = (j_last - k_first) / kBc + 1;
+    constexpr int kStages = kProducerStages;
+    const int n_tiles = plan.n_tiles;
     const int wg = int(threadIdx.x) / kThreads;
 
     if (wg == kWG) {  // the producer
         if constexpr (kWG == 2) warpgroup_max_registers<kProducerRegs, false>();
         const int thread = int(threadIdx.x) - kWG * kThreads;
-        const size_t rows = (size_t(b) * a.H + h) * a.Tp * kD;
-        const float* pos = a.pos + size_t(b) * T;
-        const bool positions = needs_positions(a.bs.kind);
         auto load = [&](int j) {  // tile j into stage j % kStages, one commit group
-            const int st = j % kStages, k0 = k_first + j * kBc;
-            stage_core<kBc, kD, false, kThreads, false>(Ks(st), a.k + rows + size_t(k0) * kD,
-                                                        thread);
-            stage_core<kBc, kD, kVNMajor, kThreads, false>(Vs(st), a.v + rows + size_t(k0) * kD,
-                                                           thread);
-            if (positions) stage_floats_async(posK(st), pos, k0, kBc, T, thread);
+            plan.load_tile(j, thread);
             cp_async_commit();
         };
-#pragma unroll
-        for (int o = 0; o < kRowOps; o++)
-            stage_core<kRows, kD, false, kThreads, false>(
-                rows_smem + o * kRowBytes, row_src[o] + rows + size_t(q0) * kD, thread);
-        load(0);  // the query rows travel in the first group
+        plan.load_rows(thread);
+        load(0);  // the block's rows travel in the first group
         if (n_tiles > 1) load(1);
         for (int j = 0; j < n_tiles; j++) {
             // tile j landed (tile j + 1 may still be in flight), fenced for the async proxy
@@ -129,18 +105,11 @@ __device__ __forceinline__ void producer_pipeline(const TcArgs& a,
         return;
     }
 
-    // a consumer: this warpgroup's 64 queries, their K-major rows of each row operand
+    // a consumer
     if constexpr (kWG == 2) warpgroup_max_registers<kConsumerRegs, true>();
-    const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31;
-    const char* own_rows = rows_smem + wg * kBr * kD * 2;  // operand o at + o kRowBytes
-    auto rows_of_warp = make_rows(warp, lane);
-    auto takes = [&](int c, int k0) {  // whether consumer c's rows see the tile from k0
-        const int c0 = q0 + c * kBr;
-        return cover(a, b, c0, c0 + kBr - 1, k0, k0 + kBc - 1) != kSkip;
-    };
+    auto rows_of_warp = plan.make_rows(int(threadIdx.x) >> 5, int(threadIdx.x) & 31);
     auto both_take = [&](int j) {
-        const int k0 = k_first + j * kBc;
-        return kWG == 2 && j < n_tiles && takes(0, k0) && takes(1, k0);
+        return kWG == 2 && j < n_tiles && plan.takes(0, j) && plan.takes(1, j);
     };
     auto release = [&](int j) {  // this warpgroup no longer reads tile j's stage
         if (j + kStages < n_tiles) named_barrier_arrive(Bar::empty(j % kStages), Bar::kAllThreads);
@@ -152,12 +121,11 @@ __device__ __forceinline__ void producer_pipeline(const TcArgs& a,
     bool first = true;  // no tile both consumers take has been issued yet
     bool turns = both_take(0);  // tile j's, then j + 1's (each computed once)
     for (int j = 0; j < n_tiles; j++) {
-        const int k0 = k_first + j * kBc, st = j % kStages;
-        named_barrier_sync(Bar::full(st, wg), Bar::kFullThreads);
-        const bool take = takes(wg, k0), turns_next = both_take(j + 1);
+        named_barrier_sync(Bar::full(j % kStages, wg), Bar::kFullThreads);
+        const bool take = plan.takes(wg, j), turns_next = both_take(j + 1);
         // consumer 0 goes first at the first tile both take; the other's last turn is not waited
         if (turns && !(wg == 0 && first)) named_barrier_sync(Bar::turn(wg), Bar::kFullThreads);
-        run_tile(rows_of_warp, own_rows, kRowBytes, Ks(st), Vs(st), posK(st), k0, take, [&] {
+        plan.run_tile(rows_of_warp, wg, j, take, [&] {
             if (turns && !(wg == 1 && !turns_next))
                 named_barrier_arrive(Bar::turn(1 - wg), Bar::kFullThreads);
         });
@@ -174,42 +142,213 @@ __device__ __forceinline__ void producer_pipeline(const TcArgs& a,
     if (held >= 0) release(held);
     // a barrier over this consumer's threads for done's sums: full(0, wg), idle now (every phase
     // of it has completed; a phase may name another count)
-    done(rows_of_warp, wg, [&] { named_barrier_sync(Bar::full(0, wg), kThreads); });
+    plan.done(rows_of_warp, wg, [&] { named_barrier_sync(Bar::full(0, wg), kThreads); });
 }
 
+// The forward's and dq kernel's block: kWG * 64 queries from q0 and kRowOps operands of them
+// (Q; Q and dO), staged K-major once; per key tile a stage of [K | V | key positions], V
+// N-major for the forward's O += P V (kVNMajor), K-major for the dq kernel's dP = dO V^T.
+template <int kD, int kWG, int kRowOps, bool kVNMajor>
+struct QueryBlock {
+    static constexpr int kRows = kWG * kBr;
+    static constexpr size_t kRowBytes = size_t(kRows) * kD * 2, kTile = size_t(kBc) * kD * 2;
+    static constexpr size_t kStage = 2 * kTile + kBc * 4;
+    static constexpr size_t kSmem = kRowOps * kRowBytes + kProducerStages * kStage;
+    const TcArgs& a;
+    char* smem;
+    int q0, h, b, k_first, n_tiles;
+
+    __device__ __forceinline__ QueryBlock(const TcArgs& a_, char* smem_)
+        : a(a_), smem(smem_), q0(tile_index() * kRows), h(blockIdx.y), b(blockIdx.z) {
+        const KeyTiles kt = key_tiles(a, q0, kRows);
+        k_first = kt.first;
+        n_tiles = kt.count;
+    }
+    __device__ __forceinline__ int k0(int j) const { return k_first + j * kBc; }
+    __device__ __forceinline__ char* Ks(int j) const {
+        return smem + kRowOps * kRowBytes + (j % kProducerStages) * kStage;
+    }
+    __device__ __forceinline__ char* Vs(int j) const { return Ks(j) + kTile; }
+    __device__ __forceinline__ float* posK(int j) const {
+        return reinterpret_cast<float*>(Vs(j) + kTile);
+    }
+    // consumer wg's 64 rows of row operand o
+    __device__ __forceinline__ const char* own_rows(int wg, int o) const {
+        return smem + o * kRowBytes + wg * kBr * kD * 2;
+    }
+    __device__ __forceinline__ size_t head_rows() const {
+        return (size_t(b) * a.H + h) * a.Tp * kD;
+    }
+    __device__ __forceinline__ void load_rows(int thread) const {
+#pragma unroll
+        for (int o = 0; o < kRowOps; o++)  // operand 0 is Q, 1 is dO
+            stage_core<kRows, kD, false, kThreads, false>(
+                smem + o * kRowBytes, (o == 0 ? a.q : a.g) + head_rows() + size_t(q0) * kD, thread);
+    }
+    __device__ __forceinline__ void load_tile(int j, int thread) const {
+        const size_t at = head_rows() + size_t(k0(j)) * kD;
+        stage_core<kBc, kD, false, kThreads, false>(Ks(j), a.k + at, thread);
+        stage_core<kBc, kD, kVNMajor, kThreads, false>(Vs(j), a.v + at, thread);
+        if (needs_positions(a.bs.kind))
+            stage_floats_async(posK(j), a.pos + size_t(b) * a.T, k0(j), kBc, a.T, thread);
+    }
+    __device__ __forceinline__ bool takes(int c, int j) const {
+        const int c0 = q0 + c * kBr;
+        return cover(a, b, c0, c0 + kBr - 1, k0(j), k0(j) + kBc - 1) != kSkip;
+    }
+};
+
 template <int kD, int kWG, bool kTables>
-__global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
-    flash_wg_fwd_producer_kernel(float* out, float* lse, TcArgs a) {
+struct ForwardPlan : QueryBlock<kD, kWG, 1, true> {
+    using Block = QueryBlock<kD, kWG, 1, true>;
     using Rows = WgForwardRows<kD, kTables>;
-    const int q0 = tile_index() * kWG * kBr, h = blockIdx.y, b = blockIdx.z;
-    const uint16_t* const rows[1] = {a.q};
-    producer_pipeline<kD, kWG, 1, true>(
-        a, rows, [&](int warp, int lane) { return Rows(a, b, h, q0, warp, lane); },
-        [&](Rows& r, const char* Qg, size_t, const char* Ks, const char* Vs, const float* pk,
-            int k0, bool take, auto&& issued) { r.tile(a, b, Qg, Ks, Vs, pk, k0, take, issued); },
-        [&](Rows& r, int, auto&&) { r.write(a, out, lse, b); });
-}
+    float *out, *lse;
+
+    __device__ __forceinline__ ForwardPlan(const TcArgs& a_, char* smem_, float* out_, float* lse_)
+        : Block(a_, smem_), out(out_), lse(lse_) {}
+    __device__ __forceinline__ Rows make_rows(int warp, int lane) const {
+        return Rows(this->a, this->b, this->h, this->q0, warp, lane);
+    }
+    template <class Issued>
+    __device__ __forceinline__ void run_tile(Rows& r, int wg, int j, bool take,
+                                             Issued&& issued) const {
+        r.tile(this->a, this->b, this->own_rows(wg, 0), this->Ks(j), this->Vs(j), this->posK(j),
+               this->k0(j), take, issued);
+    }
+    template <class Sync>
+    __device__ __forceinline__ void done(Rows& r, int, Sync&&) const {
+        r.write(this->a, out, lse, this->b);
+    }
+};
 
 // dq += dS K in flight into the next tile (WgDqRows): its K stays staged until then. kGrads: the
 // bias-parameter gradients into partials too.
 template <int kD, int kWG, bool kGrads>
+struct DqPlan : QueryBlock<kD, kWG, 2, false> {
+    using Block = QueryBlock<kD, kWG, 2, false>;
+    using Rows = WgDqRows<kD, true, kGrads>;
+    float *dqkv, *partials;
+    const float *lse, *dvec;
+    double* red;  // kGrads: 8 doubles a consumer for write_param_grads' sums
+
+    __device__ __forceinline__ DqPlan(const TcArgs& a_, char* smem_, float* dqkv_, float* partials_,
+                                      const float* lse_, const float* dvec_, double* red_)
+        : Block(a_, smem_), dqkv(dqkv_), partials(partials_), lse(lse_), dvec(dvec_), red(red_) {}
+    __device__ __forceinline__ Rows make_rows(int warp, int lane) const {
+        return Rows(this->a, this->b, this->h, this->q0, warp, lane, lse, dvec);
+    }
+    template <class Issued>
+    __device__ __forceinline__ void run_tile(Rows& r, int wg, int j, bool take,
+                                             Issued&& issued) const {
+        r.tile(this->a, this->b, this->own_rows(wg, 0), this->own_rows(wg, 1), this->Ks(j),
+               this->Vs(j), this->posK(j), this->k0(j), take, issued);
+    }
+    template <class Sync>
+    __device__ __forceinline__ void done(Rows& r, int wg, Sync&& sync) const {
+        r.write(this->a, dqkv, this->b);
+        if constexpr (kGrads)
+            r.write_param_grads(this->a, partials, this->b, this->q0 + wg * kBr, red + wg * 8,
+                                sync);
+    }
+};
+
+// The dk / dv kernel's block: kWG * 64 keys from k0, K and V staged K-major once; per query tile
+// of kBqWg a stage of [Q | dO (K-major) | the queries' positions, log-sum-exps, D].
+template <int kD, int kWG>
+struct DkvPlan {
+    // dv's and dk's products in flight into the next tile at head dim 64, as the lock-step
+    // kernel's (kWgDkvStages). At 128 with two consumers (240 registers) dv's products wait for
+    // dS^T: overlapping it they keep P^T's fragments live, which spilled 52 bytes (sm_90a, CUDA
+    // 13.0, 2026-12-06); the other consumer's products keep the tensor core busy meanwhile.
+    static constexpr bool kInFlight = kD <= 64, kDvOverlapsDs = kD <= 64 || kWG == 1;
+    using Rows = WgDkvRows<kD, kInFlight, kDvOverlapsDs>;
+    static constexpr int kKeyRows = kWG * kBc;
+    static constexpr size_t kKeys = size_t(kKeyRows) * kD * 2, kTile = size_t(kBqWg) * kD * 2;
+    static constexpr size_t kStage = 2 * kTile + 3 * kBqWg * 4;
+    static constexpr size_t kSmem = 2 * kKeys + kProducerStages * kStage;
+    const TcArgs& a;
+    char* smem;
+    float* dqkv;
+    const float *lse, *dvec;
+    int k0, h, b, n_tiles;
+
+    __device__ __forceinline__ DkvPlan(const TcArgs& a_, char* smem_, float* dqkv_,
+                                       const float* lse_, const float* dvec_)
+        : a(a_),
+          smem(smem_),
+          dqkv(dqkv_),
+          lse(lse_),
+          dvec(dvec_),
+          k0(blockIdx.x * kKeyRows),  // the earliest keys first: they meet the most queries
+          h(blockIdx.y),
+          b(blockIdx.z),
+          n_tiles(dkv_query_tiles(a_, k0, kKeyRows)) {}
+    __device__ __forceinline__ int q0(int j) const { return k0 + j * kBqWg; }
+    __device__ __forceinline__ char* Qs(int j) const {
+        return smem + 2 * kKeys + (j % kProducerStages) * kStage;
+    }
+    __device__ __forceinline__ char* dOs(int j) const { return Qs(j) + kTile; }
+    __device__ __forceinline__ float* posQ(int j) const {
+        return reinterpret_cast<float*>(dOs(j) + kTile);
+    }
+    __device__ __forceinline__ float* lseQ(int j) const { return posQ(j) + kBqWg; }
+    __device__ __forceinline__ float* dQ(int j) const { return lseQ(j) + kBqWg; }
+    __device__ __forceinline__ size_t bh() const { return size_t(b) * a.H + h; }
+    __device__ __forceinline__ void load_rows(int thread) const {
+        const size_t at = (bh() * a.Tp + k0) * kD;
+        stage_core<kKeyRows, kD, false, kThreads, false>(smem, a.k + at, thread);
+        stage_core<kKeyRows, kD, false, kThreads, false>(smem + kKeys, a.v + at, thread);
+    }
+    __device__ __forceinline__ void load_tile(int j, int thread) const {
+        const size_t at = (bh() * a.Tp + q0(j)) * kD;
+        stage_core<kBqWg, kD, false, kThreads, false>(Qs(j), a.q + at, thread);
+        stage_core<kBqWg, kD, false, kThreads, false>(dOs(j), a.g + at, thread);
+        if (needs_positions(a.bs.kind))
+            stage_floats_async(posQ(j), a.pos + size_t(b) * a.T, q0(j), kBqWg, a.T, thread);
+        stage_floats_async(lseQ(j), lse + bh() * a.T, q0(j), kBqWg, a.T, thread);
+        stage_floats_async(dQ(j), dvec + bh() * a.T, q0(j), kBqWg, a.T, thread);
+    }
+    __device__ __forceinline__ bool takes(int c, int j) const {
+        const int c0 = k0 + c * kBc;
+        return cover(a, b, q0(j), q0(j) + kBqWg - 1, c0, c0 + kBc - 1) != kSkip;
+    }
+    __device__ __forceinline__ Rows make_rows(int warp, int lane) const {
+        return Rows(a, b, h, k0, warp, lane);
+    }
+    template <class Issued>
+    __device__ __forceinline__ void run_tile(Rows& r, int wg, int j, bool take,
+                                             Issued&& issued) const {
+        const char* Kg = smem + wg * kBc * kD * 2;  // this consumer's 64 keys of K, V
+        r.tile(a, b, Kg, Kg + kKeys, Qs(j), dOs(j), posQ(j), lseQ(j), dQ(j), q0(j), take, issued);
+    }
+    template <class Sync>
+    __device__ __forceinline__ void done(Rows& r, int, Sync&&) const {
+        r.write(a, dqkv, b);
+    }
+};
+
+template <int kD, int kWG, bool kTables>
+__global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
+    flash_wg_fwd_producer_kernel(float* out, float* lse, TcArgs a) {
+    extern __shared__ float sm[];
+    producer_pipeline<kWG>(ForwardPlan<kD, kWG, kTables>(a, reinterpret_cast<char*>(sm), out, lse));
+}
+
+template <int kD, int kWG, bool kGrads>
 __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
     flash_wg_dq_producer_kernel(float* dqkv, float* partials, const float* lse, const float* dvec,
                                 TcArgs a) {
-    using Rows = WgDqRows<kD, true, kGrads>;
-    const int q0 = tile_index() * kWG * kBr, h = blockIdx.y, b = blockIdx.z;
-    const uint16_t* const rows[2] = {a.q, a.g};
+    extern __shared__ float sm[];
     __shared__ double red[kGrads ? kWG * 8 : 1];
-    producer_pipeline<kD, kWG, 2, false>(
-        a, rows, [&](int warp, int lane) { return Rows(a, b, h, q0, warp, lane, lse, dvec); },
-        [&](Rows& r, const char* Qg, size_t row_bytes, const char* Ks, const char* Vs,
-            const float* pk, int k0, bool take,
-            auto&& issued) { r.tile(a, b, Qg, Qg + row_bytes, Ks, Vs, pk, k0, take, issued); },
-        [&](Rows& r, int wg, auto&& sync) {
-            r.write(a, dqkv, b);
-            if constexpr (kGrads)
-                r.write_param_grads(a, partials, b, q0 + wg * kBr, red + wg * 8, sync);
-        });
+    producer_pipeline<kWG>(
+        DqPlan<kD, kWG, kGrads>(a, reinterpret_cast<char*>(sm), dqkv, partials, lse, dvec, red));
+}
+
+template <int kD, int kWG>
+__global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
+    flash_wg_dkv_producer_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
+    extern __shared__ float sm[];
+    producer_pipeline<kWG>(DkvPlan<kD, kWG>(a, reinterpret_cast<char*>(sm), dqkv, lse, dvec));
 }
 
 }  // namespace
@@ -218,7 +357,7 @@ cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArg
                                              int warpgroups, cudaStream_t s) {
     return with_wg_forward_shape(kD, warpgroups, a.ktab != nullptr, [&](auto d, auto w, auto tab) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
-        constexpr size_t smem = wg_producer_smem<kD_, kWG, 1>();
+        constexpr size_t smem = QueryBlock<kD_, kWG, 1, true>::kSmem;
         auto* k = &flash_wg_fwd_producer_kernel<kD_, kWG, decltype(tab)::value>;
         static DynamicSharedLimit limit;
         if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
@@ -232,7 +371,7 @@ cudaError_t launch_flash_wg_dq_producer(float* dqkv, float* partials, const floa
                                         int warpgroups, cudaStream_t s) {
     return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
-        constexpr size_t smem = wg_producer_smem<kD_, kWG, 2>();
+        constexpr size_t smem = QueryBlock<kD_, kWG, 2, false>::kSmem;
         static DynamicSharedLimit plain, grads;  // one per kernel (the two share a type)
         auto launch = [&](auto* k, DynamicSharedLimit& limit) {
             if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
@@ -241,6 +380,20 @@ cudaError_t launch_flash_wg_dq_producer(float* dqkv, float* partials, const floa
         };
         return partials != nullptr ? launch(&flash_wg_dq_producer_kernel<kD_, kWG, true>, grads)
                                    : launch(&flash_wg_dq_producer_kernel<kD_, kWG, false>, plain);
+    });
+}
+
+cudaError_t launch_flash_wg_dkv_producer(float* dqkv, const float* lse, const float* dvec,
+                                         const TcArgs& a, int B, int kD, int warpgroups,
+                                         cudaStream_t s) {
+    return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
+        constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
+        constexpr size_t smem = DkvPlan<kD_, kWG>::kSmem;
+        auto* k = &flash_wg_dkv_producer_kernel<kD_, kWG>;
+        static DynamicSharedLimit limit;
+        if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
+        k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(dqkv, lse, dvec, a);
+        return cudaGetLastError();
     });
 }
 

@@ -56,8 +56,8 @@ __global__ void __launch_bounds__(kWG* kThreads)
     const size_t bh = size_t(b) * a.H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
     const bool positions = needs_positions(a.bs.kind);
-    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kRows - 1);
-    const int n_tiles = (j_last - k_first) / kBc + 1;
+    const KeyTiles kt = key_tiles(a, q0, kRows);
+    const int k_first = kt.first, n_tiles = kt.count;
     // this warpgroup's 64 queries from g0: their rows of Qs (8 core-matrix rows of 16 kD bytes)
     const int wg = warp >> 2, g0 = q0 + wg * kBr;
     const char* Qg = Qs + wg * kBr * kD * 2;
@@ -130,8 +130,8 @@ __global__ void __launch_bounds__(kWG* kThreads)
     const size_t rows = (size_t(b) * a.H + h) * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
     const bool positions = needs_positions(a.bs.kind);
-    const int k_first = first_key_tile(q0, a.window), j_last = min(T - 1, q0 + kRows - 1);
-    const int n_tiles = (j_last - k_first) / kBc + 1;
+    const KeyTiles kt = key_tiles(a, q0, kRows);
+    const int k_first = kt.first, n_tiles = kt.count;
     // this warpgroup's 64 queries from g0 and their rows of Qs, dOs
     const int wg = warp >> 2, g0 = q0 + wg * kBr;
     const char *Qg = Qs + wg * kBr * kD * 2, *dOg = dOs + wg * kBr * kD * 2;
@@ -172,25 +172,13 @@ constexpr size_t wg_dq_smem() {
 
 // ================================================================ dk, dv
 
-// The dk / dv kernel on wgmma (CTX_FLASH_DKV=wgmma), the mma.sync split dk / dv kernel's
-// algorithm (its per-logit arithmetic and masks, so P and dS are the same numbers) for the inline
-// families. A warpgroup takes 64 keys (16 a warp, the accumulator rows); per query
-// tile of kBqWg = 64 (the mma.sync kernel's 32 is below wgmma's N):
-//   S^T = K Q^T, dP^T = V dO^T   wgmma_ss from K-major K, V (staged once) and Q, dO tiles, two
-//                                commit groups: P^T is computed while dP^T is in flight
-//   dv += P^T dO                 wgmma_rs: P^T as bf16 A fragments, dO read N-major from its
-//                                K-major tile (LBO and SBO trade places, as K in the dq kernel);
-//                                issued before dS^T is computed, which it overlaps
-//   dS^T = P^T (dP^T - D)        the mma.sync kernel's products, 0 where the pair is masked
-//   dk += dS^T Q                 wgmma_rs likewise, Q read N-major
-// P^T's fragments are read by the tensor core until the last wait, so they stay untouched (the
-// emulation checks it). dk leaves rotated back when the call rotates.
+// The dk / dv kernel on wgmma (CTX_FLASH_DKV=wgmma): a warpgroup takes 64 keys, per query tile
+// of kBqWg the products and arithmetic of WgDkvRows (cuda_flash_wg.cuh).
 // With three stages of Q, dO (kWgDkvStages), the tile's dv and dk products are not waited for in
 // it but with the next tile's S^T (wgmma_wait<1>), as the dq kernel's product (see there: the
 // same stage argument). At head dim 64 only: at 128, the in-flight fragments (P^T, dS^T) live
 // through the next tile's issue cost ptxas 56 bytes of spills (sm_90a, CUDA 13.0, 2026-12-06)
 // on top of its 255 registers.
-inline constexpr int kBqWg = 64;
 template <int kD, int kWG>
 inline constexpr int kWgDkvStages = kD <= 64 ? 3 : 2;
 
@@ -209,8 +197,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
     constexpr bool kInFlight = kStages >= 3;  // dv's and dk's products run on into the next tile
     static_assert(!kInFlight || kWG <= kStages - 1, "an in-flight product's stage is kept");
     extern __shared__ float sm[];
-    constexpr int DN = kD / 8, NT = kBqWg / 8, KS = kD / 16, kKeyRows = kWG * kBc;
-    constexpr int kBlock = kWG * kThreads;
+    constexpr int kKeyRows = kWG * kBc, kBlock = kWG * kThreads;
     constexpr size_t kKeys = size_t(kKeyRows) * kD * 2, kTile = size_t(kBqWg) * kD * 2;
     constexpr size_t kStage = 2 * kTile + 3 * kBqWg * 4;
     char* Ks = reinterpret_cast<char*>(sm);
@@ -220,22 +207,14 @@ __global__ void __launch_bounds__(kWG* kThreads)
     auto posQ = [&](int st) { return reinterpret_cast<float*>(dOs(st) + kTile); };
     auto lseQ = [&](int st) { return posQ(st) + kBqWg; };
     auto dQ = [&](int st) { return lseQ(st) + kBqWg; };
-    // KERPLE-log from its tables at head dim 64 only, as the mma.sync kernel (the tables hold
-    // the MUFU path's values: the same logits either way)
-    constexpr bool kTables = kD <= 64;
-    const int T = a.T, kind = a.bs.kind;
-    const int family = kTables ? call_family(a) : bias_family(kind);
+    const int T = a.T;
     // the earliest keys first: they meet the most queries
     const int k0 = blockIdx.x * kKeyRows, h = blockIdx.y, b = blockIdx.z;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const size_t bh = size_t(b) * a.H + h, rows = bh * a.Tp * kD;
     const float* pos = a.pos + size_t(b) * T;
-    const bool positions = needs_positions(kind);
-    // queries before k0 see none of these keys, nor those past the last key's window; a tile
-    // of 64 from a multiple of 64 below T ends within the padded rows (Tp)
-    const int j_last = min(T - 1, k0 + kKeyRows - 1);
-    const int i_last = a.window > 0 ? min(T - 1, j_last + a.window - 1) : T - 1;
-    const int n_tiles = (i_last - k0) / kBqWg + 1;
+    const bool positions = needs_positions(a.bs.kind);
+    const int n_tiles = dkv_query_tiles(a, k0, kKeyRows);
     // this warpgroup's 64 keys from g0 and their rows of Ks, Vs
     const int wg = warp >> 2, g0 = k0 + wg * kBc;
     const char *Kg = Ks + wg * kBc * kD * 2, *Vg = Vs + wg * kBc * kD * 2;
@@ -252,16 +231,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
     };
     load(0);  // K and V travel in the first group
 
-    const int w0 = k0 + warp * 16, w1 = w0 + 15;  // this warp's keys
-    const int j[2] = {w0 + g, w0 + g + 8};        // this thread's keys (accumulator rows)
-    float pj[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) pj[r] = j[r] < T && positions ? pos[j[r]] : 0.0f;
-    const float pa = param_a(a.bs, h), pb = param_b(a.bs, h), scale2 = a.scale * kLog2e;
-    float dk[DN][4] = {}, dv[DN][4] = {};  // wgmma accumulators: x[dn][e] = d[4 dn + e]
-    float(&dkd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(dk);
-    float(&dvd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(dv);
-
+    WgDkvRows<kD, kInFlight> rows_of_warp(a, b, h, k0, warp, lane);
     for (int it = 0; it < n_tiles; it++) {
         const int q0 = k0 + it * kBqWg, st = it % kStages;
         // tile it + 1 loads into the stage of tile it + 1 - kStages; this thread's copies fenced
@@ -269,92 +239,13 @@ __global__ void __launch_bounds__(kWG* kThreads)
         await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
         // a product is the whole warpgroup's: skipped only for a tile none of its keys meets; a
         // warp whose own keys it misses takes the masked loop (its P^T and dS^T are 0)
-        if (cover(a, b, q0, q0 + kBqWg - 1, g0, g0 + kBc - 1) != kSkip) {
-            float s[NT * 4], dp[NT * 4];
-            wgmma_fence();  // dk, dv are written by wgmma only (and zeroed before the first)
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                const uint32_t at = ks * 2 * kCore;
-                wgmma_ss<kBqWg>(s, wgmma_desc(Kg + at, kCore, 16 * kD),
-                                wgmma_desc(Qs(st) + at, kCore, 16 * kD), ks > 0);
-            }
-            wgmma_commit();
-#pragma unroll
-            for (int ks = 0; ks < KS; ks++) {
-                const uint32_t at = ks * 2 * kCore;
-                wgmma_ss<kBqWg>(dp, wgmma_desc(Vg + at, kCore, 16 * kD),
-                                wgmma_desc(dOs(st) + at, kCore, 16 * kD), ks > 0);
-            }
-            wgmma_commit();
-            wgmma_wait<1>();  // S^T (and the previous tile's dv, dk); dP^T may still run
-            wgmma_fence_operands(s);
-            const float *pq = posQ(st), *lq = lseQ(st), *dd = dQ(st);
-            // queries [q0, q0 + kBqWg) are the rows of the mask test, this warp's keys its
-            // columns; s becomes P^T (row: key, column: query), 0 outside the mask
-            const TileCover cv = cover(a, b, q0, q0 + kBqWg - 1, w0, w1);
-            uint32_t attends = ~0u;  // bit 4 n + e: the pair attends
-            with_family<false, kTables>(family, cv != kFull, [&](auto fam, auto masked) {
-                constexpr int F = decltype(fam)::value;
-                constexpr bool kMasked = decltype(masked)::value;
-                const KerpleRows kr = F == kKerpleTable ? kerple_rows(a, h) : KerpleRows{};
-#pragma unroll
-                for (int n = 0; n < NT; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), i = q0 + c;
-                        float p = 0.0f;
-                        if (!kMasked || in_mask(a, b, i, j[r])) {
-                            const float pi = F != kNone && positions ? pq[c] : 0.0f;
-                            const float x =
-                                fmaf(s[4 * n + e], scale2,
-                                     bias2_of<F>(a.bs, h, pa, pb, pi, pj[r], nullptr, j[r], kr));
-                            p = exp2_ftz(p_exponent(x, lq[c]));
-                        } else {
-                            attends &= ~(1u << (4 * n + e));
-                        }
-                        s[4 * n + e] = p;
-                    }
-            });
-            uint32_t pf[NT / 2][4];
-            a_fragments<NT>(s, pf);
-            wgmma_fence_after(dvd, pf);  // pf written by this thread since the last product
-#pragma unroll
-            for (int kc = 0; kc < kBqWg / 16; kc++)  // dO read N-major: LBO along queries
-                wgmma_rs<kD, true>(dvd, pf[kc],
-                                   wgmma_desc(dOs(st) + kc * 2 * 16 * kD, 16 * kD, kCore), true);
-            wgmma_commit();
-            wgmma_wait<1>();  // dP^T; dv's products may still run
-            wgmma_fence_operands(dp);
-            // dp becomes dS^T = P^T (dP^T - D_i): the mma.sync kernel's product, 0 outside
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int c = n * 8 + 2 * t + (e & 1);
-                    dp[4 * n + e] = (attends >> (4 * n + e)) & 1u
-                                        ? s[4 * n + e] * (dp[4 * n + e] - dd[c])
-                                        : 0.0f;
-                }
-            uint32_t df[NT / 2][4];
-            a_fragments<NT>(dp, df);
-            wgmma_fence_after(dkd, df);  // df written here; dv's products still read pf
-#pragma unroll
-            for (int kc = 0; kc < kBqWg / 16; kc++)  // Q read N-major likewise
-                wgmma_rs<kD, true>(dkd, df[kc],
-                                   wgmma_desc(Qs(st) + kc * 2 * 16 * kD, 16 * kD, kCore), true);
-            wgmma_commit();
-            if constexpr (!kInFlight) {
-                wgmma_wait<0>();
-                wgmma_fence_operands(dvd);
-                wgmma_fence_operands(dkd);
-            }
-        }
+        const bool take = cover(a, b, q0, q0 + kBqWg - 1, g0, g0 + kBc - 1) != kSkip;
+        rows_of_warp.tile(a, b, Kg, Vg, Qs(st), dOs(st), posQ(st), lseQ(st), dQ(st), q0, take,
+                          [] {});
         __syncthreads();  // stage (it + 1) % kStages is refilled by the next iteration's load
     }
-    wgmma_wait<0>();
-    wgmma_fence_operands(dvd);
-    wgmma_fence_operands(dkd);
-    write_dk_dv<DN>(dk, dv, dqkv, a, b, h, j, t, T, a.C, a.D);
+    rows_of_warp.finish();
+    rows_of_warp.write(a, dqkv, b);
 }
 
 }  // namespace
