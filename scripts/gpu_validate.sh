@@ -11,8 +11,9 @@
 #             none, alibi and kerple_log at T 1k / 4k / 16k; the same and GPT-2 with
 #             CTX_FLASH_BACKWARD=atomic; attention with CTX_FLASH_FORWARD_MTILES=1; the wgmma
 #             kernels (CTX_FLASH_FORWARD / DQ / DKV=wgmma) in attention and GPT-2, the wgmma
-#             forward and dq kernel with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer);
-#             the SDPA peer),
+#             kernels with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer), the
+#             one-kernel backward on wgmma at D 64 (CTX_FLASH_BACKWARD=atomic with
+#             CTX_FLASH_DKV=wgmma); the SDPA peer),
 #             racecheck of the flash full-tile cases (both backwards) and of the producer
 #             kernels, synccheck of the producer kernels (named barriers), memcheck of the bf16
 #             activation kernels, the atomic-dq backward, the one-launch AdamW and the forward's
@@ -329,6 +330,15 @@ quick_bench() {
     done
     step ab-gpt2-124m-bf16-atomic-dq 60 env CTX_FLASH_BACKWARD=atomic "${B[@]}" \
         --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
+    # the one-kernel backward on wgmma (head dim 64, no bias-parameter gradients: none and
+    # alibi here; kerple_log's learned a, b take the mma.sync one): its backward column against
+    # -wgmma-bwd's and -atomic-dq's; GPT-2 against -wgmma-all
+    step ab-attention-d64-bf16-wgmma-atomic-dq 45 env CTX_FLASH_BACKWARD=atomic \
+        CTX_FLASH_FORWARD=wgmma CTX_FLASH_DKV=wgmma "${B[@]}" attention --device cuda \
+        --precision bf16 --head-dim 64 --T 1024,4096,16384 --pe none,alibi --steps 5 --repeats 2
+    step ab-gpt2-124m-bf16-wgmma-atomic-dq 60 env CTX_FLASH_BACKWARD=atomic \
+        CTX_FLASH_FORWARD=wgmma CTX_FLASH_DKV=wgmma "${B[@]}" --config gpt2-124m --device cuda \
+        --precision bf16 --steps 20 --warmup 3
     # A/B: RoPE inside the flash kernels (2026-12-05) against its rotary passes of their own
     step bench-gpt2-124m-bf16-rope 60 "${B[@]}" --config gpt2-124m --device cuda \
         --precision bf16 --pe rope --steps 20 --warmup 3
@@ -352,7 +362,8 @@ quick_bench() {
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" --gtest_filter='*Bf16*full_tiles*'
         step memcheck-bf16-activations 60 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_bf16_acts"
-        # the one-kernel attention backward (atomic dq) and the one-launch AdamW
+        # the one-kernel attention backward (atomic dq; mma.sync and, at D 64, wgmma) and the
+        # one-launch AdamW
         step memcheck-atomic-dq 60 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
             --gtest_filter='*AtomicDq*d64*:*AtomicDq*d128*:*AtomicDq*full_tiles*'
@@ -361,7 +372,8 @@ quick_bench() {
         # the page-locked upload ring (wraps, waits on its events, the pageable fallback)
         step memcheck-upload-ring 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_uploads"
-        # the one-kernel backward's shared dS^T tile (written by every warp, read by all)
+        # the one-kernel backward's shared dS^T tile (written by every warp, read by all; the
+        # wgmma form's read by the tensor core)
         step racecheck-atomic-dq 60 "$RUN" "$cs" --tool racecheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
             --gtest_filter='*AtomicDq*d64*:*AtomicDq*full_tiles*'

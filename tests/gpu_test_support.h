@@ -115,6 +115,19 @@ inline ctx::Backend& gpu_bf16_wgmma_dkv() {
     return *be;
 }
 
+// The one-kernel backward (CTX_FLASH_BACKWARD=atomic) with the dk / dv kernel on wgmma: on wgmma
+// where it serves (an sm_90 GPU, kernel head dim 64, the inline families without parameter
+// gradients), in blocks of two warpgroups or of one; the mma.sync one-kernel backward elsewhere.
+inline ctx::Backend& gpu_bf16_wgmma_atomic_dq(int warpgroups) {
+    static std::unique_ptr<ctx::Backend> two =
+        make_bf16_backend_with({{"CTX_FLASH_BACKWARD", "atomic"}, {"CTX_FLASH_DKV", "wgmma"}});
+    static std::unique_ptr<ctx::Backend> one =
+        make_bf16_backend_with({{"CTX_FLASH_BACKWARD", "atomic"},
+                                {"CTX_FLASH_DKV", "wgmma"},
+                                {"CTX_FLASH_WGMMA_WARPGROUPS", "1"}});
+    return warpgroups == 1 ? *one : *two;
+}
+
 // The same with every tensor-core attention kernel on wgmma where it applies (the forward, the dq
 // and the dk / dv kernels), in blocks of two warpgroups (the default), or of one
 // (CTX_FLASH_WGMMA_WARPGROUPS=1).

@@ -499,6 +499,73 @@ TEST_P(OpsGpuFlash, Bf16AtomicDqMatchesSplitKernels) {
     expect_bf16_grads_match_cpu(atomic, k, fc.learn);
 }
 
+// The one-kernel backward on wgmma (CTX_FLASH_BACKWARD=atomic with CTX_FLASH_DKV=wgmma: the dk /
+// dv kernel adds dq's terms by fp32 atomics, cuda_flash_wg_dkv.cuh), in blocks of two warpgroups
+// and of one, against the two kernels with the same wgmma dk / dv kernel: the forward is the same
+// kernel (same bits); where it serves (kernel head dim 64, an inline family, no bias-parameter
+// gradients) dk and dv are that kernel's products of the same P^T and dS^T (same bits), elsewhere
+// the mma.sync one-kernel backward runs (within 1e-5); dq is the same terms summed in another
+// order (within 1e-5 of its largest entry). And against the CPU on the rounded operands.
+void expect_wgmma_atomic_dq_matches_split(const FlashCase& fc, const Bf16Case& k) {
+    const int C = fc.C, D = fc.C / fc.H;
+    const GpuRun split = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
+                                 k.dqkv0, fc.learn, gpu_bf16_wgmma_dkv());
+    const bool biased = fc.kind == ctx::BiasKind::Linear || fc.kind == ctx::BiasKind::KerpleLog;
+    const bool serves =
+        D > 32 && D <= 64 && (fc.kind == ctx::BiasKind::None || biased) && !(biased && fc.learn);
+    const FVec dq0 = dqkv_cols(k.dqkv0, C, 0, C), kv0 = dqkv_cols(k.dqkv0, C, C, 2 * C);
+    for (const int warpgroups : {2, 1}) {
+        SCOPED_TRACE(warpgroups == 2 ? "two warpgroups" : "one warpgroup");
+        const GpuRun atomic = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
+                                      k.dqkv0, fc.learn, gpu_bf16_wgmma_atomic_dq(warpgroups));
+        EXPECT_EQ(atomic.out, split.out);
+        EXPECT_EQ(atomic.saved, split.saved);
+        const FVec kv = dqkv_cols(atomic.dqkv, C, C, 2 * C);
+        if (serves) {
+            EXPECT_TRUE(kv == dqkv_cols(split.dqkv, C, C, 2 * C)) << "dk, dv differ";
+        } else {
+            EXPECT_CLOSE(minus(kv, kv0), minus(dqkv_cols(split.dqkv, C, C, 2 * C), kv0), 1e-5);
+        }
+        EXPECT_CLOSE(minus(dqkv_cols(atomic.dqkv, C, 0, C), dq0),
+                     minus(dqkv_cols(split.dqkv, C, 0, C), dq0), 1e-5);
+        EXPECT_EQ(atomic.dtable, split.dtable);
+        if (!k.bd.da.empty()) {
+            EXPECT_CLOSE(minus(atomic.da, k.bd.da), minus(split.da, k.bd.da), 1e-4);
+        }
+        if (!k.bd.db.empty()) {
+            EXPECT_CLOSE(minus(atomic.db, k.bd.db), minus(split.db, k.bd.db), 1e-4);
+        }
+        expect_bf16_grads_match_cpu(atomic, k, fc.learn);
+    }
+}
+
+TEST_P(OpsGpuFlash, Bf16WgmmaAtomicDqMatchesSplit) {
+    REQUIRE_GPU();
+    const FlashCase& fc = GetParam();
+    expect_wgmma_atomic_dq_matches_split(fc, bf16_case(fc, 5000 + fc.T * 3 + fc.C + int(fc.kind)));
+}
+
+// The same over many query tiles per key block (T 600: ten for the first), with windows, packed
+// documents (with a window and without) and KERPLE-log with fixed parameters, from its tables
+// (integer positions) and computed: cases the one-kernel backward serves on wgmma that the
+// cases above do not have.
+TEST(OpsGpuFlashWgmmaAtomic, LongRowsMatchSplit) {
+    REQUIRE_GPU();
+    for (const FlashCase& fc :
+         {FlashCase{"d64_none_long", 1, 600, 128, 2, ctx::BiasKind::None, 0, kWide},
+          FlashCase{"d64_kerple_tables_window", 1, 520, 128, 2, ctx::BiasKind::KerpleLog, 150,
+                    kIntGaps, 32, 128, false},
+          FlashCase{"d64_kerple_computed", 1, 300, 128, 2, ctx::BiasKind::KerpleLog, 0, kGaps, 32,
+                    128, false},
+          FlashCase{"d64_alibi_window_packed", 1, 400, 128, 2, ctx::BiasKind::Linear, 100,
+                    kContiguous, 32, 128, false, false, 3},
+          FlashCase{"d64_packed_long", 1, 600, 128, 2, ctx::BiasKind::None, 0, kContiguous, 32, 128,
+                    false, false, 3}}) {
+        SCOPED_TRACE(fc.name);
+        expect_wgmma_atomic_dq_matches_split(fc, bf16_case(fc, 9300 + fc.T + fc.C));
+    }
+}
+
 // The tensor-core forward alone (evaluation and generation run no backward) against the CPU on
 // bf16-rounded operands: out within kBf16Tol, lse within kFwdTol of the double reference, at
 // head dims 64 and 128, T past one 128-query block, with a window; and with one m-tile per warp
@@ -571,9 +638,11 @@ TEST(OpsGpuFlashChecks, KernelsRunOnEveryDevice) {
 // key tiles for the last query block, 10 query tiles for the first key block), windows that make
 // the second computing warpgroup skip the block's first tiles (its rows' windows start later, the
 // causal edge for dk / dv) and the first skip the last (the causal edge; the window's end for
-// dk / dv), so the turns count only the tiles both take; packed documents; KERPLE-log learned on
-// integer positions (tables, the bias-parameter gradients). The lock-step kernels' bits, those
-// against the CPU.
+// dk / dv), so the turns count only the tiles both take; packed documents, with a window and
+// without (then a key block's queries end at its documents' end, many tiles before the block's
+// last: the dk / dv kernels' products of the last tile taken must be done before its stage is
+// refilled or released); KERPLE-log learned on integer positions (tables, the bias-parameter
+// gradients). The lock-step kernels' bits, those against the CPU.
 TEST(OpsGpuFlashProducer, LongRowsGiveLockstepBits) {
     REQUIRE_GPU();
     for (const FlashCase& fc :
@@ -583,7 +652,11 @@ TEST(OpsGpuFlashProducer, LongRowsGiveLockstepBits) {
           FlashCase{"d128_alibi_window_packed", 1, 400, 256, 2, ctx::BiasKind::Linear, 100,
                     kContiguous, 32, 128, false, false, 3},
           FlashCase{"d128_kerple_learned_window", 1, 450, 256, 2, ctx::BiasKind::KerpleLog, 130,
-                    kIntGaps}}) {
+                    kIntGaps},
+          FlashCase{"d64_packed_long", 1, 600, 128, 2, ctx::BiasKind::None, 0, kContiguous, 32, 128,
+                    false, false, 3},
+          FlashCase{"d128_packed_long", 1, 600, 256, 2, ctx::BiasKind::None, 0, kContiguous, 32,
+                    128, false, false, 3}}) {
         SCOPED_TRACE(fc.name);
         const Bf16Case k = bf16_case(fc, 9100 + fc.T + fc.C);
         const GpuRun lockstep = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,

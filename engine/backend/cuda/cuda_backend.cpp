@@ -199,6 +199,12 @@ CudaBackend::CudaBackend(int device, Precision precision)
     kernels.wgmma_producer =
         env_switch("CTX_FLASH_WGMMA_PIPELINE", "lockstep", "every warpgroup stages, block barriers",
                    "producer", "a producer warpgroup stages, named barriers");
+    // the one-kernel backward on wgmma has a lock-step form only: said, not silently dropped
+    if (kernels.wgmma_producer && atomic_dq && kernels.wgmma_dkv && precision_ == Precision::Bf16)
+        spdlog::warn(
+            "CTX_FLASH_WGMMA_PIPELINE=producer: the one-kernel attention backward "
+            "(CTX_FLASH_BACKWARD=atomic) has no producer form; its wgmma dk/dv kernel "
+            "runs lock-step");
     kernels.wgmma_forward_kerple_tables = !env_switch(
         "CTX_FLASH_FORWARD_KERPLE", "tables", "the wgmma forward looks KERPLE-log's terms up",
         "computed", "the wgmma forward computes them");

@@ -72,6 +72,8 @@ cudaError_t launch_flash_dvec(float* dvec, const float* dout, const uint16_t* ou
 //   AtomicDq  FlashAttention-2's one kernel per key tile (5 products), dq added with fp32
 //             atomics, so the last bits of dq (and of the bias-parameter gradients) vary from
 //             run to run; T5's gradients keep Split. For timing against Split on a GPU.
+//             With wgmma_dkv, on wgmma where it serves (kernel head dim 64, no bias-parameter
+//             gradients; cuda_flash_wg_dkv.cuh's kDqAtomic).
 enum class FlashBackward { Split, AtomicDq };
 
 // Which tensor-core kernels the calls run: the A/B switches of cuda_backend.cpp (CTX_FLASH_*), so

@@ -624,6 +624,12 @@ cudaError_t launch_flash_wg_dq(float* dqkv, float* partials, const float* lse, c
                                const TcArgs& a, int B, int kD, int warpgroups, cudaStream_t s);
 cudaError_t launch_flash_wg_dkv(float* dqkv, const float* lse, const float* dvec, const TcArgs& a,
                                 int B, int kD, int warpgroups, cudaStream_t s);
+// The one-kernel backward on wgmma (CTX_FLASH_BACKWARD=atomic with CTX_FLASH_DKV=wgmma): the dk /
+// dv kernel adding dq's terms by fp32 atomics (dqkv's dq columns zeroed or accumulated onto by
+// the caller), head dim 64 only, no bias-parameter gradients (no partials).
+cudaError_t launch_flash_wg_backward_atomic(float* dqkv, const float* lse, const float* dvec,
+                                            const TcArgs& a, int B, int kD, int warpgroups,
+                                            cudaStream_t s);
 // The three with a producer warpgroup and named barriers (cuda_flash_wg_producer_sm90a.cu): the
 // same bits as launch_flash_wg_forward / _dq / _dkv.
 cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArgs& a, int B, int kD,

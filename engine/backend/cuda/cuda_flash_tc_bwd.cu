@@ -559,6 +559,10 @@ cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float*
                        const FlashTcKernels& kernels) {
     const dim3 grid_k((a.T + kBc - 1) / kBc, a.H, B);
     if (atomic_dq) {
+        // on wgmma where it serves: head dim 64, an inline family, no bias-parameter gradients
+        if (kernels.wgmma_dkv && kD == 64 && partials == nullptr && wgmma_applies(a, kD))
+            return launch_flash_wg_backward_atomic(dqkv, lse, dvec, a, B, kD,
+                                                   kernels.wgmma_warpgroups, s);
         auto* kernel = &flash_tc_dkv_kernel<kD, true>;
         static DynamicSharedLimit limit;
         if (const cudaError_t e = limit.raise(kernel, dkv_smem(kD, true)); e != cudaSuccess)

@@ -92,6 +92,9 @@ __device__ __forceinline__ KeyTiles key_tiles(const TcArgs& a, int q0, int row_c
 template <int kD, bool kTables>
 struct WgForwardRows {
     static constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16;
+    // a skipped tile keeps the pending P V (its V stays staged): at most kWG - 1 tiles follow
+    // a warpgroup's last take (its rows meet every key tile up to their diagonal)
+    static constexpr bool kSkipSettles = false;
     int h, family, ig, t, w0, w1;
     bool positions;
     int lo[2];
@@ -249,6 +252,7 @@ struct WgForwardRows {
 template <int kD, bool kInFlight, bool kParamGrads = false>
 struct WgDqRows {
     static constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16;
+    static constexpr bool kSkipSettles = false;  // as WgForwardRows: its dq product runs on
     int h, family, t, w0, w1;
     bool positions;
     double ga = 0.0, gb = 0.0;  // kParamGrads: this thread's share of the a, b gradients
@@ -445,181 +449,6 @@ struct WgDqRows {
 
     __device__ __forceinline__ void write(const TcArgs& a, float* dqkv, int b) {
         write_dq<DN>(acc, dqkv, a, b, h, i, t);  // rotated back when the call rotates
-    }
-};
-
-// One warp's 16 keys of a wgmma dk / dv kernel (the lock-step flash_wg_dkv_kernel and the
-// producer kernel call tile() per query tile, then finish() and write()): the mma.sync split
-// dk / dv kernel's algorithm (its per-logit arithmetic and masks, so P and dS are the same
-// numbers) for the inline families. A warpgroup takes 64 keys (16 a warp, the accumulator
-// rows); per query tile of kBqWg = 64 (the mma.sync kernel's 32 is below wgmma's N) taken:
-//   S^T = K Q^T, dP^T = V dO^T   wgmma_ss from K-major K, V (staged once) and Q, dO tiles, two
-//                                commit groups: P^T is computed while dP^T is in flight
-//   dv += P^T dO                 wgmma_rs: P^T as bf16 A fragments, dO read N-major from its
-//                                K-major tile (LBO and SBO trade places, as K in the dq kernel);
-//                                issued before dS^T is computed, which it overlaps
-//   dS^T = P^T (dP^T - D)        the mma.sync kernel's products, 0 where the pair is masked
-//   dk += dS^T Q                 wgmma_rs likewise, Q read N-major
-// P^T's fragments are read by the tensor core until the last wait, so they stay untouched (the
-// emulation checks it). dk leaves rotated back when the call rotates.
-// kInFlight: the tile's dv and dk products are not waited for in it but with the next tile's
-// S^T (wgmma_wait<1>) or in finish(), so the caller keeps the tile's Q and dO staged until then.
-// kDvOverlapsDs false: dv's products are issued with dk's, after dS^T is computed, so P^T's
-// fragments need no registers through that arithmetic (the same bits: the two accumulate apart).
-// KERPLE-log from its tables at head dim 64 only, as the mma.sync kernel (the tables hold the
-// MUFU path's values: the same logits either way).
-inline constexpr int kBqWg = 64;
-
-// The query tiles of kBqWg that a dk / dv block of key_rows keys from k0 meets, from k0:
-// queries before k0 see none of its keys, nor those past its last key's window; a tile of 64
-// from a multiple of 64 below T ends within the padded rows (Tp).
-__device__ __forceinline__ int dkv_query_tiles(const TcArgs& a, int k0, int key_rows) {
-    const int j_last = min(a.T - 1, k0 + key_rows - 1);
-    const int i_last = a.window > 0 ? min(a.T - 1, j_last + a.window - 1) : a.T - 1;
-    return (i_last - k0) / kBqWg + 1;
-}
-
-template <int kD, bool kInFlight, bool kDvOverlapsDs = true>
-struct WgDkvRows {
-    static constexpr int DN = kD / 8, NT = kBqWg / 8, KS = kD / 16;
-    static constexpr bool kTables = kD <= 64;
-    int h, family, t, w0, w1;
-    bool positions;
-    int j[2];  // this thread's keys (accumulator rows)
-    float pa, pb, scale2, pj[2];
-    float dk[DN][4] = {}, dv[DN][4] = {};  // wgmma accumulators: x[dn][e] = d[4 dn + e]
-
-    // warp: this warp's index in the block's key warps (16 keys each from k0)
-    __device__ __forceinline__ WgDkvRows(const TcArgs& a, int b, int h_, int k0, int warp, int lane)
-        : h(h_),
-          family(kTables ? call_family(a) : bias_family(a.bs.kind)),
-          t(lane & 3),
-          positions(needs_positions(a.bs.kind)) {
-        w0 = k0 + warp * 16;
-        w1 = w0 + 15;
-        j[0] = w0 + (lane >> 2);
-        j[1] = j[0] + 8;
-        const float* pos = a.pos + size_t(b) * a.T;
-#pragma unroll
-        for (int r = 0; r < 2; r++) pj[r] = j[r] < a.T && positions ? pos[j[r]] : 0.0f;
-        pa = param_a(a.bs, h);
-        pb = param_b(a.bs, h);
-        scale2 = a.scale * kLog2e;
-    }
-
-    // The query tile from q0 when take (the warpgroup's keys meet it): Kg, Vg the warpgroup's
-    // K-major K and V rows; Qs, dOs the tile's K-major Q and dO; pq, lq, dd its queries'
-    // positions, log-sum-exps and D = rowsum(dO O). issued() runs right after S^T and dP^T are
-    // issued (the producer kernel's turn-taking).
-    template <class Issued>
-    __device__ __forceinline__ void tile(const TcArgs& a, int b, const char* Kg, const char* Vg,
-                                         const char* Qs, const char* dOs, const float* pq,
-                                         const float* lq, const float* dd, int q0, bool take,
-                                         Issued&& issued) {
-        if (!take) return;
-        float(&dkd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(dk);
-        float(&dvd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(dv);
-        float s[NT * 4], dp[NT * 4];
-        wgmma_fence();  // dk, dv are written by wgmma only (and zeroed before the first)
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            const uint32_t at = ks * 2 * kCore;
-            wgmma_ss<kBqWg>(s, wgmma_desc(Kg + at, kCore, 16 * kD),
-                            wgmma_desc(Qs + at, kCore, 16 * kD), ks > 0);
-        }
-        wgmma_commit();
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            const uint32_t at = ks * 2 * kCore;
-            wgmma_ss<kBqWg>(dp, wgmma_desc(Vg + at, kCore, 16 * kD),
-                            wgmma_desc(dOs + at, kCore, 16 * kD), ks > 0);
-        }
-        wgmma_commit();
-        issued();
-        wgmma_wait<1>();  // S^T (and the previous tile's dv, dk); dP^T may still run
-        wgmma_fence_operands(s);
-        // queries [q0, q0 + kBqWg) are the rows of the mask test, this warp's keys its columns;
-        // s becomes P^T (row: key, column: query), 0 outside the mask
-        const TileCover cv = cover(a, b, q0, q0 + kBqWg - 1, w0, w1);
-        uint32_t attends = ~0u;  // bit 4 n + e: the pair attends
-        with_family<false, kTables>(family, cv != kFull, [&](auto fam, auto masked) {
-            constexpr int F = decltype(fam)::value;
-            constexpr bool kMasked = decltype(masked)::value;
-            const KerpleRows kr = F == kKerpleTable ? kerple_rows(a, h) : KerpleRows{};
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int r = e >> 1, c = n * 8 + 2 * t + (e & 1), i = q0 + c;
-                    float p = 0.0f;
-                    if (!kMasked || in_mask(a, b, i, j[r])) {
-                        const float pi = F != kNone && positions ? pq[c] : 0.0f;
-                        const float x =
-                            fmaf(s[4 * n + e], scale2,
-                                 bias2_of<F>(a.bs, h, pa, pb, pi, pj[r], nullptr, j[r], kr));
-                        p = exp2_ftz(p_exponent(x, lq[c]));
-                    } else {
-                        attends &= ~(1u << (4 * n + e));
-                    }
-                    s[4 * n + e] = p;
-                }
-        });
-        // dv += P^T dO, dO read N-major (LBO along queries), issued before dS^T is computed
-        // (kDvOverlapsDs) or after it (P^T's fragments no longer live through that arithmetic)
-        auto issue_dv = [&](uint32_t(&pf)[NT / 2][4]) {
-            wgmma_fence_after(dvd, pf);  // pf written by this thread since the last product
-#pragma unroll
-            for (int kc = 0; kc < kBqWg / 16; kc++)
-                wgmma_rs<kD, true>(dvd, pf[kc], wgmma_desc(dOs + kc * 2 * 16 * kD, 16 * kD, kCore),
-                                   true);
-            wgmma_commit();
-        };
-        uint32_t pf[NT / 2][4];
-        if constexpr (kDvOverlapsDs) {
-            a_fragments<NT>(s, pf);
-            issue_dv(pf);
-            wgmma_wait<1>();  // dP^T; dv's products may still run
-        } else {
-            wgmma_wait<0>();  // dP^T
-        }
-        wgmma_fence_operands(dp);
-        // dp becomes dS^T = P^T (dP^T - D_i): the mma.sync kernel's product, 0 outside
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int c = n * 8 + 2 * t + (e & 1);
-                dp[4 * n + e] =
-                    (attends >> (4 * n + e)) & 1u ? s[4 * n + e] * (dp[4 * n + e] - dd[c]) : 0.0f;
-            }
-        if constexpr (!kDvOverlapsDs) {
-            a_fragments<NT>(s, pf);
-            issue_dv(pf);
-        }
-        uint32_t df[NT / 2][4];
-        a_fragments<NT>(dp, df);
-        wgmma_fence_after(dkd, df);  // df written here; dv's products still read pf
-#pragma unroll
-        for (int kc = 0; kc < kBqWg / 16; kc++)  // Q read N-major likewise
-            wgmma_rs<kD, true>(dkd, df[kc], wgmma_desc(Qs + kc * 2 * 16 * kD, 16 * kD, kCore),
-                               true);
-        wgmma_commit();
-        if constexpr (!kInFlight) {
-            wgmma_wait<0>();
-            wgmma_fence_operands(dvd);
-            wgmma_fence_operands(dkd);
-        }
-    }
-
-    // The last dv and dk products, after the last tile.
-    __device__ __forceinline__ void finish() {
-        wgmma_wait<0>();
-        wgmma_fence_operands(reinterpret_cast<float(&)[DN * 4]>(dv));
-        wgmma_fence_operands(reinterpret_cast<float(&)[DN * 4]>(dk));
-    }
-
-    __device__ __forceinline__ void write(const TcArgs& a, float* dqkv, int b) {
-        write_dk_dv<DN>(dk, dv, dqkv, a, b, h, j, t, a.T, a.C, a.D);  // dk rotated back
     }
 };
 

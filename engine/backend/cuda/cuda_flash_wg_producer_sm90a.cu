@@ -34,7 +34,7 @@
 // every consumer syncs full for every tile of the block (also the ones it skips) and arrives at
 // empty for every tile that is refilled (tile j when j + kStages < n_tiles), and the turns count
 // only the tiles both consumers take (an interval: each takes an interval of the block's tiles).
-#include "backend/cuda/cuda_flash_wg.cuh"
+#include "backend/cuda/cuda_flash_wg_dkv.cuh"
 
 namespace ctx::cuda::tc {
 
@@ -114,8 +114,10 @@ __device__ __forceinline__ void producer_pipeline(const Plan& plan) {
     auto release = [&](int j) {  // this warpgroup no longer reads tile j's stage
         if (j + kStages < n_tiles) named_barrier_arrive(Bar::empty(j % kStages), Bar::kAllThreads);
     };
-    // a product still in flight waits through skipped tiles for the next take (WgForwardRows):
-    // at most kWG - 1 follow a warpgroup's last take, and its stage is refilled kStages tiles on
+    // a product still in flight waits through skipped tiles for the next take (WgForwardRows,
+    // WgDqRows): at most kWG - 1 follow a warpgroup's last take, and its stage is refilled
+    // kStages tiles on; where more may follow (dk / dv with packed documents) nothing is in
+    // flight after a tile (kSkipSettles)
     static_assert(kWG <= kStages - 1, "an in-flight product's stage outlives the skipped tiles");
     int held = -1;      // the tile whose stage a product still in flight reads
     bool first = true;  // no tile both consumers take has been issued yet
@@ -136,6 +138,14 @@ __device__ __forceinline__ void producer_pipeline(const Plan& plan) {
             held = j;
         } else {
             release(j);
+            // the Rows' products have all run (kSkipSettles): the held stage goes now, as the
+            // producer may wait for it long before this consumer's loop ends (dk / dv with
+            // packed documents)
+            if constexpr (decltype(rows_of_warp)::kSkipSettles)
+                if (held >= 0) {
+                    release(held);
+                    held = -1;
+                }
         }
     }
     rows_of_warp.finish();
@@ -254,13 +264,14 @@ struct DqPlan : QueryBlock<kD, kWG, 2, false> {
 
 // The dk / dv kernel's block: kWG * 64 keys from k0, K and V staged K-major once; per query tile
 // of kBqWg a stage of [Q | dO (K-major) | the queries' positions, log-sum-exps, D].
-template <int kD, int kWG>
+// kInFlight: dv's and dk's products in flight into the next tile (head dim 64 without packed
+// documents, as the lock-step kernel's: WgDkvRows::kSkipSettles).
+template <int kD, int kWG, bool kInFlight>
 struct DkvPlan {
-    // dv's and dk's products in flight into the next tile at head dim 64, as the lock-step
-    // kernel's (kWgDkvStages). At 128 with two consumers (240 registers) dv's products wait for
-    // dS^T: overlapping it they keep P^T's fragments live, which spilled 52 bytes (sm_90a, CUDA
-    // 13.0, 2026-12-06); the other consumer's products keep the tensor core busy meanwhile.
-    static constexpr bool kInFlight = kD <= 64, kDvOverlapsDs = kD <= 64 || kWG == 1;
+    // At head dim 128 with two consumers (240 registers) dv's products wait for dS^T:
+    // overlapping it they keep P^T's fragments live, which spilled 52 bytes (sm_90a, CUDA 13.0,
+    // 2026-12-06); the other consumer's products keep the tensor core busy meanwhile.
+    static constexpr bool kDvOverlapsDs = kD <= 64 || kWG == 1;
     using Rows = WgDkvRows<kD, kInFlight, kDvOverlapsDs>;
     static constexpr int kKeyRows = kWG * kBc;
     static constexpr size_t kKeys = size_t(kKeyRows) * kD * 2, kTile = size_t(kBqWg) * kD * 2;
@@ -344,11 +355,12 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
         DqPlan<kD, kWG, kGrads>(a, reinterpret_cast<char*>(sm), dqkv, partials, lse, dvec, red));
 }
 
-template <int kD, int kWG>
+template <int kD, int kWG, bool kInFlight>
 __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
     flash_wg_dkv_producer_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
     extern __shared__ float sm[];
-    producer_pipeline<kWG>(DkvPlan<kD, kWG>(a, reinterpret_cast<char*>(sm), dqkv, lse, dvec));
+    producer_pipeline<kWG>(
+        DkvPlan<kD, kWG, kInFlight>(a, reinterpret_cast<char*>(sm), dqkv, lse, dvec));
 }
 
 }  // namespace
@@ -388,12 +400,17 @@ cudaError_t launch_flash_wg_dkv_producer(float* dqkv, const float* lse, const fl
                                          cudaStream_t s) {
     return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
-        constexpr size_t smem = DkvPlan<kD_, kWG>::kSmem;
-        auto* k = &flash_wg_dkv_producer_kernel<kD_, kWG>;
-        static DynamicSharedLimit limit;
-        if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
-        k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(dqkv, lse, dvec, a);
-        return cudaGetLastError();
+        constexpr size_t smem = DkvPlan<kD_, kWG, false>::kSmem;
+        static DynamicSharedLimit flowing, settled;  // one per kernel (the two share a type)
+        auto launch = [&](auto* k, DynamicSharedLimit& limit) {
+            if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
+            k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(dqkv, lse, dvec, a);
+            return cudaGetLastError();
+        };
+        if constexpr (kD_ <= 64)  // products in flight unless rows are packed
+            if (a.doc_start == nullptr)
+                return launch(&flash_wg_dkv_producer_kernel<kD_, kWG, true>, flowing);
+        return launch(&flash_wg_dkv_producer_kernel<kD_, kWG, false>, settled);
     });
 }
 

@@ -23,7 +23,7 @@
 // Head dims 64 and 128, the inline bias families (none, ALiBi, KERPLE-log); the launcher sends
 // the rest to the mma.sync kernel. The dq and dk / dv kernels below do the same for the backward.
 // Compiled for sm_90a only (engine/CMakeLists.txt).
-#include "backend/cuda/cuda_flash_wg.cuh"
+#include "backend/cuda/cuda_flash_wg_dkv.cuh"
 
 namespace ctx::cuda::tc {
 
@@ -176,25 +176,31 @@ constexpr size_t wg_dq_smem() {
 // of kBqWg the products and arithmetic of WgDkvRows (cuda_flash_wg.cuh).
 // With three stages of Q, dO (kWgDkvStages), the tile's dv and dk products are not waited for in
 // it but with the next tile's S^T (wgmma_wait<1>), as the dq kernel's product (see there: the
-// same stage argument). At head dim 64 only: at 128, the in-flight fragments (P^T, dS^T) live
+// same stage argument, which packed documents break: WgDkvRows::kSkipSettles). At head dim 64
+// only: at 128, the in-flight fragments (P^T, dS^T) live
 // through the next tile's issue cost ptxas 56 bytes of spills (sm_90a, CUDA 13.0, 2026-12-06)
 // on top of its 255 registers.
 template <int kD, int kWG>
 inline constexpr int kWgDkvStages = kD <= 64 ? 3 : 2;
 
-template <int kD, int kWG>
+// kDq: the one-kernel backward's (WgDkvRows' kDqAtomic), a dS tile a warpgroup more.
+template <int kD, int kWG, bool kDq>
 constexpr size_t wg_dkv_smem() {
     return 2 * size_t(kWG) * kBc * kD * 2 +
-           kWgDkvStages<kD, kWG> * (2 * size_t(kBqWg) * kD * 2 + 3 * kBqWg * 4);
+           kWgDkvStages<kD, kWG> * (2 * size_t(kBqWg) * kD * 2 + 3 * kBqWg * 4) +
+           (kDq ? kWG * size_t(kDsTileBytes) : 0);
 }
 
-template <int kD, int kWG>
+// kInFlight: dv's and dk's products run on into the next tile (three stages; not in the
+// one-kernel backward, which waits for them with its dq product, nor with packed documents,
+// WgDkvRows::kSkipSettles: the launcher picks by the call's doc_start).
+template <int kD, int kWG, bool kDq, bool kInFlight>
 __global__ void __launch_bounds__(kWG* kThreads)
     flash_wg_dkv_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
     // Ks, Vs (kWG kBc x kD, K-major) | kStages stages of [Qs, dOs (kBqWg x kD, K-major) | posQ,
-    // lseQ, dQ (kBqWg floats)]
+    // lseQ, dQ (kBqWg floats)] | kDq: a dS tile a warpgroup
     constexpr int kStages = kWgDkvStages<kD, kWG>;
-    constexpr bool kInFlight = kStages >= 3;  // dv's and dk's products run on into the next tile
+    static_assert(!kInFlight || (kStages >= 3 && !kDq), "a third stage for products in flight");
     static_assert(!kInFlight || kWG <= kStages - 1, "an in-flight product's stage is kept");
     extern __shared__ float sm[];
     constexpr int kKeyRows = kWG * kBc, kBlock = kWG * kThreads;
@@ -231,7 +237,8 @@ __global__ void __launch_bounds__(kWG* kThreads)
     };
     load(0);  // K and V travel in the first group
 
-    WgDkvRows<kD, kInFlight> rows_of_warp(a, b, h, k0, warp, lane);
+    char* dS = Vs + kKeys + kStages * kStage + wg * kDsTileBytes;  // kDq only
+    WgDkvRows<kD, kInFlight, true, kDq> rows_of_warp(a, b, h, k0, warp, lane, kDq ? dS : nullptr);
     for (int it = 0; it < n_tiles; it++) {
         const int q0 = k0 + it * kBqWg, st = it % kStages;
         // tile it + 1 loads into the stage of tile it + 1 - kStages; this thread's copies fenced
@@ -242,6 +249,10 @@ __global__ void __launch_bounds__(kWG* kThreads)
         const bool take = cover(a, b, q0, q0 + kBqWg - 1, g0, g0 + kBc - 1) != kSkip;
         rows_of_warp.tile(a, b, Kg, Vg, Qs(st), dOs(st), posQ(st), lseQ(st), dQ(st), q0, take,
                           [] {});
+        if constexpr (kDq)  // named barrier 1 + wg: this warpgroup's 128 threads
+            if (take)
+                rows_of_warp.add_dq(a, b, Kg, q0, dqkv,
+                                    [&] { named_barrier_sync(1 + wg, kThreads); });
         __syncthreads();  // stage (it + 1) % kStages is refilled by the next iteration's load
     }
     rows_of_warp.finish();
@@ -285,13 +296,34 @@ cudaError_t launch_flash_wg_dkv(float* dqkv, const float* lse, const float* dvec
                                 int B, int kD, int warpgroups, cudaStream_t s) {
     return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
-        auto* k = &flash_wg_dkv_kernel<kD_, kWG>;
-        static DynamicSharedLimit limit;
-        if (const cudaError_t e = limit.raise(k, wg_dkv_smem<kD_, kWG>()); e != cudaSuccess)
-            return e;
-        k<<<wg_grid(a, B, kWG), kWG * kThreads, wg_dkv_smem<kD_, kWG>(), s>>>(dqkv, lse, dvec, a);
-        return cudaGetLastError();
+        constexpr size_t smem = wg_dkv_smem<kD_, kWG, false>();
+        static DynamicSharedLimit flowing, settled;  // one per kernel (the two share a type)
+        auto launch = [&](auto* k, DynamicSharedLimit& limit) {
+            if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
+            k<<<wg_grid(a, B, kWG), kWG * kThreads, smem, s>>>(dqkv, lse, dvec, a);
+            return cudaGetLastError();
+        };
+        if constexpr (kD_ <= 64)  // three stages: products in flight unless rows are packed
+            if (a.doc_start == nullptr)
+                return launch(&flash_wg_dkv_kernel<kD_, kWG, false, true>, flowing);
+        return launch(&flash_wg_dkv_kernel<kD_, kWG, false, false>, settled);
     });
+}
+
+cudaError_t launch_flash_wg_backward_atomic(float* dqkv, const float* lse, const float* dvec,
+                                            const TcArgs& a, int B, int kD, int warpgroups,
+                                            cudaStream_t s) {
+    if (kD != 64) return cudaErrorInvalidValue;  // dq's accumulators: 32 registers more
+    static DynamicSharedLimit one, two;          // one per kernel (the two share a type)
+    auto launch = [&](auto* k, size_t smem, int kWG, DynamicSharedLimit& limit) {
+        if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
+        k<<<wg_grid(a, B, kWG), kWG * kThreads, smem, s>>>(dqkv, lse, dvec, a);
+        return cudaGetLastError();
+    };
+    return warpgroups == 1 ? launch(&flash_wg_dkv_kernel<64, 1, true, false>,
+                                    wg_dkv_smem<64, 1, true>(), 1, one)
+                           : launch(&flash_wg_dkv_kernel<64, 2, true, false>,
+                                    wg_dkv_smem<64, 2, true>(), 2, two);
 }
 
 }  // namespace ctx::cuda::tc
