@@ -366,7 +366,7 @@ quick_bench() {
         # one-launch AdamW
         step memcheck-atomic-dq 60 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
-            --gtest_filter='*AtomicDq*d64*:*AtomicDq*d128*:*AtomicDq*full_tiles*'
+            --gtest_filter='*AtomicDq*d64*:*AtomicDq*d128*:*AtomicDq*full_tiles*:*WgmmaAtomic*'
         step memcheck-adamw-segments 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_adamw"
         # the page-locked upload ring (wraps, waits on its events, the pageable fallback)
@@ -376,7 +376,7 @@ quick_bench() {
         # wgmma form's read by the tensor core)
         step racecheck-atomic-dq 60 "$RUN" "$cs" --tool racecheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
-            --gtest_filter='*AtomicDq*d64*:*AtomicDq*full_tiles*'
+            --gtest_filter='*AtomicDq*d64*:*AtomicDq*full_tiles*:*WgmmaAtomic*'
         # the forward's 128-query blocks (two m-tiles a warp): T = 1, odd T, windows, D 128;
         # KERPLE-log's tables (device-side decision, fill, clamped lookups)
         step memcheck-flash-forward 45 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \

@@ -34,7 +34,8 @@ namespace ctx::cuda::tc {
 // keys; each warp's keys are a quarter of that K, so the tile needs all four warps' stores);
 // add_dq() then runs dq (64 x kD) = dS K, K read N-major from the staged keys as in the dq
 // kernel, and adds scale * dq to dqkv by fp32 atomics (in any order: not bit-reproducible).
-// The tile's products are all waited for there, so nothing is in flight across tiles.
+// tile() waits for dv's and dk's products (kInFlight is false), add_dq for dq's: nothing is in
+// flight across tiles. (Leaving dk's to add_dq's wait, ptxas serialised every product: C7515.)
 inline constexpr int kBqWg = 64;
 inline constexpr uint32_t kDsTileBytes = uint32_t(kBqWg) * 64 * 2;  // a warpgroup's dS tile
 
@@ -224,7 +225,7 @@ struct WgDkvRows {
             wgmma_ss<kD, true>(dq, wgmma_desc(ds_tile + kc * 2 * kCore, kCore, 1024),
                                wgmma_desc(Kg + kc * 2 * 16 * kD, 16 * kD, kCore), kc > 0);
         wgmma_commit();
-        wgmma_wait<0>();  // and dv's, dk's
+        wgmma_wait<0>();
         wgmma_fence_operands(dq);
         wgmma_fence_operands(reinterpret_cast<float(&)[DN * 4]>(dv));
         wgmma_fence_operands(reinterpret_cast<float(&)[DN * 4]>(dk));

@@ -25,10 +25,10 @@
 //
 // The schedule: the producer hands out tile j, then fills tile j + 2 into the stage of tile
 // j - 2. A consumer at tile j keeps tile j - 1's stage until the product that reads it (the
-// forward's P V, the dq kernel's dS K, the dk / dv kernel's at D 64) has run, which it knows once
-// tile j is done, so the stage of j - 2 is released by the slower consumer during its tile j - 1:
-// one consumer may run a tile ahead of the other before it waits for a load. Four stages:
-// j - 1 .. j + 2.
+// forward's P V, the dq kernel's dS K, the dk / dv kernel's at D 64 without packed documents) has
+// run, which it knows once tile j is done, so the stage of j - 2 is released by the slower consumer
+// during its tile j - 1: one consumer may run a tile ahead of the other before it waits for a load.
+// Four stages: j - 1 .. j + 2.
 //
 // Arrivals balance, as named barriers need (a surplus arrival would count in the next phase):
 // every consumer syncs full for every tile of the block (also the ones it skips) and arrives at

@@ -173,7 +173,7 @@ constexpr size_t wg_dq_smem() {
 // ================================================================ dk, dv
 
 // The dk / dv kernel on wgmma (CTX_FLASH_DKV=wgmma): a warpgroup takes 64 keys, per query tile
-// of kBqWg the products and arithmetic of WgDkvRows (cuda_flash_wg.cuh).
+// of kBqWg the products and arithmetic of WgDkvRows (cuda_flash_wg_dkv.cuh).
 // With three stages of Q, dO (kWgDkvStages), the tile's dv and dk products are not waited for in
 // it but with the next tile's S^T (wgmma_wait<1>), as the dq kernel's product (see there: the
 // same stage argument, which packed documents break: WgDkvRows::kSkipSettles). At head dim 64
