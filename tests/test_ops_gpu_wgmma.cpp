@@ -36,14 +36,15 @@ FVec bf16_values(ref::Rng& rng, size_t n) {
 
 struct Case {
     int M, N, K, n_tile;
-    bool regs, accumulate, n_major = false;
+    bool regs, accumulate, n_major = false, tma = false;
 };
 
 void check(const Case& c, uint64_t seed) {
     SCOPED_TRACE(testing::Message()
                  << "M " << c.M << " N " << c.N << " K " << c.K << " tile " << c.n_tile
                  << (c.regs ? ", A in registers" : ", A by descriptor")
-                 << (c.accumulate ? ", accumulate" : "") << (c.n_major ? ", B N-major" : ""));
+                 << (c.accumulate ? ", accumulate" : "") << (c.n_major ? ", B N-major" : "")
+                 << (c.tma ? ", TMA, 128-byte swizzle" : ""));
     ref::Rng rng(seed);
     const FVec a = bf16_values(rng, size_t(c.M) * c.K), b = bf16_values(rng, size_t(c.N) * c.K);
     const FVec c0 = randn(rng, size_t(c.M) * c.N);
@@ -54,6 +55,7 @@ void check(const Case& c, uint64_t seed) {
     o.a_from_registers = c.regs;
     o.accumulate = c.accumulate;
     o.b_n_major = c.n_major;
+    o.tma = c.tma;
     ctx::cuda_wgmma_gemm(dc.get(), reinterpret_cast<const uint16_t*>(da.get()),
                          reinterpret_cast<const uint16_t*>(db.get()), c.M, c.N, c.K, o);
     const FVec got = dc.host();
@@ -99,6 +101,21 @@ TEST(OpsGpuWgmma, NMajorBMatchesLoops) {
             check(c, seed++);
 }
 
+// The operands by TMA into 128-byte swizzled tiles (the copies, the mbarrier, the swizzled
+// descriptors K-major and N-major, ldmatrix fragments from swizzled rows): K in 64-value blocks
+// (one to four), M not a multiple of 64 (the last block's rows past M come in as TMA's zeros).
+TEST(OpsGpuWgmma, TmaSwizzledOperandsMatchLoops) {
+    REQUIRE_WGMMA();
+    uint64_t seed = 200;
+    for (bool regs : {false, true})
+        for (bool n_major : {false, true})
+            for (const Case& c : {Case{64, 64, 64, 64, regs, false, n_major, true},
+                                  Case{128, 192, 128, 64, regs, false, n_major, true},
+                                  Case{100, 128, 256, 128, regs, false, n_major, true},
+                                  Case{192, 256, 192, 128, regs, true, n_major, true}})
+                check(c, seed++);
+}
+
 TEST(OpsGpuWgmma, RefusesWhatItCannotRun) {
     REQUIRE_WGMMA();
     Dev16 a(64 * 32), b(128 * 32);
@@ -112,6 +129,10 @@ TEST(OpsGpuWgmma, RefusesWhatItCannotRun) {
     EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 64, 128, 512, o), ctx::Error);  // K
     o.n_tile = 96;
     EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 64, 192, 32, o), ctx::Error);
+    o.n_tile = 64;
+    o.tma = true;
+    EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 64, 128, 32, o), ctx::Error);  // K % 64
+    EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 0, 128, 64, o), ctx::Error);   // M
 }
 
 }  // namespace

@@ -619,12 +619,16 @@ int cuda_device_count();
 // and B (N x K) row-major bf16 bit patterns; with b_n_major, C = A B for B (K x N) row-major
 // (read N-major, as O = P V reads V). M a multiple of 64, N of n_tile (64 or 128), K of 16 in
 // [16, 256], pointers 16-byte aligned. cuda_has_wgmma: the device runs it (compute capability
-// 9.0 and a build with CUDA); cuda_wgmma_gemm throws ctx::Error where it does not.
+// 9.0 and a build with CUDA); cuda_wgmma_gemm throws ctx::Error where it does not. With tma,
+// the operands come in by the tensor memory accelerator into 128-byte swizzled tiles (the
+// layout, copies and barriers of TMA-fed kernels, backend/cuda/cuda_tma.cuh): K then a multiple
+// of 64 up to 256 and M any positive count.
 struct WgmmaGemmOptions {
     int n_tile = 64;                // columns of C per block: 64 or 128
     bool a_from_registers = false;  // A as register fragments (wgmma_rs) instead of a descriptor
     bool b_n_major = false;         // B given K x N and read N-major (transposed B)
     bool accumulate = false;        // C += A B^T instead of C = A B^T
+    bool tma = false;               // operands by TMA, read with the 128-byte swizzle
 };
 bool cuda_has_wgmma(int device);
 void cuda_wgmma_gemm(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,

@@ -5,6 +5,7 @@
 // unless a comment says otherwise; shapes follow backend.h.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -266,5 +267,12 @@ cudaError_t launch_attention_block_backward(float* dq, float* dkv, double* parti
 cudaError_t launch_wgmma_gemm(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,
                               int n_tile, bool a_from_registers, bool b_n_major, bool accumulate,
                               cudaStream_t s);
+// The same with A and B brought in by TMA (tensor maps of cuda_tma.h: A K x M with 64 x 64
+// boxes; B K x N with 64 x n_tile boxes, or N x K with 64 x K boxes when b_n_major; all with
+// the 128-byte swizzle) and read through swizzled descriptors. K % 64 and K <= 256 are the
+// caller's to check; M may be any count (rows past it read as zeros and are not stored).
+cudaError_t launch_wgmma_gemm_tma(float* C, const CUtensorMap& a, const CUtensorMap& b, int M,
+                                  int N, int K, int n_tile, bool a_from_registers, bool b_n_major,
+                                  bool accumulate, cudaStream_t s);
 
 }  // namespace ctx::cuda

@@ -49,7 +49,8 @@ __device__ __forceinline__ uint32_t shared_address(const void* smem) {
 #if defined(__CUDACC__)
     return uint32_t(__cvta_generic_to_shared(smem));
 #else
-    return uint32_t(static_cast<const char*>(smem) - static_cast<const char*>(emu::dyn_shared()));
+    return emu::kSharedBase +
+           uint32_t(static_cast<const char*>(smem) - static_cast<const char*>(emu::dyn_shared()));
 #endif
 }
 
@@ -61,6 +62,15 @@ __device__ __forceinline__ uint64_t wgmma_desc_at(uint32_t addr, uint32_t lbo, u
 }
 __device__ __forceinline__ uint64_t wgmma_desc(const void* smem, uint32_t lbo, uint32_t sbo) {
     return wgmma_desc_at(shared_address(smem), lbo, sbo);
+}
+// An operand with the 128-byte swizzle (mode 1; the layout TMA's 128-byte swizzle writes,
+// cuda_tma.cuh), in 1024-byte atoms of 8 rows of 128 bytes whose 16-byte chunk c sits at
+// c ^ (address bits 7-9). K-major: rows of 64 K values 128 bytes apart, 8-row groups SBO apart,
+// the start advanced 32 bytes per K step of 16 (LBO unused: 16). MN-major: K rows of 64 M / N
+// values 128 bytes apart, 8-row groups SBO apart, the next 64 M / N values LBO apart (the
+// strides trade roles against the no-swizzle MN-major layout; CUTLASS's canonical GMMA layouts).
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(const void* smem, uint32_t lbo, uint32_t sbo) {
+    return wgmma_desc(smem, lbo, sbo) | (uint64_t(1) << 62);
 }
 
 __device__ __forceinline__ void wgmma_fence() {

@@ -68,6 +68,35 @@ void named_barrier(int id, int count, bool wait);
 // (24-256, a multiple of 8); registers are not emulated, so the pool's budget is the kernel's
 // static_assert.
 void set_max_registers(int regs);
+// Shared-memory addresses (cvta.to.shared) of the emulated dynamic shared memory begin at
+// kSharedBase, not 0: the 16-byte alignment CUDA promises, so a kernel that needs more (a
+// 128-byte swizzled tile: 1024) must align its tiles itself, as on a GPU.
+constexpr uint32_t kSharedBase = 16;
+// Shared-memory barriers (mbarrier, cuda_tma.cuh) at a shared address: init sets the arrival
+// count of each phase; a phase completes when that many arrivals came and the transaction bytes
+// they announced (expect_tx) have all landed; wait(parity) returns once the phase of that
+// parity has completed (blocking the thread; waiting on a barrier never initialised, an arrival
+// beyond the count or a transaction count gone negative abort the run).
+void mbarrier_init(uint32_t addr, uint32_t count);
+void mbarrier_arrive(uint32_t addr, uint32_t tx_bytes);  // expect tx_bytes, then arrive
+void mbarrier_wait(uint32_t addr, uint32_t parity);
+// A tensor copy (cp.async.bulk.tensor, TMA) of the box at coords (innermost first) of the tensor
+// map into shared address dst, completing its bytes on the mbarrier at bar. The source is read
+// at the issue; the bytes land when a thread waits on bar (or at the issue with
+// CTX_EMU_CP_ASYNC=eager), so a tile read before its barrier's wait reads garbage. Elements
+// outside the tensor are zeros; 128-byte swizzle places 16-byte chunk c of a 128-byte row at
+// c ^ (address bits 7-9), which needs a 1024-byte aligned destination (else abort).
+void tma_load(uint32_t dst, const void* tensor_map, uint32_t bar, const int* coords, int rank);
+// Emulator internals (emu_tma.cpp): switch to the block's next thread; record that a thread got
+// on (the deadlock check); this thread's index in the block; the bytes at a shared address
+// (aborting, naming `what`, outside the dynamic shared memory).
+void yield_thread();
+void note_progress();
+int thread_linear();
+char* shared_at(uint32_t addr, size_t bytes, const char* what);
+// Per block: forget the barriers; at its end, abort if a tensor copy never landed.
+void async_block_begin();
+void async_block_end();
 void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body);
 void check_dyn_shared(const void* kernel, size_t shmem);  // aborts above the kernel's limit
 // Dynamic shared memory a kernel may launch with: 48 KiB unless raised (up to 227 KiB, sm_90) by
@@ -128,6 +157,7 @@ cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
 #define __forceinline__ inline
 #define __noinline__  // (libstdc++ spells an attribute __noinline__: empty keeps it valid)
 #define __launch_bounds__(...)
+#define __grid_constant__
 #define __shared__ static
 #define threadIdx (::emu::g_tid)
 #define blockIdx (::emu::g_bid)

@@ -55,3 +55,14 @@ cudaError_t cudaGetLastError();
 const char* cudaGetErrorString(cudaError_t e);
 const char* cudaGetErrorName(cudaError_t e);
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* a, const void* p);
+// The driver entry points: cuTensorMapEncodeTiled (emulated in emu_tma.cpp, declared in the
+// emulation's cuda.h); any other symbol is cudaDriverEntryPointSymbolNotFound.
+enum cudaDriverEntryPointQueryResult {
+    cudaDriverEntryPointSuccess = 0,
+    cudaDriverEntryPointSymbolNotFound = 1,
+    cudaDriverEntryPointVersionNotSufficent = 2
+};
+#define cudaEnableDefault 0x0
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned version,
+                                             unsigned long long flags,
+                                             cudaDriverEntryPointQueryResult* status);

@@ -121,6 +121,19 @@ void trampoline() {
 }  // namespace
 
 void syncthreads() { wait(g_block); }
+void yield_thread() { yield(); }
+void note_progress() { g_progress = true; }
+int thread_linear() { return g_cur->linear; }
+char* shared_at(uint32_t addr, size_t bytes, const char* what) {
+    if (addr < kSharedBase || addr - kSharedBase + bytes > g_dyn.size() - 16) {
+        fprintf(stderr,
+                "emu: thread %d: %s of %zu bytes at shared address %u, outside the %zu bytes of "
+                "dynamic shared memory (from address %u)\n",
+                g_cur->linear, what, bytes, addr, g_dyn.size() - 16, kSharedBase);
+        abort();
+    }
+    return g_dyn.data() + (addr - kSharedBase);
+}
 void cp_async(void* dst, const void* src, int bytes, int src_bytes) {
     if (bytes != 4 && bytes != 8 && bytes != 16) {
         fprintf(stderr, "emu: cp.async of %d bytes (4, 8 or 16)\n", bytes);
@@ -242,38 +255,70 @@ void set_max_registers(int regs) {
 }
 
 namespace {
-// The bf16 at byte offset `at` of the dynamic shared memory, as a float.
+// The bf16 at shared address `at` of the dynamic shared memory, as a float.
 float smem_bf16(size_t at) {
-    if (at % 2 != 0 || at + 2 > g_dyn.size() - 16) {
+    if (at % 2 != 0 || at < kSharedBase || at - kSharedBase + 2 > g_dyn.size() - 16) {
         fprintf(stderr,
-                "emu: wgmma operand byte %zu outside the %zu bytes of dynamic shared "
-                "memory\n",
-                at, g_dyn.size() - 16);
+                "emu: wgmma operand at shared address %zu outside the %zu bytes of dynamic "
+                "shared memory (from address %u)\n",
+                at, g_dyn.size() - 16, kSharedBase);
         abort();
     }
     uint16_t h;
-    std::memcpy(&h, g_dyn.data() + at, 2);
+    std::memcpy(&h, g_dyn.data() + (at - kSharedBase), 2);
     const uint32_t u = uint32_t(h) << 16;
     float f;
     std::memcpy(&f, &u, 4);
     return f;
 }
-// Element (row, k) of a no-swizzle operand (row along M / N): 8 x 8 core matrices, core matrix
-// (row / 8, k / 8) at start + (row / 8) SBO + (k / 8) LBO; within it 16-byte rows along K
-// (K-major), or along M / N (n_major: the PTX ISA's MN-major "interleave" layout).
+// Element (row, k) (row along M / N, k < 16) of an operand by its descriptor.
+// No swizzle (mode 0): 8 x 8 core matrices, core matrix (row / 8, k / 8) at start + (row / 8) SBO
+// + (k / 8) LBO; within it 16-byte rows along K (K-major), or along M / N (n_major: the PTX ISA's
+// MN-major "interleave" layout).
+// 128-byte swizzle (mode 1), 1024-byte atoms of 8 rows of 128 bytes: K-major, row r at start +
+// (r / 8) SBO + (r % 8) 128 and k along the row (the instruction's 32 bytes of K within it; LBO
+// unused); MN-major, K row k at start + (k / 8) SBO + (k % 8) 128 with 64 M / N values along it
+// and the next 64 LBO on (the strides trade places against the no-swizzle MN-major layout, as
+// CUTLASS's canonical GMMA layouts have them). The address then has its 16-byte chunk (bits 4-6)
+// XORed with bits 7-9, the pattern TMA's 128-byte swizzle writes.
 float desc_element(uint64_t desc, int row, int k, bool n_major = false) {
-    if ((desc >> 62) != 0 || ((desc >> 49) & 7u) != 0) {
+    const unsigned mode = unsigned(desc >> 62);
+    if ((mode != 0 && mode != 1) || ((desc >> 49) & 7u) != 0) {
         fprintf(stderr,
-                "emu: wgmma descriptor 0x%016llx: only the no-swizzle layout with base "
-                "offset 0 is emulated\n",
+                "emu: wgmma descriptor 0x%016llx: only no swizzle and 128-byte swizzle with base "
+                "offset 0 are emulated\n",
                 static_cast<unsigned long long>(desc));
         abort();
     }
     const size_t start = size_t(desc & 0x3FFFu) << 4, lbo = size_t((desc >> 16) & 0x3FFFu) << 4,
                  sbo = size_t((desc >> 32) & 0x3FFFu) << 4;
-    const size_t within = n_major ? size_t(k % 8) * 16 + size_t(row % 8) * 2
-                                  : size_t(row % 8) * 16 + size_t(k % 8) * 2;
-    return smem_bf16(start + size_t(row / 8) * sbo + size_t(k / 8) * lbo + within);
+    if (mode == 0) {
+        const size_t within = n_major ? size_t(k % 8) * 16 + size_t(row % 8) * 2
+                                      : size_t(row % 8) * 16 + size_t(k % 8) * 2;
+        return smem_bf16(start + size_t(row / 8) * sbo + size_t(k / 8) * lbo + within);
+    }
+    size_t at;
+    if (n_major) {
+        at = start + size_t(k / 8) * sbo + size_t(k % 8) * 128 + size_t(row / 64) * lbo +
+             size_t(row % 64) * 2;
+        if (start % 128 != 0) {
+            fprintf(stderr,
+                    "emu: MN-major 128-byte swizzled wgmma operand at %zu (only 128-byte aligned "
+                    "starts are emulated)\n",
+                    start);
+            abort();
+        }
+    } else {
+        at = start + size_t(row / 8) * sbo + size_t(row % 8) * 128 + size_t(k) * 2;
+        if (start % 128 + 32 > 128) {
+            fprintf(stderr,
+                    "emu: K-major 128-byte swizzled wgmma operand at %zu: its 32 bytes of K "
+                    "cross a 128-byte row\n",
+                    start);
+            abort();
+        }
+    }
+    return smem_bf16(at ^ (((at >> 7) & 7u) << 4));
 }
 void run_wgmma(const PendingWgmma& op, int linear) {
     if (op.d_snap && std::memcmp(op.d, op.d_issued, sizeof(float) * size_t(op.n / 2)) != 0) {
@@ -471,6 +516,7 @@ void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body) {
     for (unsigned bx = 0; bx < g.x; bx++) {
         g_bid = {bx, by, bz};
         g_dyn.assign(shmem + 16, char(0xAB));  // garbage, as uninitialised shared memory
+        async_block_begin();
         g_fibers.assign(size_t(nt), Fiber{});
         g_block = Barrier{0, nt, 0};
         g_warps.assign(size_t(nw), Barrier{});
@@ -500,6 +546,7 @@ void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body) {
                 abort();
             }
         }
+        async_block_end();
         // arrivals no thread waited for: the protocol's counts do not balance (on a GPU the
         // next block on the SM starts with fresh barriers, so this goes unseen there)
         for (int id = 1; id < 16; id++)

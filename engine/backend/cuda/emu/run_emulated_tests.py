@@ -104,7 +104,7 @@ def main():
         dst = os.path.join(out, k + "_emu.cpp")
         emulate_kernels(os.path.join(CUDA_DIR, k + ".cu"), dst)
         jobs.append((backend_flags, dst, os.path.join(out, k + "_emu.o")))
-    sources = [os.path.join(HERE, "emu_runtime.cpp"), os.path.join(HERE, "emu_blas.cpp")]
+    sources = [os.path.join(HERE, f) for f in ("emu_runtime.cpp", "emu_tma.cpp", "emu_blas.cpp")]
     sources += [os.path.join(CUDA_DIR, f) for f in sorted(os.listdir(CUDA_DIR))
                 if f.endswith(".cpp") and f != "cuda_stub.cpp"]
     # backend/*.cpp (shared argument checks, op_common.cpp) and the CPU backend: the emulated
