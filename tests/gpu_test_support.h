@@ -84,19 +84,20 @@ inline ctx::Backend& gpu_bf16_wgmma_forward() {
 }
 
 // Every wgmma kernel with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer), their
-// blocks' computing warpgroups two (the default) or one.
-inline ctx::Backend& gpu_bf16_wgmma_producer(int warpgroups) {
-    static std::unique_ptr<ctx::Backend> two =
-        make_bf16_backend_with({{"CTX_FLASH_FORWARD", "wgmma"},
-                                {"CTX_FLASH_DQ", "wgmma"},
-                                {"CTX_FLASH_DKV", "wgmma"},
-                                {"CTX_FLASH_WGMMA_PIPELINE", "producer"}});
-    static std::unique_ptr<ctx::Backend> one =
-        make_bf16_backend_with({{"CTX_FLASH_FORWARD", "wgmma"},
-                                {"CTX_FLASH_DQ", "wgmma"},
-                                {"CTX_FLASH_DKV", "wgmma"},
-                                {"CTX_FLASH_WGMMA_PIPELINE", "producer"},
-                                {"CTX_FLASH_WGMMA_WARPGROUPS", "1"}});
+// blocks' computing warpgroups two (the default) or one; with tma, the producer forward's tiles
+// by TMA into 128-byte swizzled tiles (CTX_FLASH_WGMMA_LOADS=tma).
+inline ctx::Backend& gpu_bf16_wgmma_producer(int warpgroups, bool tma = false) {
+    auto make = [](const char* warpgroups_value, const char* loads) {
+        return make_bf16_backend_with({{"CTX_FLASH_FORWARD", "wgmma"},
+                                       {"CTX_FLASH_DQ", "wgmma"},
+                                       {"CTX_FLASH_DKV", "wgmma"},
+                                       {"CTX_FLASH_WGMMA_PIPELINE", "producer"},
+                                       {"CTX_FLASH_WGMMA_WARPGROUPS", warpgroups_value},
+                                       {"CTX_FLASH_WGMMA_LOADS", loads}});
+    };
+    static std::unique_ptr<ctx::Backend> two = make("2", "cp.async"), one = make("1", "cp.async"),
+                                         two_tma = make("2", "tma"), one_tma = make("1", "tma");
+    if (tma) return warpgroups == 1 ? *one_tma : *two_tma;
     return warpgroups == 1 ? *one : *two;
 }
 

@@ -113,6 +113,15 @@ TEST(OpsGpuFlashChecks, BackwardKernelsSwitch) {
         << gpu_bf16_wgmma_producer(2).name();
     EXPECT_EQ(gpu_bf16_wgmma_all().name().find("producer"), std::string::npos)
         << gpu_bf16_wgmma_all().name();
+    EXPECT_NE(gpu_bf16_wgmma_producer(2, true).name().find("(forward tiles by TMA)"),
+              std::string::npos)
+        << gpu_bf16_wgmma_producer(2, true).name();
+    EXPECT_EQ(gpu_bf16_wgmma_producer(2).name().find("TMA"), std::string::npos)
+        << gpu_bf16_wgmma_producer(2).name();
+    setenv("CTX_FLASH_WGMMA_LOADS", "bulk", 1);
+    expect_error([] { (void)ctx::make_cuda_backend(0, ctx::Precision::Bf16); },
+                 {"CTX_FLASH_WGMMA_LOADS", "'bulk'", "cp.async", "tma"});
+    unsetenv("CTX_FLASH_WGMMA_LOADS");
     {  // the wgmma forward's KERPLE-log from tables (the default) or computed
         const auto computed = make_bf16_backend_with(
             {{"CTX_FLASH_FORWARD", "wgmma"}, {"CTX_FLASH_FORWARD_KERPLE", "computed"}});

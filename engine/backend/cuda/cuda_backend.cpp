@@ -199,6 +199,13 @@ CudaBackend::CudaBackend(int device, Precision precision)
     kernels.wgmma_producer =
         env_switch("CTX_FLASH_WGMMA_PIPELINE", "lockstep", "every warpgroup stages, block barriers",
                    "producer", "a producer warpgroup stages, named barriers");
+    kernels.wgmma_tma = env_switch("CTX_FLASH_WGMMA_LOADS", "cp.async",
+                                   "the producer warpgroup stages tiles by cp.async", "tma",
+                                   "the producer forward's tiles by TMA (swizzled)");
+    if (kernels.wgmma_tma && !kernels.wgmma_producer && precision_ == Precision::Bf16)
+        spdlog::warn(
+            "CTX_FLASH_WGMMA_LOADS=tma applies to the producer pipeline only "
+            "(CTX_FLASH_WGMMA_PIPELINE=producer); the lock-step wgmma kernels stage by cp.async");
     // the one-kernel backward on wgmma has a lock-step form only: said, not silently dropped
     if (kernels.wgmma_producer && atomic_dq && kernels.wgmma_dkv && precision_ == Precision::Bf16)
         spdlog::warn(
@@ -217,8 +224,8 @@ CudaBackend::CudaBackend(int device, Precision precision)
     // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
     // fp32 accumulation; "bf16 activations" when the products' inputs are stored in bf16)
     name_ = fmt::format(
-        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{}{}{}{}{}{}{})", device, prop.name,
-        prop.major, prop.minor, double(prop.totalGlobalMem) / double(size_t(1) << 30),
+        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{}{}{}{}{}{}{}{})", device,
+        prop.name, prop.major, prop.minor, double(prop.totalGlobalMem) / double(size_t(1) << 30),
         precision_name(precision_), bf16_activations_ ? " activations" : "",
         lt_.enabled() ? "Lt" : "", atomic_dq && precision_ == Precision::Bf16 ? ", atomic dq" : "",
         one_mtile && precision_ == Precision::Bf16 ? ", 1 m-tile forward" : "",
@@ -233,6 +240,10 @@ CudaBackend::CudaBackend(int device, Precision precision)
                 (kernels.wgmma_forward || kernels.wgmma_dq || kernels.wgmma_dkv) &&
                 precision_ == Precision::Bf16
             ? " (with a producer warpgroup)"
+            : "",
+        kernels.wgmma_producer && kernels.wgmma_tma && kernels.wgmma_forward &&
+                precision_ == Precision::Bf16
+            ? " (forward tiles by TMA)"
             : "",
         one_warpgroup && precision_ == Precision::Bf16 ? ", 1-warpgroup wgmma blocks" : "",
         separate_rotary && precision_ == Precision::Bf16 ? ", separate rotary" : "",

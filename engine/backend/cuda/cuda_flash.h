@@ -97,6 +97,10 @@ struct FlashTcKernels {
     // tensor core (FlashAttention-3's warp specialisation and ping-pong); lockstep (false) is
     // the default
     bool wgmma_producer = false;
+    // CTX_FLASH_WGMMA_LOADS=tma (with the producer pipeline): the producer forward's tiles come
+    // by TMA into 128-byte swizzled tiles, signalled by mbarriers (cuda_tma.cuh); the dq and
+    // dk / dv producers keep their cp.async staging. cp.async (false) is the default.
+    bool wgmma_tma = false;
     // CTX_FLASH_FORWARD_KERPLE=tables (the default) or computed: whether the wgmma forward looks
     // KERPLE-log's terms up in the backward's per-distance tables when the positions allow (one
     // MUFU op a logit fewer, for more registers: at D 64 with two warpgroups 175 instead of 128)

@@ -509,10 +509,11 @@ cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uin
         if (a.bs.kind == kKerpleLog && kerple_space != nullptr)
             if (cudaError_t e = launch_kerple_tables(a, kerple_space, B, s); e != cudaSuccess)
                 return e;
-        return kernels.wgmma_producer
-                   ? launch_flash_wg_forward_producer(out, lse, a, B, kD, kernels.wgmma_warpgroups,
-                                                      s)
-                   : launch_flash_wg_forward(out, lse, a, B, kD, kernels.wgmma_warpgroups, s);
+        const int wg = kernels.wgmma_warpgroups;
+        if (kernels.wgmma_producer)
+            return kernels.wgmma_tma ? launch_flash_wg_forward_tma(out, lse, a, B, kD, wg, s)
+                                     : launch_flash_wg_forward_producer(out, lse, a, B, kD, wg, s);
+        return launch_flash_wg_forward(out, lse, a, B, kD, wg, s);
     }
     const int mtiles = kernels.forward_mtiles;
     if (a.D <= 32) return forward_t<32>(out, lse, a, B, s, mtiles);

@@ -634,6 +634,10 @@ cudaError_t launch_flash_wg_backward_atomic(float* dqkv, const float* lse, const
 // same bits as launch_flash_wg_forward / _dq / _dkv.
 cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArgs& a, int B, int kD,
                                              int warpgroups, cudaStream_t s);
+// The producer forward with its tiles by TMA into 128-byte swizzled tiles and mbarriers
+// (CTX_FLASH_WGMMA_LOADS=tma): the same bits; head dims 64 and 128.
+cudaError_t launch_flash_wg_forward_tma(float* out, float* lse, const TcArgs& a, int B, int kD,
+                                        int warpgroups, cudaStream_t s);
 cudaError_t launch_flash_wg_dq_producer(float* dqkv, float* partials, const float* lse,
                                         const float* dvec, const TcArgs& a, int B, int kD,
                                         int warpgroups, cudaStream_t s);

@@ -44,6 +44,40 @@ __device__ __forceinline__ void stage_core(char* dst, const uint16_t* src,
     }
 }
 
+// How a staged tile of bf16 rows of kD lies in shared memory, as the descriptors that read it
+// say: k_major<R>(tile, ks), the operand at K step ks (head-dim entries 16 ks ..) of R-row tiles
+// read K-major from shared address tile (a sub-block of rows may start inside the tile; R is the
+// whole tile's rows); n_major<R>(tile, kc), the rows 16 kc .. of such a tile read N-major (the
+// head dim along N: V in O = P V).
+// CoreTiles: stage_core's no-swizzle core matrices (cp.async by threads).
+template <int kD>
+struct CoreTiles {
+    template <int R>
+    static __device__ __forceinline__ uint64_t k_major(uint32_t tile, int ks) {
+        return wgmma_desc_at(tile + ks * 2 * kCore, kCore, 16 * kD);
+    }
+    template <int R>
+    static __device__ __forceinline__ uint64_t n_major(uint32_t tile, int kc) {
+        return wgmma_desc_at(tile + kc * 2 * kCore, kCore, 16 * R);
+    }
+};
+// Sw128Tiles: TMA's 128-byte swizzle (cuda_tma.cuh), the head dim in blocks of 64 entries: block
+// c of an R-row tile at tile + c R 128 bytes, its row r 128 bytes at r 128 (from a 1024-byte
+// aligned tile). K-major: K step ks in block ks / 4, 32 bytes a step along the row; N-major: 16
+// rows from row 16 kc, the next 64 head-dim entries (N) a block (R 128 bytes) on.
+template <int kD>
+struct Sw128Tiles {
+    static_assert(kD % 64 == 0, "whole 64-entry blocks");
+    template <int R>
+    static __device__ __forceinline__ uint64_t k_major(uint32_t tile, int ks) {
+        return wgmma_desc_sw128_at(tile + (ks / 4) * R * 128 + (ks % 4) * 32, 16, 1024);
+    }
+    template <int R>
+    static __device__ __forceinline__ uint64_t n_major(uint32_t tile, int kc) {
+        return wgmma_desc_sw128_at(tile + kc * 16 * 128, R * 128, 1024);
+    }
+};
+
 // Accumulators x of a product (a warp's 16 rows, NT 8-column tiles) rounded to bf16 as the A
 // fragments of a product over those columns: k step kc's from tiles 2 kc and 2 kc + 1.
 template <int NT>
@@ -89,7 +123,9 @@ __device__ __forceinline__ KeyTiles key_tiles(const TcArgs& a, int q0, int row_c
 // (kKerpleTable; launch_kerple_tables): one MUFU op a logit fewer. Its own instantiation, since
 // the table loop costs registers (at D 64 with two warpgroups 128 -> 175, a block an SM less)
 // that the other families should not pay.
-template <int kD, bool kTables>
+// Tiles: how Q, K and V lie in shared memory (CoreTiles, or Sw128Tiles where TMA stages them);
+// kQRows: the rows of the block's Q tile (the warpgroup's 64 are a sub-block of it).
+template <int kD, bool kTables, class Tiles = CoreTiles<kD>, int kQRows = kBr>
 struct WgForwardRows {
     static constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16;
     // a skipped tile keeps the pending P V (its V stays staged): at most kWG - 1 tiles follow
@@ -134,8 +170,7 @@ struct WgForwardRows {
     __device__ __forceinline__ void issue_pv() {
 #pragma unroll
         for (int kc = 0; kc < kBc / 16; kc++)
-            wgmma_rs<kD, true>(o, pf_prev[kc],
-                               wgmma_desc_at(prev_v + kc * 2 * kCore, kCore, 16 * kBc), true);
+            wgmma_rs<kD, true>(o, pf_prev[kc], Tiles::template n_major<kBc>(prev_v, kc), true);
         wgmma_commit();
     }
 
@@ -153,8 +188,8 @@ struct WgForwardRows {
             wgmma_fence_after(o, pf_prev);              // both written here since the last product
 #pragma unroll
             for (int ks = 0; ks < KS; ks++)
-                wgmma_ss<kBc>(s, wgmma_desc(Qg + ks * 2 * kCore, kCore, 16 * kD),
-                              wgmma_desc(Ks + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
+                wgmma_ss<kBc>(s, Tiles::template k_major<kQRows>(shared_address(Qg), ks),
+                              Tiles::template k_major<kBc>(shared_address(Ks), ks), ks > 0);
             wgmma_commit();
             issue_pv();
             issued();

@@ -35,6 +35,8 @@
 // empty for every tile that is refilled (tile j when j + kStages < n_tiles), and the turns count
 // only the tiles both consumers take (an interval: each takes an interval of the block's tiles).
 #include "backend/cuda/cuda_flash_wg_dkv.cuh"
+#include "backend/cuda/cuda_tma.cuh"
+#include "backend/cuda/cuda_tma.h"
 
 namespace ctx::cuda::tc {
 
@@ -75,31 +77,51 @@ __device__ __forceinline__ void producer_pipeline(const Plan& plan) {
     constexpr int kStages = kProducerStages;
     const int n_tiles = plan.n_tiles;
     const int wg = int(threadIdx.x) / kThreads;
+    if constexpr (Plan::kTma) {  // the stages' full barriers, before any thread uses them
+        if (threadIdx.x == 0) {
+            for (int st = 0; st < kStages; st++) mbarrier_init(plan.full(st), kThreads);
+            fence_mbarrier_init();
+        }
+        __syncthreads();
+    }
 
     if (wg == kWG) {  // the producer
         if constexpr (kWG == 2) warpgroup_max_registers<kProducerRegs, false>();
         const int thread = int(threadIdx.x) - kWG * kThreads;
-        auto load = [&](int j) {  // tile j into stage j % kStages, one commit group
-            plan.load_tile(j, thread);
-            cp_async_commit();
-        };
-        plan.load_rows(thread);
-        load(0);  // the block's rows travel in the first group
-        if (n_tiles > 1) load(1);
-        for (int j = 0; j < n_tiles; j++) {
-            // tile j landed (tile j + 1 may still be in flight), fenced for the async proxy
-            if (j + 1 < n_tiles)
-                cp_async_wait<1>();
-            else
-                cp_async_wait<0>();
-            fence_proxy_async();
-#pragma unroll
-            for (int c = 0; c < kWG; c++)
-                named_barrier_arrive(Bar::full(j % kStages, c), Bar::kFullThreads);
-            if (j + 2 < n_tiles) {
-                if (j + 2 >= kStages)  // the stage of tile j - 2: every consumer is done with it
+        if constexpr (Plan::kTma) {
+            // tile j's copies (the block's rows with tile 0) signal its stage's full barrier
+            // as they land: nothing to wait for here but the empty stages
+            plan.load_tile(0, thread);
+            if (n_tiles > 1) plan.load_tile(1, thread);
+            for (int j = 0; j + 2 < n_tiles; j++) {
+                if (j + 2 >= kStages)
                     named_barrier_sync(Bar::empty((j + 2) % kStages), Bar::kAllThreads);
-                load(j + 2);
+                plan.load_tile(j + 2, thread);
+            }
+        } else {
+            auto load = [&](int j) {  // tile j into stage j % kStages, one commit group
+                plan.load_tile(j, thread);
+                cp_async_commit();
+            };
+            plan.load_rows(thread);
+            load(0);  // the block's rows travel in the first group
+            if (n_tiles > 1) load(1);
+            for (int j = 0; j < n_tiles; j++) {
+                // tile j landed (tile j + 1 may still be in flight), fenced for the async proxy
+                if (j + 1 < n_tiles)
+                    cp_async_wait<1>();
+                else
+                    cp_async_wait<0>();
+                fence_proxy_async();
+#pragma unroll
+                for (int c = 0; c < kWG; c++)
+                    named_barrier_arrive(Bar::full(j % kStages, c), Bar::kFullThreads);
+                if (j + 2 < n_tiles) {
+                    if (j + 2 >=
+                        kStages)  // the stage of tile j - 2: every consumer is done with it
+                        named_barrier_sync(Bar::empty((j + 2) % kStages), Bar::kAllThreads);
+                    load(j + 2);
+                }
             }
         }
         return;
@@ -123,7 +145,10 @@ __device__ __forceinline__ void producer_pipeline(const Plan& plan) {
     bool first = true;  // no tile both consumers take has been issued yet
     bool turns = both_take(0);  // tile j's, then j + 1's (each computed once)
     for (int j = 0; j < n_tiles; j++) {
-        named_barrier_sync(Bar::full(j % kStages, wg), Bar::kFullThreads);
+        if constexpr (Plan::kTma)  // phase j / kStages of the stage's barrier
+            mbarrier_wait(plan.full(j % kStages), uint32_t(j / kStages) & 1u);
+        else
+            named_barrier_sync(Bar::full(j % kStages, wg), Bar::kFullThreads);
         const bool take = plan.takes(wg, j), turns_next = both_take(j + 1);
         // consumer 0 goes first at the first tile both take; the other's last turn is not waited
         if (turns && !(wg == 0 && first)) named_barrier_sync(Bar::turn(wg), Bar::kFullThreads);
@@ -160,6 +185,7 @@ __device__ __forceinline__ void producer_pipeline(const Plan& plan) {
 // N-major for the forward's O += P V (kVNMajor), K-major for the dq kernel's dP = dO V^T.
 template <int kD, int kWG, int kRowOps, bool kVNMajor>
 struct QueryBlock {
+    static constexpr bool kTma = false;
     static constexpr int kRows = kWG * kBr;
     static constexpr size_t kRowBytes = size_t(kRows) * kD * 2, kTile = size_t(kBc) * kD * 2;
     static constexpr size_t kStage = 2 * kTile + kBc * 4;
@@ -231,6 +257,100 @@ struct ForwardPlan : QueryBlock<kD, kWG, 1, true> {
     }
 };
 
+// The q, k, v operands' tensor maps (bf16 [B H][Tp][kD], as packed), a kernel parameter.
+struct QkvMaps {
+    CUtensorMap q, k, v;
+};
+
+constexpr uint32_t round_up_1024(uint32_t bytes) { return (bytes + 1023u) / 1024u * 1024u; }
+
+// The forward's block with its tiles brought in by TMA (CTX_FLASH_WGMMA_LOADS=tma) into 128-byte
+// swizzled tiles (Sw128Tiles): one producer thread announces a stage's bytes on its full mbarrier
+// and issues the copies (kD / 64 boxes of 64 head-dim entries for each of K and V; with tile 0
+// the block's Q rows); the producer's threads write the key positions (plain loads, zeros past
+// T) and arrive, so the barrier's phase completes when all 128 have and every byte has landed.
+// Consumers wait on the phase (no named barrier for it); empty stages stay named barriers.
+// Shared memory: [to 1024] Q (kD / 64 blocks of kRows x 128 bytes) | kProducerStages stages of
+// [K | V | positions] rounded to 1024 | the stages' mbarriers.
+template <int kD, int kWG, bool kTables>
+struct ForwardTmaPlan {
+    static constexpr bool kTma = true;
+    static constexpr int kRows = kWG * kBr;
+    static constexpr uint32_t kRowBytes = uint32_t(kRows) * kD * 2, kTile = uint32_t(kBc) * kD * 2;
+    static constexpr uint32_t kStage = round_up_1024(2 * kTile + kBc * 4);
+    static constexpr size_t kSmem =
+        1024 + kRowBytes + kProducerStages * kStage + 8 * kProducerStages;
+    using Rows = WgForwardRows<kD, kTables, Sw128Tiles<kD>, kRows>;
+    const TcArgs& a;
+    const QkvMaps& maps;
+    char* smem;  // 1024-byte aligned
+    float *out, *lse;
+    int q0, h, b, k_first, n_tiles;
+
+    __device__ __forceinline__ ForwardTmaPlan(const TcArgs& a_, const QkvMaps& maps_, char* smem_,
+                                              float* out_, float* lse_)
+        : a(a_),
+          maps(maps_),
+          smem(align_shared<1024>(smem_)),
+          out(out_),
+          lse(lse_),
+          q0(tile_index() * kRows),
+          h(blockIdx.y),
+          b(blockIdx.z) {
+        const KeyTiles kt = key_tiles(a, q0, kRows);
+        k_first = kt.first;
+        n_tiles = kt.count;
+    }
+    __device__ __forceinline__ int k0(int j) const { return k_first + j * kBc; }
+    __device__ __forceinline__ char* Ks(int j) const {
+        return smem + kRowBytes + (j % kProducerStages) * kStage;
+    }
+    __device__ __forceinline__ char* Vs(int j) const { return Ks(j) + kTile; }
+    __device__ __forceinline__ float* posK(int j) const {
+        return reinterpret_cast<float*>(Vs(j) + kTile);
+    }
+    __device__ __forceinline__ uint64_t* full(int st) const {
+        return reinterpret_cast<uint64_t*>(smem + kRowBytes + kProducerStages * kStage) + st;
+    }
+    __device__ __forceinline__ void load_tile(int j, int thread) const {
+        uint64_t* bar = full(j % kProducerStages);
+        if (needs_positions(a.bs.kind))
+            for (int c = thread; c < kBc; c += kThreads) {
+                const int k = k0(j) + c;
+                posK(j)[c] = k < a.T ? a.pos[size_t(b) * a.T + k] : 0.0f;
+            }
+        if (thread != 0) {
+            mbarrier_arrive(bar);  // after the positions (release)
+            return;
+        }
+        const int bh = b * a.H + h;
+        mbarrier_arrive_expect_tx(bar, 2 * kTile + (j == 0 ? kRowBytes : 0));
+#pragma unroll
+        for (int c = 0; c < kD / 64; c++) {
+            tma_load_3d(Ks(j) + c * kBc * 128, &maps.k, bar, 64 * c, k0(j), bh);
+            tma_load_3d(Vs(j) + c * kBc * 128, &maps.v, bar, 64 * c, k0(j), bh);
+            if (j == 0) tma_load_3d(smem + c * kRows * 128, &maps.q, bar, 64 * c, q0, bh);
+        }
+    }
+    __device__ __forceinline__ bool takes(int c, int j) const {
+        const int c0 = q0 + c * kBr;
+        return cover(a, b, c0, c0 + kBr - 1, k0(j), k0(j) + kBc - 1) != kSkip;
+    }
+    __device__ __forceinline__ Rows make_rows(int warp, int lane) const {
+        return Rows(a, b, h, q0, warp, lane);
+    }
+    template <class Issued>
+    __device__ __forceinline__ void run_tile(Rows& r, int wg, int j, bool take,
+                                             Issued&& issued) const {
+        // the warpgroup's 64 rows: a sub-block of each 64-entry block of Q
+        r.tile(a, b, smem + wg * kBr * 128, Ks(j), Vs(j), posK(j), k0(j), take, issued);
+    }
+    template <class Sync>
+    __device__ __forceinline__ void done(Rows& r, int, Sync&&) const {
+        r.write(a, out, lse, b);
+    }
+};
+
 // dq += dS K in flight into the next tile (WgDqRows): its K stays staged until then. kGrads: the
 // bias-parameter gradients into partials too.
 template <int kD, int kWG, bool kGrads>
@@ -268,6 +388,7 @@ struct DqPlan : QueryBlock<kD, kWG, 2, false> {
 // documents, as the lock-step kernel's: WgDkvRows::kSkipSettles).
 template <int kD, int kWG, bool kInFlight>
 struct DkvPlan {
+    static constexpr bool kTma = false;
     // At head dim 128 with two consumers (240 registers) dv's products wait for dS^T:
     // overlapping it they keep P^T's fragments live, which spilled 52 bytes (sm_90a, CUDA 13.0,
     // 2026-12-06); the other consumer's products keep the tensor core busy meanwhile.
@@ -345,6 +466,15 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
     producer_pipeline<kWG>(ForwardPlan<kD, kWG, kTables>(a, reinterpret_cast<char*>(sm), out, lse));
 }
 
+template <int kD, int kWG, bool kTables>
+__global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
+    flash_wg_fwd_tma_kernel(float* out, float* lse, TcArgs a,
+                            const __grid_constant__ QkvMaps maps) {
+    extern __shared__ float sm[];
+    producer_pipeline<kWG>(
+        ForwardTmaPlan<kD, kWG, kTables>(a, maps, reinterpret_cast<char*>(sm), out, lse));
+}
+
 template <int kD, int kWG, bool kGrads>
 __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
     flash_wg_dq_producer_kernel(float* dqkv, float* partials, const float* lse, const float* dvec,
@@ -374,6 +504,34 @@ cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArg
         static DynamicSharedLimit limit;
         if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
         k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(out, lse, a);
+        return cudaGetLastError();
+    });
+}
+
+cudaError_t launch_flash_wg_forward_tma(float* out, float* lse, const TcArgs& a, int B, int kD,
+                                        int warpgroups, cudaStream_t s) {
+    return with_wg_forward_shape(kD, warpgroups, a.ktab != nullptr, [&](auto d, auto w, auto tab) {
+        constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
+        using Plan = ForwardTmaPlan<kD_, kWG, decltype(tab)::value>;
+        // q, k, v: [B H][Tp][kD] bf16, boxes of 64 head-dim entries by the block's rows (q) or a
+        // key tile (k, v); rows past Tp come in as zeros
+        QkvMaps maps;
+        TmaBf16Tensor t;
+        t.rank = 3;
+        t.dims[0] = uint64_t(kD_), t.dims[1] = uint64_t(a.Tp), t.dims[2] = uint64_t(B) * a.H;
+        t.strides[0] = uint64_t(kD_) * 2, t.strides[1] = uint64_t(a.Tp) * kD_ * 2;
+        t.box[0] = 64, t.box[2] = 1;
+        t.base = a.q, t.box[1] = uint32_t(Plan::kRows);
+        encode_tma_map(&maps.q, t, "flash forward (TMA): q");
+        t.box[1] = uint32_t(kBc);
+        t.base = a.k;
+        encode_tma_map(&maps.k, t, "flash forward (TMA): k");
+        t.base = a.v;
+        encode_tma_map(&maps.v, t, "flash forward (TMA): v");
+        auto* k = &flash_wg_fwd_tma_kernel<kD_, kWG, decltype(tab)::value>;
+        static DynamicSharedLimit limit;
+        if (const cudaError_t e = limit.raise(k, Plan::kSmem); e != cudaSuccess) return e;
+        k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, Plan::kSmem, s>>>(out, lse, a, maps);
         return cudaGetLastError();
     });
 }

@@ -69,8 +69,11 @@ __device__ __forceinline__ uint64_t wgmma_desc(const void* smem, uint32_t lbo, u
 // the start advanced 32 bytes per K step of 16 (LBO unused: 16). MN-major: K rows of 64 M / N
 // values 128 bytes apart, 8-row groups SBO apart, the next 64 M / N values LBO apart (the
 // strides trade roles against the no-swizzle MN-major layout; CUTLASS's canonical GMMA layouts).
+__device__ __forceinline__ uint64_t wgmma_desc_sw128_at(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+    return wgmma_desc_at(addr, lbo, sbo) | (uint64_t(1) << 62);
+}
 __device__ __forceinline__ uint64_t wgmma_desc_sw128(const void* smem, uint32_t lbo, uint32_t sbo) {
-    return wgmma_desc(smem, lbo, sbo) | (uint64_t(1) << 62);
+    return wgmma_desc_sw128_at(shared_address(smem), lbo, sbo);
 }
 
 __device__ __forceinline__ void wgmma_fence() {
