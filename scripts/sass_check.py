@@ -78,6 +78,12 @@ STACK_ALLOWED = [
     # waits reloaded from L1 once a tile (20 bytes of spill in a 24-byte frame, 2026-12-06; 52
     # while dv's products overlapped dS^T, which the producer form no longer does at D 128)
     (r"flash_wg_dkv_producer_kernelILi128ELi2E", {"sm_90a": 24}),
+    # the same with its tiles by TMA (CTX_FLASH_WGMMA_LOADS=tma), two consumers: the producer's
+    # code at 24 registers (it also stores the query tile's positions, log-sum-exps and D) keeps
+    # three loop-invariant values on the stack (3 stores, 3 reloads a tile; none in the
+    # consumers' code at D 64, two values there at D 128 as in the cp.async form), 2026-12-06
+    (r"flash_wg_dkv_tma_kernelILi64ELi2E", {"sm_90a": 24}),
+    (r"flash_wg_dkv_tma_kernelILi128ELi2E", {"sm_90a": 16}),
     # the rotary kernels' double-precision sincos (cuda_rotary.cuh pair_rotation): libdevice's
     # argument reduction for large angles keeps its words in a local array, not a spill
     # (2026-12-05: the separate pass and the flash kernels' per-token table)
@@ -116,13 +122,13 @@ IN_FLIGHT_AT_BARRIER = re.compile(
 # The dq kernels' instantiations with the bias-parameter gradients (kGrads, ELb1E): they wait for
 # dP before the exponentials (a logit's dS and its bias terms together), so check 5 does not
 # apply, and the lock-step one waits for dq += dS K in its tile (in flight, ptxas serialised it).
-PARAM_GRADS = re.compile(r"flash_wg_dq(_producer)?_kernelILi\d+ELi\dELb1E")
+PARAM_GRADS = re.compile(r"flash_wg_dq(_producer|_tma)?_kernelILi\d+ELi\dELb1E")
 
 
 # Kernels of a producer warpgroup and two computing ones (cuda_flash_wg_producer_sm90a.cu: the
 # forward, the dq and the dk / dv kernel): 384 threads launch with 168 registers; setmaxnreg
 # gives the producer's to the others.
-REGISTER_HANDOFF = re.compile(r"flash_wg_(fwd|dq|dkv)_producer_kernelILi\d+ELi2E")
+REGISTER_HANDOFF = re.compile(r"flash_wg_(fwd|dq|dkv)_(producer|tma)_kernelILi\d+ELi2E")
 
 
 def hands_registers_over(instructions):
@@ -282,6 +288,8 @@ def self_test():
     assert REGISTER_HANDOFF.search(prod) and not REGISTER_HANDOFF.search(prod.replace("Li2E", "Li1E"))
     assert REGISTER_HANDOFF.search(prod.replace("fwd", "dq"))
     assert REGISTER_HANDOFF.search(prod.replace("fwd", "dkv"))
+    assert REGISTER_HANDOFF.search(prod.replace("producer", "tma"))
+    assert PARAM_GRADS.search(dq_wg.replace("ELb0E", "ELb1E").replace("dq_", "dq_tma_"))
     both = ["USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xf0", "EXIT", "USETMAXREG.DEALLOC.CTAPOOL 0x18"]
     assert [hands_registers_over(x) for x in (both, both[:2], both[1:])] == [True, False, False]
     print("sass_check: self-test passed (pairs counted 20 / 0 / 0 / 1)")

@@ -84,8 +84,8 @@ inline ctx::Backend& gpu_bf16_wgmma_forward() {
 }
 
 // Every wgmma kernel with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer), their
-// blocks' computing warpgroups two (the default) or one; with tma, the producer forward's tiles
-// by TMA into 128-byte swizzled tiles (CTX_FLASH_WGMMA_LOADS=tma).
+// blocks' computing warpgroups two (the default) or one; with tma, their tiles by TMA into
+// 128-byte swizzled tiles (CTX_FLASH_WGMMA_LOADS=tma).
 inline ctx::Backend& gpu_bf16_wgmma_producer(int warpgroups, bool tma = false) {
     auto make = [](const char* warpgroups_value, const char* loads) {
         return make_bf16_backend_with({{"CTX_FLASH_FORWARD", "wgmma"},

@@ -369,15 +369,15 @@ TEST_P(OpsGpuFlash, Bf16WgmmaForwardMatchesCpu) {
 // dqkv are the lock-step kernels' bits (all three wgmma kernels in both backends); and out
 // against the CPU. Cases the wgmma kernels do not serve take the mma.sync kernels in both
 // backends and pass alike.
-// The producer kernels, with two computing warpgroups and with one, their forward's tiles by
-// cp.async and by TMA, against the lock-step kernels' run of the same case: every output bit
+// The producer kernels, with two computing warpgroups and with one, their tiles by cp.async and
+// by TMA, against the lock-step kernels' run of the same case: every output bit
 // for bit.
 void expect_producer_gives_lockstep_bits(const FlashCase& fc, const Bf16Case& k,
                                          const GpuRun& lockstep) {
     for (const int warpgroups : {2, 1})
         for (const bool tma : {false, true}) {
             SCOPED_TRACE(warpgroups == 2 ? "two computing warpgroups" : "one computing warpgroup");
-            SCOPED_TRACE(tma ? "forward tiles by TMA" : "tiles by cp.async");
+            SCOPED_TRACE(tma ? "tiles by TMA" : "tiles by cp.async");
             const GpuRun wg = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
                                       k.dqkv0, fc.learn, gpu_bf16_wgmma_producer(warpgroups, tma));
             EXPECT_EQ(wg.out, lockstep.out);

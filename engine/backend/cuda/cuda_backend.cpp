@@ -201,7 +201,7 @@ CudaBackend::CudaBackend(int device, Precision precision)
                    "producer", "a producer warpgroup stages, named barriers");
     kernels.wgmma_tma = env_switch("CTX_FLASH_WGMMA_LOADS", "cp.async",
                                    "the producer warpgroup stages tiles by cp.async", "tma",
-                                   "the producer forward's tiles by TMA (swizzled)");
+                                   "the producer kernels' tiles by TMA (swizzled)");
     if (kernels.wgmma_tma && !kernels.wgmma_producer && precision_ == Precision::Bf16)
         spdlog::warn(
             "CTX_FLASH_WGMMA_LOADS=tma applies to the producer pipeline only "
@@ -241,9 +241,10 @@ CudaBackend::CudaBackend(int device, Precision precision)
                 precision_ == Precision::Bf16
             ? " (with a producer warpgroup)"
             : "",
-        kernels.wgmma_producer && kernels.wgmma_tma && kernels.wgmma_forward &&
+        kernels.wgmma_producer && kernels.wgmma_tma &&
+                (kernels.wgmma_forward || kernels.wgmma_dq || kernels.wgmma_dkv) &&
                 precision_ == Precision::Bf16
-            ? " (forward tiles by TMA)"
+            ? " (tiles by TMA)"
             : "",
         one_warpgroup && precision_ == Precision::Bf16 ? ", 1-warpgroup wgmma blocks" : "",
         separate_rotary && precision_ == Precision::Bf16 ? ", separate rotary" : "",

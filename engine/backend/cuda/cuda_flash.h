@@ -97,9 +97,9 @@ struct FlashTcKernels {
     // tensor core (FlashAttention-3's warp specialisation and ping-pong); lockstep (false) is
     // the default
     bool wgmma_producer = false;
-    // CTX_FLASH_WGMMA_LOADS=tma (with the producer pipeline): the producer forward's tiles come
-    // by TMA into 128-byte swizzled tiles, signalled by mbarriers (cuda_tma.cuh); the dq and
-    // dk / dv producers keep their cp.async staging. cp.async (false) is the default.
+    // CTX_FLASH_WGMMA_LOADS=tma (with the producer pipeline): the producer kernels' tiles come
+    // by TMA into 128-byte swizzled tiles, each stage signalled by an mbarrier (cuda_tma.cuh);
+    // cp.async by the producer's threads (false) is the default.
     bool wgmma_tma = false;
     // CTX_FLASH_FORWARD_KERPLE=tables (the default) or computed: whether the wgmma forward looks
     // KERPLE-log's terms up in the backward's per-distance tables when the positions allow (one

@@ -511,8 +511,7 @@ cudaError_t launch_flash_tc_forward(float* out, uint16_t* out16, float* lse, uin
                 return e;
         const int wg = kernels.wgmma_warpgroups;
         if (kernels.wgmma_producer)
-            return kernels.wgmma_tma ? launch_flash_wg_forward_tma(out, lse, a, B, kD, wg, s)
-                                     : launch_flash_wg_forward_producer(out, lse, a, B, kD, wg, s);
+            return launch_flash_wg_forward_producer(out, lse, a, B, kD, wg, kernels.wgmma_tma, s);
         return launch_flash_wg_forward(out, lse, a, B, kD, wg, s);
     }
     const int mtiles = kernels.forward_mtiles;

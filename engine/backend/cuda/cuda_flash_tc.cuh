@@ -631,18 +631,15 @@ cudaError_t launch_flash_wg_backward_atomic(float* dqkv, const float* lse, const
                                             const TcArgs& a, int B, int kD, int warpgroups,
                                             cudaStream_t s);
 // The three with a producer warpgroup and named barriers (cuda_flash_wg_producer_sm90a.cu): the
-// same bits as launch_flash_wg_forward / _dq / _dkv.
+// same bits as launch_flash_wg_forward / _dq / _dkv. tma: the tiles by TMA into 128-byte
+// swizzled tiles, each stage signalled by an mbarrier (CTX_FLASH_WGMMA_LOADS=tma); else cp.async.
 cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArgs& a, int B, int kD,
-                                             int warpgroups, cudaStream_t s);
-// The producer forward with its tiles by TMA into 128-byte swizzled tiles and mbarriers
-// (CTX_FLASH_WGMMA_LOADS=tma): the same bits; head dims 64 and 128.
-cudaError_t launch_flash_wg_forward_tma(float* out, float* lse, const TcArgs& a, int B, int kD,
-                                        int warpgroups, cudaStream_t s);
+                                             int warpgroups, bool tma, cudaStream_t s);
 cudaError_t launch_flash_wg_dq_producer(float* dqkv, float* partials, const float* lse,
                                         const float* dvec, const TcArgs& a, int B, int kD,
-                                        int warpgroups, cudaStream_t s);
+                                        int warpgroups, bool tma, cudaStream_t s);
 cudaError_t launch_flash_wg_dkv_producer(float* dqkv, const float* lse, const float* dvec,
-                                         const TcArgs& a, int B, int kD, int warpgroups,
+                                         const TcArgs& a, int B, int kD, int warpgroups, bool tma,
                                          cudaStream_t s);
 bool wgmma_device();  // the current GPU runs sm_90a code (compute capability 9.0)
 // Whether the wgmma kernels serve a call of kernel head dim kD: 64 or 128, an inline bias family,

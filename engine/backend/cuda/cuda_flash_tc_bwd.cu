@@ -589,10 +589,10 @@ cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float*
     const bool wgmma = wgmma_applies(a, kD);
     if (kernels.wgmma_dq && wgmma) {  // with the bias-parameter partials when they are asked
         const int wgs = kernels.wgmma_warpgroups;
-        if (cudaError_t e =
-                kernels.wgmma_producer
-                    ? launch_flash_wg_dq_producer(dqkv, partials, lse, dvec, a, B, kD, wgs, s)
-                    : launch_flash_wg_dq(dqkv, partials, lse, dvec, a, B, kD, wgs, s);
+        if (cudaError_t e = kernels.wgmma_producer
+                                ? launch_flash_wg_dq_producer(dqkv, partials, lse, dvec, a, B, kD,
+                                                              wgs, kernels.wgmma_tma, s)
+                                : launch_flash_wg_dq(dqkv, partials, lse, dvec, a, B, kD, wgs, s);
             e != cudaSuccess)
             return e;
     } else {
@@ -603,7 +603,7 @@ cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float*
     if (kernels.wgmma_dkv && wgmma)
         return kernels.wgmma_producer
                    ? launch_flash_wg_dkv_producer(dqkv, lse, dvec, a, B, kD,
-                                                  kernels.wgmma_warpgroups, s)
+                                                  kernels.wgmma_warpgroups, kernels.wgmma_tma, s)
                    : launch_flash_wg_dkv(dqkv, lse, dvec, a, B, kD, kernels.wgmma_warpgroups, s);
     auto* dkv = &flash_tc_dkv_kernel<kD, false>;
     dkv<<<grid_k, kThreads, dkv_smem(kD, false), s>>>(dqkv, nullptr, nullptr, lse, dvec, a);

@@ -48,8 +48,10 @@ __device__ __forceinline__ void stage_core(char* dst, const uint16_t* src,
 // say: k_major<R>(tile, ks), the operand at K step ks (head-dim entries 16 ks ..) of R-row tiles
 // read K-major from shared address tile (a sub-block of rows may start inside the tile; R is the
 // whole tile's rows); n_major<R>(tile, kc), the rows 16 kc .. of such a tile read N-major (the
-// head dim along N: V in O = P V).
-// CoreTiles: stage_core's no-swizzle core matrices (cp.async by threads).
+// head dim along N: K in dq = dS K, Q and dO in dk, dv); pv<R>(tile, kc), the same for the
+// forward's V (which CoreTiles stage N-major).
+// CoreTiles: stage_core's no-swizzle core matrices (cp.async by threads). A K-major tile read
+// N-major: LBO (K, the rows) 8 rows = 16 kD bytes, SBO (N, the head dim) a core matrix.
 template <int kD>
 struct CoreTiles {
     template <int R>
@@ -58,6 +60,10 @@ struct CoreTiles {
     }
     template <int R>
     static __device__ __forceinline__ uint64_t n_major(uint32_t tile, int kc) {
+        return wgmma_desc_at(tile + kc * 2 * 16 * kD, 16 * kD, kCore);
+    }
+    template <int R>
+    static __device__ __forceinline__ uint64_t pv(uint32_t tile, int kc) {
         return wgmma_desc_at(tile + kc * 2 * kCore, kCore, 16 * R);
     }
 };
@@ -75,6 +81,10 @@ struct Sw128Tiles {
     template <int R>
     static __device__ __forceinline__ uint64_t n_major(uint32_t tile, int kc) {
         return wgmma_desc_sw128_at(tile + kc * 16 * 128, R * 128, 1024);
+    }
+    template <int R>
+    static __device__ __forceinline__ uint64_t pv(uint32_t tile, int kc) {
+        return n_major<R>(tile, kc);  // V is staged as K is
     }
 };
 
@@ -170,7 +180,7 @@ struct WgForwardRows {
     __device__ __forceinline__ void issue_pv() {
 #pragma unroll
         for (int kc = 0; kc < kBc / 16; kc++)
-            wgmma_rs<kD, true>(o, pf_prev[kc], Tiles::template n_major<kBc>(prev_v, kc), true);
+            wgmma_rs<kD, true>(o, pf_prev[kc], Tiles::template pv<kBc>(prev_v, kc), true);
         wgmma_commit();
     }
 
@@ -284,7 +294,9 @@ struct WgForwardRows {
 // double), then per warpgroup into the partials (write_param_grads). They need a logit's dS and
 // its bias terms together, so this instantiation waits for dP before the logits (P's
 // exponentials no longer run under dP), as that kernel computes them.
-template <int kD, bool kInFlight, bool kParamGrads = false>
+// Tiles, kQRows: as WgForwardRows' (K and V tiles of kBc rows; Q, dO of kQRows).
+template <int kD, bool kInFlight, bool kParamGrads = false, class Tiles = CoreTiles<kD>,
+          int kQRows = kBr>
 struct WgDqRows {
     static constexpr int DN = kD / 8, NT = kBc / 8, KS = kD / 16;
     static constexpr bool kSkipSettles = false;  // as WgForwardRows: its dq product runs on
@@ -332,13 +344,13 @@ struct WgDqRows {
         wgmma_fence();  // acc is written by wgmma only (and zeroed before the first dq)
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
-            wgmma_ss<kBc>(s, wgmma_desc(Qg + ks * 2 * kCore, kCore, 16 * kD),
-                          wgmma_desc(Ks + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
+            wgmma_ss<kBc>(s, Tiles::template k_major<kQRows>(shared_address(Qg), ks),
+                          Tiles::template k_major<kBc>(shared_address(Ks), ks), ks > 0);
         wgmma_commit();
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
-            wgmma_ss<kBc>(dp, wgmma_desc(dOg + ks * 2 * kCore, kCore, 16 * kD),
-                          wgmma_desc(Vs + ks * 2 * kCore, kCore, 16 * kD), ks > 0);
+            wgmma_ss<kBc>(dp, Tiles::template k_major<kQRows>(shared_address(dOg), ks),
+                          Tiles::template k_major<kBc>(shared_address(Vs), ks), ks > 0);
         wgmma_commit();
         issued();
         const TileCover cv = cover(a, b, w0, w1, k0, k0 + kBc - 1);
@@ -356,8 +368,8 @@ struct WgDqRows {
         a_fragments<NT>(s, df);
         wgmma_fence_after(accd, df);  // df written by this thread since the last product
 #pragma unroll
-        for (int kc = 0; kc < kBc / 16; kc++)  // K read N-major: LBO along keys, SBO along d
-            wgmma_rs<kD, true>(accd, df[kc], wgmma_desc(Ks + kc * 2 * 16 * kD, 16 * kD, kCore),
+        for (int kc = 0; kc < kBc / 16; kc++)  // K read N-major
+            wgmma_rs<kD, true>(accd, df[kc], Tiles::template n_major<kBc>(shared_address(Ks), kc),
                                true);
         wgmma_commit();
         if constexpr (!kInFlight) {

@@ -48,7 +48,10 @@ __device__ __forceinline__ int dkv_query_tiles(const TcArgs& a, int k0, int key_
     return (i_last - k0) / kBqWg + 1;
 }
 
-template <int kD, bool kInFlight, bool kDvOverlapsDs = true, bool kDqAtomic = false>
+// Tiles: how K, V (kKeyRows rows, the warpgroup's 64 a sub-block) and the query tiles (Q, dO
+// of kBqWg rows) lie in shared memory (CoreTiles, or Sw128Tiles where TMA stages them).
+template <int kD, bool kInFlight, bool kDvOverlapsDs = true, bool kDqAtomic = false,
+          class Tiles = CoreTiles<kD>, int kKeyRows = kBc>
 struct WgDkvRows {
     static_assert(!(kDqAtomic && kInFlight), "add_dq waits for every product of the tile");
     // Whether a skipped tile leaves no product in flight (producer_pipeline then releases the
@@ -104,16 +107,14 @@ struct WgDkvRows {
         wgmma_fence();  // dk, dv are written by wgmma only (and zeroed before the first)
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
-            const uint32_t at = ks * 2 * kCore;
-            wgmma_ss<kBqWg>(s, wgmma_desc(Kg + at, kCore, 16 * kD),
-                            wgmma_desc(Qs + at, kCore, 16 * kD), ks > 0);
+            wgmma_ss<kBqWg>(s, Tiles::template k_major<kKeyRows>(shared_address(Kg), ks),
+                            Tiles::template k_major<kBqWg>(shared_address(Qs), ks), ks > 0);
         }
         wgmma_commit();
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
-            const uint32_t at = ks * 2 * kCore;
-            wgmma_ss<kBqWg>(dp, wgmma_desc(Vg + at, kCore, 16 * kD),
-                            wgmma_desc(dOs + at, kCore, 16 * kD), ks > 0);
+            wgmma_ss<kBqWg>(dp, Tiles::template k_major<kKeyRows>(shared_address(Vg), ks),
+                            Tiles::template k_major<kBqWg>(shared_address(dOs), ks), ks > 0);
         }
         wgmma_commit();
         issued();
@@ -151,8 +152,8 @@ struct WgDkvRows {
             wgmma_fence_after(dvd, pf);  // pf written by this thread since the last product
 #pragma unroll
             for (int kc = 0; kc < kBqWg / 16; kc++)
-                wgmma_rs<kD, true>(dvd, pf[kc], wgmma_desc(dOs + kc * 2 * 16 * kD, 16 * kD, kCore),
-                                   true);
+                wgmma_rs<kD, true>(dvd, pf[kc],
+                                   Tiles::template n_major<kBqWg>(shared_address(dOs), kc), true);
             wgmma_commit();
         };
         uint32_t pf[NT / 2][4];
@@ -183,7 +184,7 @@ struct WgDkvRows {
         wgmma_fence_after(dkd, df);  // df written here; dv's products still read pf
 #pragma unroll
         for (int kc = 0; kc < kBqWg / 16; kc++)  // Q read N-major likewise
-            wgmma_rs<kD, true>(dkd, df[kc], wgmma_desc(Qs + kc * 2 * 16 * kD, 16 * kD, kCore),
+            wgmma_rs<kD, true>(dkd, df[kc], Tiles::template n_major<kBqWg>(shared_address(Qs), kc),
                                true);
         wgmma_commit();
         if constexpr (!kInFlight) {
@@ -223,7 +224,7 @@ struct WgDkvRows {
 #pragma unroll
         for (int kc = 0; kc < 64 / 16; kc++)  // K read N-major: LBO along keys, SBO along d
             wgmma_ss<kD, true>(dq, wgmma_desc(ds_tile + kc * 2 * kCore, kCore, 1024),
-                               wgmma_desc(Kg + kc * 2 * 16 * kD, 16 * kD, kCore), kc > 0);
+                               Tiles::template n_major<kKeyRows>(shared_address(Kg), kc), kc > 0);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operands(dq);

@@ -34,6 +34,9 @@
 // every consumer syncs full for every tile of the block (also the ones it skips) and arrives at
 // empty for every tile that is refilled (tile j when j + kStages < n_tiles), and the turns count
 // only the tiles both consumers take (an interval: each takes an interval of the block's tiles).
+#include <cstring>
+#include <type_traits>
+
 #include "backend/cuda/cuda_flash_wg_dkv.cuh"
 #include "backend/cuda/cuda_tma.cuh"
 #include "backend/cuda/cuda_tma.h"
@@ -186,6 +189,7 @@ __device__ __forceinline__ void producer_pipeline(const Plan& plan) {
 template <int kD, int kWG, int kRowOps, bool kVNMajor>
 struct QueryBlock {
     static constexpr bool kTma = false;
+    using Tiles = CoreTiles<kD>;
     static constexpr int kRows = kWG * kBr;
     static constexpr size_t kRowBytes = size_t(kRows) * kD * 2, kTile = size_t(kBc) * kD * 2;
     static constexpr size_t kStage = 2 * kTile + kBc * 4;
@@ -234,14 +238,104 @@ struct QueryBlock {
     }
 };
 
-template <int kD, int kWG, bool kTables>
-struct ForwardPlan : QueryBlock<kD, kWG, 1, true> {
-    using Block = QueryBlock<kD, kWG, 1, true>;
-    using Rows = WgForwardRows<kD, kTables>;
+// The packed operands' tensor maps (bf16 [B H][Tp][kD]; g: dO), a kernel parameter: boxes of 64
+// head-dim entries by a kernel's row or tile count (tc_maps on the host).
+struct TcMaps {
+    CUtensorMap q, k, v, g;
+};
+
+constexpr uint32_t round_up_1024(size_t bytes) { return uint32_t((bytes + 1023) / 1024 * 1024); }
+
+// Tile j's stage is signalled by its full mbarrier (CTX_FLASH_WGMMA_LOADS=tma): the producer's
+// threads store the tile's per-row floats (plain loads, zeros past T) and arrive (release), and
+// thread 0 announces the stage's bytes and issues its copies, kD / 64 boxes of 64 head-dim
+// entries per operand; the phase completes when all 128 have arrived and every byte has landed.
+// Each n-row operand lands as kD / 64 blocks of n x 128 bytes, 128-byte swizzled (Sw128Tiles).
+// The block's own rows travel with tile 0.
+__device__ __forceinline__ void tma_operand(char* dst, const CUtensorMap* map, uint64_t* bar,
+                                            int row0, int bh, int rows, int kD) {
+    for (int c = 0; c < kD / 64; c++) tma_load_3d(dst + c * rows * 128, map, bar, 64 * c, row0, bh);
+}
+__device__ __forceinline__ void store_row_floats(float* dst, const float* src, int i0, int n, int T,
+                                                 int thread) {
+    for (int c = thread; c < n; c += kThreads) dst[c] = i0 + c < T ? src[i0 + c] : 0.0f;
+}
+
+// QueryBlock with its operands by TMA into 128-byte swizzled tiles. Shared memory: [to 1024]
+// kRowOps operands of kRows rows | kProducerStages stages of [K | V | positions] rounded to 1024
+// | the stages' mbarriers.
+template <int kD, int kWG, int kRowOps>
+struct QueryBlockTma {
+    static constexpr bool kTma = true;
+    using Tiles = Sw128Tiles<kD>;
+    static constexpr int kRows = kWG * kBr;
+    static constexpr uint32_t kRowBytes = uint32_t(kRows) * kD * 2, kTile = uint32_t(kBc) * kD * 2;
+    static constexpr uint32_t kStage = round_up_1024(2 * kTile + kBc * 4);
+    static constexpr size_t kSmem =
+        1024 + kRowOps * kRowBytes + kProducerStages * kStage + 8 * kProducerStages;
+    const TcArgs& a;
+    const TcMaps& maps;
+    char* smem;  // 1024-byte aligned
+    int q0, h, b, k_first, n_tiles;
+
+    __device__ __forceinline__ QueryBlockTma(const TcArgs& a_, const TcMaps& maps_, char* smem_)
+        : a(a_),
+          maps(maps_),
+          smem(align_shared<1024>(smem_)),
+          q0(tile_index() * kRows),
+          h(blockIdx.y),
+          b(blockIdx.z) {
+        const KeyTiles kt = key_tiles(a, q0, kRows);
+        k_first = kt.first;
+        n_tiles = kt.count;
+    }
+    __device__ __forceinline__ int k0(int j) const { return k_first + j * kBc; }
+    __device__ __forceinline__ char* Ks(int j) const {
+        return smem + kRowOps * kRowBytes + (j % kProducerStages) * kStage;
+    }
+    __device__ __forceinline__ char* Vs(int j) const { return Ks(j) + kTile; }
+    __device__ __forceinline__ float* posK(int j) const {
+        return reinterpret_cast<float*>(Vs(j) + kTile);
+    }
+    __device__ __forceinline__ uint64_t* full(int st) const {
+        return reinterpret_cast<uint64_t*>(smem + kRowOps * kRowBytes + kProducerStages * kStage) +
+               st;
+    }
+    // consumer wg's 64 rows of row operand o: a sub-block of each of its 64-entry blocks
+    __device__ __forceinline__ const char* own_rows(int wg, int o) const {
+        return smem + o * kRowBytes + wg * kBr * 128;
+    }
+    __device__ __forceinline__ void load_tile(int j, int thread) const {
+        uint64_t* bar = full(j % kProducerStages);
+        if (needs_positions(a.bs.kind))
+            store_row_floats(posK(j), a.pos + size_t(b) * a.T, k0(j), kBc, a.T, thread);
+        if (thread != 0) {
+            mbarrier_arrive(bar);
+            return;
+        }
+        const int bh = b * a.H + h;
+        mbarrier_arrive_expect_tx(bar, 2 * kTile + (j == 0 ? kRowOps * kRowBytes : 0));
+        tma_operand(Ks(j), &maps.k, bar, k0(j), bh, kBc, kD);
+        tma_operand(Vs(j), &maps.v, bar, k0(j), bh, kBc, kD);
+        if (j == 0)
+            for (int o = 0; o < kRowOps; o++)  // operand 0 is Q, 1 is dO
+                tma_operand(smem + o * kRowBytes, o == 0 ? &maps.q : &maps.g, bar, q0, bh, kRows,
+                            kD);
+    }
+    __device__ __forceinline__ bool takes(int c, int j) const {
+        const int c0 = q0 + c * kBr;
+        return cover(a, b, c0, c0 + kBr - 1, k0(j), k0(j) + kBc - 1) != kSkip;
+    }
+};
+
+template <int kD, int kWG, bool kTables, class Block = QueryBlock<kD, kWG, 1, true>>
+struct ForwardPlan : Block {
+    using Rows = WgForwardRows<kD, kTables, typename Block::Tiles, Block::kRows>;
     float *out, *lse;
 
-    __device__ __forceinline__ ForwardPlan(const TcArgs& a_, char* smem_, float* out_, float* lse_)
-        : Block(a_, smem_), out(out_), lse(lse_) {}
+    template <class... BlockArgs>
+    __device__ __forceinline__ ForwardPlan(float* out_, float* lse_, const BlockArgs&... block)
+        : Block(block...), out(out_), lse(lse_) {}
     __device__ __forceinline__ Rows make_rows(int warp, int lane) const {
         return Rows(this->a, this->b, this->h, this->q0, warp, lane);
     }
@@ -257,113 +351,19 @@ struct ForwardPlan : QueryBlock<kD, kWG, 1, true> {
     }
 };
 
-// The q, k, v operands' tensor maps (bf16 [B H][Tp][kD], as packed), a kernel parameter.
-struct QkvMaps {
-    CUtensorMap q, k, v;
-};
-
-constexpr uint32_t round_up_1024(uint32_t bytes) { return (bytes + 1023u) / 1024u * 1024u; }
-
-// The forward's block with its tiles brought in by TMA (CTX_FLASH_WGMMA_LOADS=tma) into 128-byte
-// swizzled tiles (Sw128Tiles): one producer thread announces a stage's bytes on its full mbarrier
-// and issues the copies (kD / 64 boxes of 64 head-dim entries for each of K and V; with tile 0
-// the block's Q rows); the producer's threads write the key positions (plain loads, zeros past
-// T) and arrive, so the barrier's phase completes when all 128 have and every byte has landed.
-// Consumers wait on the phase (no named barrier for it); empty stages stay named barriers.
-// Shared memory: [to 1024] Q (kD / 64 blocks of kRows x 128 bytes) | kProducerStages stages of
-// [K | V | positions] rounded to 1024 | the stages' mbarriers.
-template <int kD, int kWG, bool kTables>
-struct ForwardTmaPlan {
-    static constexpr bool kTma = true;
-    static constexpr int kRows = kWG * kBr;
-    static constexpr uint32_t kRowBytes = uint32_t(kRows) * kD * 2, kTile = uint32_t(kBc) * kD * 2;
-    static constexpr uint32_t kStage = round_up_1024(2 * kTile + kBc * 4);
-    static constexpr size_t kSmem =
-        1024 + kRowBytes + kProducerStages * kStage + 8 * kProducerStages;
-    using Rows = WgForwardRows<kD, kTables, Sw128Tiles<kD>, kRows>;
-    const TcArgs& a;
-    const QkvMaps& maps;
-    char* smem;  // 1024-byte aligned
-    float *out, *lse;
-    int q0, h, b, k_first, n_tiles;
-
-    __device__ __forceinline__ ForwardTmaPlan(const TcArgs& a_, const QkvMaps& maps_, char* smem_,
-                                              float* out_, float* lse_)
-        : a(a_),
-          maps(maps_),
-          smem(align_shared<1024>(smem_)),
-          out(out_),
-          lse(lse_),
-          q0(tile_index() * kRows),
-          h(blockIdx.y),
-          b(blockIdx.z) {
-        const KeyTiles kt = key_tiles(a, q0, kRows);
-        k_first = kt.first;
-        n_tiles = kt.count;
-    }
-    __device__ __forceinline__ int k0(int j) const { return k_first + j * kBc; }
-    __device__ __forceinline__ char* Ks(int j) const {
-        return smem + kRowBytes + (j % kProducerStages) * kStage;
-    }
-    __device__ __forceinline__ char* Vs(int j) const { return Ks(j) + kTile; }
-    __device__ __forceinline__ float* posK(int j) const {
-        return reinterpret_cast<float*>(Vs(j) + kTile);
-    }
-    __device__ __forceinline__ uint64_t* full(int st) const {
-        return reinterpret_cast<uint64_t*>(smem + kRowBytes + kProducerStages * kStage) + st;
-    }
-    __device__ __forceinline__ void load_tile(int j, int thread) const {
-        uint64_t* bar = full(j % kProducerStages);
-        if (needs_positions(a.bs.kind))
-            for (int c = thread; c < kBc; c += kThreads) {
-                const int k = k0(j) + c;
-                posK(j)[c] = k < a.T ? a.pos[size_t(b) * a.T + k] : 0.0f;
-            }
-        if (thread != 0) {
-            mbarrier_arrive(bar);  // after the positions (release)
-            return;
-        }
-        const int bh = b * a.H + h;
-        mbarrier_arrive_expect_tx(bar, 2 * kTile + (j == 0 ? kRowBytes : 0));
-#pragma unroll
-        for (int c = 0; c < kD / 64; c++) {
-            tma_load_3d(Ks(j) + c * kBc * 128, &maps.k, bar, 64 * c, k0(j), bh);
-            tma_load_3d(Vs(j) + c * kBc * 128, &maps.v, bar, 64 * c, k0(j), bh);
-            if (j == 0) tma_load_3d(smem + c * kRows * 128, &maps.q, bar, 64 * c, q0, bh);
-        }
-    }
-    __device__ __forceinline__ bool takes(int c, int j) const {
-        const int c0 = q0 + c * kBr;
-        return cover(a, b, c0, c0 + kBr - 1, k0(j), k0(j) + kBc - 1) != kSkip;
-    }
-    __device__ __forceinline__ Rows make_rows(int warp, int lane) const {
-        return Rows(a, b, h, q0, warp, lane);
-    }
-    template <class Issued>
-    __device__ __forceinline__ void run_tile(Rows& r, int wg, int j, bool take,
-                                             Issued&& issued) const {
-        // the warpgroup's 64 rows: a sub-block of each 64-entry block of Q
-        r.tile(a, b, smem + wg * kBr * 128, Ks(j), Vs(j), posK(j), k0(j), take, issued);
-    }
-    template <class Sync>
-    __device__ __forceinline__ void done(Rows& r, int, Sync&&) const {
-        r.write(a, out, lse, b);
-    }
-};
-
 // dq += dS K in flight into the next tile (WgDqRows): its K stays staged until then. kGrads: the
 // bias-parameter gradients into partials too.
-template <int kD, int kWG, bool kGrads>
-struct DqPlan : QueryBlock<kD, kWG, 2, false> {
-    using Block = QueryBlock<kD, kWG, 2, false>;
-    using Rows = WgDqRows<kD, true, kGrads>;
+template <int kD, int kWG, bool kGrads, class Block = QueryBlock<kD, kWG, 2, false>>
+struct DqPlan : Block {
+    using Rows = WgDqRows<kD, true, kGrads, typename Block::Tiles, Block::kRows>;
     float *dqkv, *partials;
     const float *lse, *dvec;
     double* red;  // kGrads: 8 doubles a consumer for write_param_grads' sums
 
-    __device__ __forceinline__ DqPlan(const TcArgs& a_, char* smem_, float* dqkv_, float* partials_,
-                                      const float* lse_, const float* dvec_, double* red_)
-        : Block(a_, smem_), dqkv(dqkv_), partials(partials_), lse(lse_), dvec(dvec_), red(red_) {}
+    template <class... BlockArgs>
+    __device__ __forceinline__ DqPlan(float* dqkv_, float* partials_, const float* lse_,
+                                      const float* dvec_, double* red_, const BlockArgs&... block)
+        : Block(block...), dqkv(dqkv_), partials(partials_), lse(lse_), dvec(dvec_), red(red_) {}
     __device__ __forceinline__ Rows make_rows(int warp, int lane) const {
         return Rows(this->a, this->b, this->h, this->q0, warp, lane, lse, dvec);
     }
@@ -385,29 +385,36 @@ struct DqPlan : QueryBlock<kD, kWG, 2, false> {
 // The dk / dv kernel's block: kWG * 64 keys from k0, K and V staged K-major once; per query tile
 // of kBqWg a stage of [Q | dO (K-major) | the queries' positions, log-sum-exps, D].
 // kInFlight: dv's and dk's products in flight into the next tile (head dim 64 without packed
-// documents, as the lock-step kernel's: WgDkvRows::kSkipSettles).
-template <int kD, int kWG, bool kInFlight>
+// documents, as the lock-step kernel's: WgDkvRows::kSkipSettles). kTma: the operands by TMA
+// into 128-byte swizzled tiles as QueryBlockTma's (K and V with tile 0), each stage rounded to
+// 1024 bytes, the stages' mbarriers after them.
+template <int kD, int kWG, bool kInFlight, bool kTma_ = false>
 struct DkvPlan {
-    static constexpr bool kTma = false;
+    static constexpr bool kTma = kTma_;
+    using Tiles = std::conditional_t<kTma, Sw128Tiles<kD>, CoreTiles<kD>>;
     // At head dim 128 with two consumers (240 registers) dv's products wait for dS^T:
     // overlapping it they keep P^T's fragments live, which spilled 52 bytes (sm_90a, CUDA 13.0,
     // 2026-12-06); the other consumer's products keep the tensor core busy meanwhile.
     static constexpr bool kDvOverlapsDs = kD <= 64 || kWG == 1;
-    using Rows = WgDkvRows<kD, kInFlight, kDvOverlapsDs>;
     static constexpr int kKeyRows = kWG * kBc;
+    using Rows = WgDkvRows<kD, kInFlight, kDvOverlapsDs, false, Tiles, kKeyRows>;
     static constexpr size_t kKeys = size_t(kKeyRows) * kD * 2, kTile = size_t(kBqWg) * kD * 2;
-    static constexpr size_t kStage = 2 * kTile + 3 * kBqWg * 4;
-    static constexpr size_t kSmem = 2 * kKeys + kProducerStages * kStage;
+    static constexpr size_t kStage =
+        kTma ? round_up_1024(2 * kTile + 3 * kBqWg * 4) : 2 * kTile + 3 * kBqWg * 4;
+    static constexpr size_t kSmem =
+        (kTma ? 1024 + 8 * kProducerStages : 0) + 2 * kKeys + kProducerStages * kStage;
     const TcArgs& a;
+    const TcMaps* maps;  // kTma
     char* smem;
     float* dqkv;
     const float *lse, *dvec;
     int k0, h, b, n_tiles;
 
-    __device__ __forceinline__ DkvPlan(const TcArgs& a_, char* smem_, float* dqkv_,
-                                       const float* lse_, const float* dvec_)
+    __device__ __forceinline__ DkvPlan(const TcArgs& a_, const TcMaps* maps_, char* smem_,
+                                       float* dqkv_, const float* lse_, const float* dvec_)
         : a(a_),
-          smem(smem_),
+          maps(maps_),
+          smem(kTma ? align_shared<1024>(smem_) : smem_),
           dqkv(dqkv_),
           lse(lse_),
           dvec(dvec_),
@@ -425,6 +432,9 @@ struct DkvPlan {
     }
     __device__ __forceinline__ float* lseQ(int j) const { return posQ(j) + kBqWg; }
     __device__ __forceinline__ float* dQ(int j) const { return lseQ(j) + kBqWg; }
+    __device__ __forceinline__ uint64_t* full(int st) const {
+        return reinterpret_cast<uint64_t*>(smem + 2 * kKeys + kProducerStages * kStage) + st;
+    }
     __device__ __forceinline__ size_t bh() const { return size_t(b) * a.H + h; }
     __device__ __forceinline__ void load_rows(int thread) const {
         const size_t at = (bh() * a.Tp + k0) * kD;
@@ -432,13 +442,32 @@ struct DkvPlan {
         stage_core<kKeyRows, kD, false, kThreads, false>(smem + kKeys, a.v + at, thread);
     }
     __device__ __forceinline__ void load_tile(int j, int thread) const {
-        const size_t at = (bh() * a.Tp + q0(j)) * kD;
-        stage_core<kBqWg, kD, false, kThreads, false>(Qs(j), a.q + at, thread);
-        stage_core<kBqWg, kD, false, kThreads, false>(dOs(j), a.g + at, thread);
-        if (needs_positions(a.bs.kind))
-            stage_floats_async(posQ(j), a.pos + size_t(b) * a.T, q0(j), kBqWg, a.T, thread);
-        stage_floats_async(lseQ(j), lse + bh() * a.T, q0(j), kBqWg, a.T, thread);
-        stage_floats_async(dQ(j), dvec + bh() * a.T, q0(j), kBqWg, a.T, thread);
+        if constexpr (kTma) {
+            uint64_t* bar = full(j % kProducerStages);
+            if (needs_positions(a.bs.kind))
+                store_row_floats(posQ(j), a.pos + size_t(b) * a.T, q0(j), kBqWg, a.T, thread);
+            store_row_floats(lseQ(j), lse + bh() * a.T, q0(j), kBqWg, a.T, thread);
+            store_row_floats(dQ(j), dvec + bh() * a.T, q0(j), kBqWg, a.T, thread);
+            if (thread != 0) {
+                mbarrier_arrive(bar);
+                return;
+            }
+            mbarrier_arrive_expect_tx(bar, uint32_t(2 * kTile + (j == 0 ? 2 * kKeys : 0)));
+            tma_operand(Qs(j), &maps->q, bar, q0(j), int(bh()), kBqWg, kD);
+            tma_operand(dOs(j), &maps->g, bar, q0(j), int(bh()), kBqWg, kD);
+            if (j == 0) {
+                tma_operand(smem, &maps->k, bar, k0, int(bh()), kKeyRows, kD);
+                tma_operand(smem + kKeys, &maps->v, bar, k0, int(bh()), kKeyRows, kD);
+            }
+        } else {
+            const size_t at = (bh() * a.Tp + q0(j)) * kD;
+            stage_core<kBqWg, kD, false, kThreads, false>(Qs(j), a.q + at, thread);
+            stage_core<kBqWg, kD, false, kThreads, false>(dOs(j), a.g + at, thread);
+            if (needs_positions(a.bs.kind))
+                stage_floats_async(posQ(j), a.pos + size_t(b) * a.T, q0(j), kBqWg, a.T, thread);
+            stage_floats_async(lseQ(j), lse + bh() * a.T, q0(j), kBqWg, a.T, thread);
+            stage_floats_async(dQ(j), dvec + bh() * a.T, q0(j), kBqWg, a.T, thread);
+        }
     }
     __device__ __forceinline__ bool takes(int c, int j) const {
         const int c0 = k0 + c * kBc;
@@ -450,7 +479,8 @@ struct DkvPlan {
     template <class Issued>
     __device__ __forceinline__ void run_tile(Rows& r, int wg, int j, bool take,
                                              Issued&& issued) const {
-        const char* Kg = smem + wg * kBc * kD * 2;  // this consumer's 64 keys of K, V
+        // this consumer's 64 keys of K, V: a sub-block of their rows (of each 64-entry block)
+        const char* Kg = smem + wg * kBc * (kTma ? 128 : kD * 2);
         r.tile(a, b, Kg, Kg + kKeys, Qs(j), dOs(j), posQ(j), lseQ(j), dQ(j), q0(j), take, issued);
     }
     template <class Sync>
@@ -463,16 +493,15 @@ template <int kD, int kWG, bool kTables>
 __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
     flash_wg_fwd_producer_kernel(float* out, float* lse, TcArgs a) {
     extern __shared__ float sm[];
-    producer_pipeline<kWG>(ForwardPlan<kD, kWG, kTables>(a, reinterpret_cast<char*>(sm), out, lse));
+    producer_pipeline<kWG>(ForwardPlan<kD, kWG, kTables>(out, lse, a, reinterpret_cast<char*>(sm)));
 }
 
 template <int kD, int kWG, bool kTables>
 __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
-    flash_wg_fwd_tma_kernel(float* out, float* lse, TcArgs a,
-                            const __grid_constant__ QkvMaps maps) {
+    flash_wg_fwd_tma_kernel(float* out, float* lse, TcArgs a, const __grid_constant__ TcMaps maps) {
     extern __shared__ float sm[];
-    producer_pipeline<kWG>(
-        ForwardTmaPlan<kD, kWG, kTables>(a, maps, reinterpret_cast<char*>(sm), out, lse));
+    producer_pipeline<kWG>(ForwardPlan<kD, kWG, kTables, QueryBlockTma<kD, kWG, 1>>(
+        out, lse, a, maps, reinterpret_cast<char*>(sm)));
 }
 
 template <int kD, int kWG, bool kGrads>
@@ -482,7 +511,17 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
     extern __shared__ float sm[];
     __shared__ double red[kGrads ? kWG * 8 : 1];
     producer_pipeline<kWG>(
-        DqPlan<kD, kWG, kGrads>(a, reinterpret_cast<char*>(sm), dqkv, partials, lse, dvec, red));
+        DqPlan<kD, kWG, kGrads>(dqkv, partials, lse, dvec, red, a, reinterpret_cast<char*>(sm)));
+}
+
+template <int kD, int kWG, bool kGrads>
+__global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
+    flash_wg_dq_tma_kernel(float* dqkv, float* partials, const float* lse, const float* dvec,
+                           TcArgs a, const __grid_constant__ TcMaps maps) {
+    extern __shared__ float sm[];
+    __shared__ double red[kGrads ? kWG * 8 : 1];
+    producer_pipeline<kWG>(DqPlan<kD, kWG, kGrads, QueryBlockTma<kD, kWG, 2>>(
+        dqkv, partials, lse, dvec, red, a, maps, reinterpret_cast<char*>(sm)));
 }
 
 template <int kD, int kWG, bool kInFlight>
@@ -490,62 +529,95 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
     flash_wg_dkv_producer_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
     extern __shared__ float sm[];
     producer_pipeline<kWG>(
-        DkvPlan<kD, kWG, kInFlight>(a, reinterpret_cast<char*>(sm), dqkv, lse, dvec));
+        DkvPlan<kD, kWG, kInFlight>(a, nullptr, reinterpret_cast<char*>(sm), dqkv, lse, dvec));
+}
+
+template <int kD, int kWG, bool kInFlight>
+__global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
+    flash_wg_dkv_tma_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a,
+                            const __grid_constant__ TcMaps maps) {
+    extern __shared__ float sm[];
+    producer_pipeline<kWG>(
+        DkvPlan<kD, kWG, kInFlight, true>(a, &maps, reinterpret_cast<char*>(sm), dqkv, lse, dvec));
+}
+
+// The tensor maps of a call: q and (with dO) g in boxes of query_rows, k and v of key_rows.
+TcMaps tc_maps(const TcArgs& a, int B, int kD, int query_rows, int key_rows, bool with_g,
+               const char* what) {
+    TcMaps maps;
+    std::memset(&maps, 0, sizeof maps);
+    TmaBf16Tensor t;
+    t.rank = 3;
+    t.dims[0] = uint64_t(kD), t.dims[1] = uint64_t(a.Tp), t.dims[2] = uint64_t(B) * a.H;
+    t.strides[0] = uint64_t(kD) * 2, t.strides[1] = uint64_t(a.Tp) * kD * 2;
+    t.box[0] = 64, t.box[2] = 1;
+    const struct {
+        CUtensorMap* map;
+        const uint16_t* base;
+        int rows;
+        bool used;
+    } ops[4] = {{&maps.q, a.q, query_rows, true},
+                {&maps.k, a.k, key_rows, true},
+                {&maps.v, a.v, key_rows, true},
+                {&maps.g, a.g, query_rows, with_g}};
+    for (const auto& op : ops)
+        if (op.used) {
+            t.base = op.base;
+            t.box[1] = uint32_t(op.rows);
+            encode_tma_map(op.map, t, what);
+        }
+    return maps;
 }
 
 }  // namespace
 
 cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArgs& a, int B, int kD,
-                                             int warpgroups, cudaStream_t s) {
+                                             int warpgroups, bool tma, cudaStream_t s) {
     return with_wg_forward_shape(kD, warpgroups, a.ktab != nullptr, [&](auto d, auto w, auto tab) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
+        constexpr bool kTab = decltype(tab)::value;
+        const dim3 grid = wg_grid(a, B, kWG), block((kWG + 1) * kThreads);
+        if (tma) {
+            using Block = QueryBlockTma<kD_, kWG, 1>;
+            const TcMaps maps = tc_maps(a, B, kD_, Block::kRows, kBc, false, "flash forward (TMA)");
+            auto* k = &flash_wg_fwd_tma_kernel<kD_, kWG, kTab>;
+            static DynamicSharedLimit limit;
+            if (const cudaError_t e = limit.raise(k, Block::kSmem); e != cudaSuccess) return e;
+            k<<<grid, block, Block::kSmem, s>>>(out, lse, a, maps);
+            return cudaGetLastError();
+        }
         constexpr size_t smem = QueryBlock<kD_, kWG, 1, true>::kSmem;
-        auto* k = &flash_wg_fwd_producer_kernel<kD_, kWG, decltype(tab)::value>;
+        auto* k = &flash_wg_fwd_producer_kernel<kD_, kWG, kTab>;
         static DynamicSharedLimit limit;
         if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
-        k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(out, lse, a);
-        return cudaGetLastError();
-    });
-}
-
-cudaError_t launch_flash_wg_forward_tma(float* out, float* lse, const TcArgs& a, int B, int kD,
-                                        int warpgroups, cudaStream_t s) {
-    return with_wg_forward_shape(kD, warpgroups, a.ktab != nullptr, [&](auto d, auto w, auto tab) {
-        constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
-        using Plan = ForwardTmaPlan<kD_, kWG, decltype(tab)::value>;
-        // q, k, v: [B H][Tp][kD] bf16, boxes of 64 head-dim entries by the block's rows (q) or a
-        // key tile (k, v); rows past Tp come in as zeros
-        QkvMaps maps;
-        TmaBf16Tensor t;
-        t.rank = 3;
-        t.dims[0] = uint64_t(kD_), t.dims[1] = uint64_t(a.Tp), t.dims[2] = uint64_t(B) * a.H;
-        t.strides[0] = uint64_t(kD_) * 2, t.strides[1] = uint64_t(a.Tp) * kD_ * 2;
-        t.box[0] = 64, t.box[2] = 1;
-        t.base = a.q, t.box[1] = uint32_t(Plan::kRows);
-        encode_tma_map(&maps.q, t, "flash forward (TMA): q");
-        t.box[1] = uint32_t(kBc);
-        t.base = a.k;
-        encode_tma_map(&maps.k, t, "flash forward (TMA): k");
-        t.base = a.v;
-        encode_tma_map(&maps.v, t, "flash forward (TMA): v");
-        auto* k = &flash_wg_fwd_tma_kernel<kD_, kWG, decltype(tab)::value>;
-        static DynamicSharedLimit limit;
-        if (const cudaError_t e = limit.raise(k, Plan::kSmem); e != cudaSuccess) return e;
-        k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, Plan::kSmem, s>>>(out, lse, a, maps);
+        k<<<grid, block, smem, s>>>(out, lse, a);
         return cudaGetLastError();
     });
 }
 
 cudaError_t launch_flash_wg_dq_producer(float* dqkv, float* partials, const float* lse,
                                         const float* dvec, const TcArgs& a, int B, int kD,
-                                        int warpgroups, cudaStream_t s) {
+                                        int warpgroups, bool tma, cudaStream_t s) {
     return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
+        const dim3 grid = wg_grid(a, B, kWG), block((kWG + 1) * kThreads);
+        if (tma) {
+            using Block = QueryBlockTma<kD_, kWG, 2>;
+            const TcMaps maps = tc_maps(a, B, kD_, Block::kRows, kBc, true, "flash dq (TMA)");
+            static DynamicSharedLimit plain, grads;  // one per kernel (the two share a type)
+            auto launch = [&](auto* k, DynamicSharedLimit& limit) {
+                if (const cudaError_t e = limit.raise(k, Block::kSmem); e != cudaSuccess) return e;
+                k<<<grid, block, Block::kSmem, s>>>(dqkv, partials, lse, dvec, a, maps);
+                return cudaGetLastError();
+            };
+            return partials != nullptr ? launch(&flash_wg_dq_tma_kernel<kD_, kWG, true>, grads)
+                                       : launch(&flash_wg_dq_tma_kernel<kD_, kWG, false>, plain);
+        }
         constexpr size_t smem = QueryBlock<kD_, kWG, 2, false>::kSmem;
         static DynamicSharedLimit plain, grads;  // one per kernel (the two share a type)
         auto launch = [&](auto* k, DynamicSharedLimit& limit) {
             if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
-            k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(dqkv, partials, lse, dvec, a);
+            k<<<grid, block, smem, s>>>(dqkv, partials, lse, dvec, a);
             return cudaGetLastError();
         };
         return partials != nullptr ? launch(&flash_wg_dq_producer_kernel<kD_, kWG, true>, grads)
@@ -554,21 +626,37 @@ cudaError_t launch_flash_wg_dq_producer(float* dqkv, float* partials, const floa
 }
 
 cudaError_t launch_flash_wg_dkv_producer(float* dqkv, const float* lse, const float* dvec,
-                                         const TcArgs& a, int B, int kD, int warpgroups,
+                                         const TcArgs& a, int B, int kD, int warpgroups, bool tma,
                                          cudaStream_t s) {
     return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
+        const dim3 grid = wg_grid(a, B, kWG), block((kWG + 1) * kThreads);
+        // products in flight at head dim 64 unless rows are packed
+        const bool flowing = kD_ <= 64 && a.doc_start == nullptr;
+        if (tma) {
+            constexpr size_t smem = DkvPlan<kD_, kWG, false, true>::kSmem;
+            const TcMaps maps = tc_maps(a, B, kD_, kBqWg, kWG * kBc, true, "flash dk/dv (TMA)");
+            static DynamicSharedLimit flowing_limit, settled_limit;
+            auto launch = [&](auto* k, DynamicSharedLimit& limit) {
+                if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
+                k<<<grid, block, smem, s>>>(dqkv, lse, dvec, a, maps);
+                return cudaGetLastError();
+            };
+            if constexpr (kD_ <= 64)
+                if (flowing) return launch(&flash_wg_dkv_tma_kernel<kD_, kWG, true>, flowing_limit);
+            return launch(&flash_wg_dkv_tma_kernel<kD_, kWG, false>, settled_limit);
+        }
         constexpr size_t smem = DkvPlan<kD_, kWG, false>::kSmem;
-        static DynamicSharedLimit flowing, settled;  // one per kernel (the two share a type)
+        static DynamicSharedLimit flowing_limit, settled_limit;  // one per kernel (one type)
         auto launch = [&](auto* k, DynamicSharedLimit& limit) {
             if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
-            k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(dqkv, lse, dvec, a);
+            k<<<grid, block, smem, s>>>(dqkv, lse, dvec, a);
             return cudaGetLastError();
         };
-        if constexpr (kD_ <= 64)  // products in flight unless rows are packed
-            if (a.doc_start == nullptr)
-                return launch(&flash_wg_dkv_producer_kernel<kD_, kWG, true>, flowing);
-        return launch(&flash_wg_dkv_producer_kernel<kD_, kWG, false>, settled);
+        if constexpr (kD_ <= 64)
+            if (flowing)
+                return launch(&flash_wg_dkv_producer_kernel<kD_, kWG, true>, flowing_limit);
+        return launch(&flash_wg_dkv_producer_kernel<kD_, kWG, false>, settled_limit);
     });
 }
 
