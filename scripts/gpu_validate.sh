@@ -11,7 +11,8 @@
 #             none, alibi and kerple_log at T 1k / 4k / 16k; the same and GPT-2 with
 #             CTX_FLASH_BACKWARD=atomic; attention with CTX_FLASH_FORWARD_MTILES=1; the wgmma
 #             kernels (CTX_FLASH_FORWARD / DQ / DKV=wgmma) in attention and GPT-2, the wgmma
-#             kernels with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer), the
+#             kernels with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer; and with
+#             its tiles by TMA, CTX_FLASH_WGMMA_LOADS=tma), the
 #             one-kernel backward on wgmma at D 64 (CTX_FLASH_BACKWARD=atomic with
 #             CTX_FLASH_DKV=wgmma); the SDPA peer),
 #             racecheck of the flash full-tile cases (both backwards) and of the producer
@@ -20,7 +21,7 @@
 #             edge cases, ncu of the forward at D 64 / 128, T 4k (tensor pipe, shared-memory
 #             wavefronts) and of the backward kernels at D 64 / T 1k (time, instructions, stalls),
 #             ncu of the wgmma kernels at D 64 / T 1k and D 128 / T 4k (and of the producer
-#             kernels at D 128 / T 4k)
+#             kernels, by cp.async and by TMA, at D 128 / T 4k)
 #   tests     GPU report, tests and recipes only
 #   bench     GPU report, benchmarks only
 #   profile   GPU report, Nsight Compute metrics of the tensor-core flash kernels (forward, dq,
@@ -307,6 +308,14 @@ quick_bench() {
             attention --device cuda --precision bf16 --head-dim $d --T 1024,4096,16384 \
             --pe none,alibi,kerple_log --steps 5 --repeats 2
     done
+    # the producer kernels with their tiles by TMA into 128-byte swizzled tiles and mbarriers
+    # (2026-12-06): both columns against -wgmma-producer's (the same kernels by cp.async)
+    for d in 64 128; do
+        step "ab-attention-d$d-bf16-wgmma-tma" 45 env CTX_FLASH_FORWARD=wgmma \
+            CTX_FLASH_DQ=wgmma CTX_FLASH_DKV=wgmma CTX_FLASH_WGMMA_PIPELINE=producer \
+            CTX_FLASH_WGMMA_LOADS=tma "${B[@]}" attention --device cuda --precision bf16 \
+            --head-dim $d --T 1024,4096,16384 --pe none,alibi,kerple_log --steps 5 --repeats 2
+    done
     # the wgmma kernels in blocks of one warpgroup against two (the default above)
     step ab-attention-d128-bf16-wgmma-1wg 45 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
         CTX_FLASH_DKV=wgmma CTX_FLASH_WGMMA_WARPGROUPS=1 "${B[@]}" attention --device cuda \
@@ -322,6 +331,9 @@ quick_bench() {
     step ab-gpt2-124m-bf16-wgmma-producer 60 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
         CTX_FLASH_DKV=wgmma CTX_FLASH_WGMMA_PIPELINE=producer "${B[@]}" --config gpt2-124m \
         --device cuda --precision bf16 --steps 20 --warmup 3
+    step ab-gpt2-124m-bf16-wgmma-tma 60 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
+        CTX_FLASH_DKV=wgmma CTX_FLASH_WGMMA_PIPELINE=producer CTX_FLASH_WGMMA_LOADS=tma \
+        "${B[@]}" --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
     # A/B: the forward at one m-tile per warp (the layout before 2026-11-28) against two
     for d in 64 128; do
         step "ab-attention-d$d-bf16-fwd-1mtile" 45 env CTX_FLASH_FORWARD_MTILES=1 "${B[@]}" \
@@ -396,8 +408,9 @@ quick_bench() {
         step memcheck-wgmma-flash 60 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
             --gtest_filter='*Wgmma*none_*:*Wgmma*kerple*'
-        # the producer kernels' stages handed over by named barriers (positions read by plain
-        # loads, the tiles by the tensor core), and its named-barrier use (synccheck)
+        # the producer kernels' stages handed over by named barriers or (their TMA form)
+        # mbarriers (positions read by plain loads, the tiles by the tensor core), and their
+        # barrier use (synccheck)
         step racecheck-wgmma-producer 60 "$RUN" "$cs" --tool racecheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" --gtest_filter='*Producer*'
         step synccheck-wgmma-producer 60 "$RUN" "$cs" --tool synccheck --error-exitcode 99 \
@@ -435,6 +448,11 @@ quick_bench() {
     step profile-flash-wg-producer-ncu-d128 60 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
         CTX_FLASH_DKV=wgmma CTX_FLASH_WGMMA_PIPELINE=producer "$RUN" "$ncu" -k regex:flash_wg \
         --launch-count 3 \
+        --metrics "$m" "$BUNDLE/bin/ctxengine" bench attention --device cuda --precision bf16 \
+        --head-dim 128 --T 4096 --pe none --steps 1 --repeats 1 --warmup 0
+    step profile-flash-wg-tma-ncu-d128 60 env CTX_FLASH_FORWARD=wgmma CTX_FLASH_DQ=wgmma \
+        CTX_FLASH_DKV=wgmma CTX_FLASH_WGMMA_PIPELINE=producer CTX_FLASH_WGMMA_LOADS=tma "$RUN" \
+        "$ncu" -k regex:flash_wg --launch-count 3 \
         --metrics "$m" "$BUNDLE/bin/ctxengine" bench attention --device cuda --precision bf16 \
         --head-dim 128 --T 4096 --pe none --steps 1 --repeats 1 --warmup 0
     for dt in 64:1024 128:4096; do
