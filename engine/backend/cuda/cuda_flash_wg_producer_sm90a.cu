@@ -183,61 +183,6 @@ __device__ __forceinline__ void producer_pipeline(const Plan& plan) {
     plan.done(rows_of_warp, wg, [&] { named_barrier_sync(Bar::full(0, wg), kThreads); });
 }
 
-// The forward's and dq kernel's block: kWG * 64 queries from q0 and kRowOps operands of them
-// (Q; Q and dO), staged K-major once; per key tile a stage of [K | V | key positions], V
-// N-major for the forward's O += P V (kVNMajor), K-major for the dq kernel's dP = dO V^T.
-template <int kD, int kWG, int kRowOps, bool kVNMajor>
-struct QueryBlock {
-    static constexpr bool kTma = false;
-    using Tiles = CoreTiles<kD>;
-    static constexpr int kRows = kWG * kBr;
-    static constexpr size_t kRowBytes = size_t(kRows) * kD * 2, kTile = size_t(kBc) * kD * 2;
-    static constexpr size_t kStage = 2 * kTile + kBc * 4;
-    static constexpr size_t kSmem = kRowOps * kRowBytes + kProducerStages * kStage;
-    const TcArgs& a;
-    char* smem;
-    int q0, h, b, k_first, n_tiles;
-
-    __device__ __forceinline__ QueryBlock(const TcArgs& a_, char* smem_)
-        : a(a_), smem(smem_), q0(tile_index() * kRows), h(blockIdx.y), b(blockIdx.z) {
-        const KeyTiles kt = key_tiles(a, q0, kRows);
-        k_first = kt.first;
-        n_tiles = kt.count;
-    }
-    __device__ __forceinline__ int k0(int j) const { return k_first + j * kBc; }
-    __device__ __forceinline__ char* Ks(int j) const {
-        return smem + kRowOps * kRowBytes + (j % kProducerStages) * kStage;
-    }
-    __device__ __forceinline__ char* Vs(int j) const { return Ks(j) + kTile; }
-    __device__ __forceinline__ float* posK(int j) const {
-        return reinterpret_cast<float*>(Vs(j) + kTile);
-    }
-    // consumer wg's 64 rows of row operand o
-    __device__ __forceinline__ const char* own_rows(int wg, int o) const {
-        return smem + o * kRowBytes + wg * kBr * kD * 2;
-    }
-    __device__ __forceinline__ size_t head_rows() const {
-        return (size_t(b) * a.H + h) * a.Tp * kD;
-    }
-    __device__ __forceinline__ void load_rows(int thread) const {
-#pragma unroll
-        for (int o = 0; o < kRowOps; o++)  // operand 0 is Q, 1 is dO
-            stage_core<kRows, kD, false, kThreads, false>(
-                smem + o * kRowBytes, (o == 0 ? a.q : a.g) + head_rows() + size_t(q0) * kD, thread);
-    }
-    __device__ __forceinline__ void load_tile(int j, int thread) const {
-        const size_t at = head_rows() + size_t(k0(j)) * kD;
-        stage_core<kBc, kD, false, kThreads, false>(Ks(j), a.k + at, thread);
-        stage_core<kBc, kD, kVNMajor, kThreads, false>(Vs(j), a.v + at, thread);
-        if (needs_positions(a.bs.kind))
-            stage_floats_async(posK(j), a.pos + size_t(b) * a.T, k0(j), kBc, a.T, thread);
-    }
-    __device__ __forceinline__ bool takes(int c, int j) const {
-        const int c0 = q0 + c * kBr;
-        return cover(a, b, c0, c0 + kBr - 1, k0(j), k0(j) + kBc - 1) != kSkip;
-    }
-};
-
 // The packed operands' tensor maps (bf16 [B H][Tp][kD]; g: dO), a kernel parameter: boxes of 64
 // head-dim entries by a kernel's row or tile count (tc_maps on the host).
 struct TcMaps {
@@ -261,27 +206,32 @@ __device__ __forceinline__ void store_row_floats(float* dst, const float* src, i
     for (int c = thread; c < n; c += kThreads) dst[c] = i0 + c < T ? src[i0 + c] : 0.0f;
 }
 
-// QueryBlock with its operands by TMA into 128-byte swizzled tiles. Shared memory: [to 1024]
-// kRowOps operands of kRows rows | kProducerStages stages of [K | V | positions] rounded to 1024
-// | the stages' mbarriers.
-template <int kD, int kWG, int kRowOps>
-struct QueryBlockTma {
-    static constexpr bool kTma = true;
-    using Tiles = Sw128Tiles<kD>;
+// The forward's and dq kernel's block: kWG * 64 queries from q0 and kRowOps operands of them
+// (Q; Q and dO), staged K-major once; per key tile a stage of [K | V | key positions], V
+// N-major for the forward's O += P V (kVNMajor), K-major for the dq kernel's dP = dO V^T.
+// kTma: the operands by TMA into 128-byte swizzled tiles (V as K: kVNMajor does not apply),
+// the block's rows with tile 0, the stages rounded to 1024 bytes and their mbarriers after
+// them, all from a 1024-byte aligned start (maps: the call's tensor maps).
+template <int kD, int kWG, int kRowOps, bool kVNMajor, bool kTma_ = false>
+struct QueryBlock {
+    static constexpr bool kTma = kTma_;
+    using Tiles = std::conditional_t<kTma, Sw128Tiles<kD>, CoreTiles<kD>>;
     static constexpr int kRows = kWG * kBr;
-    static constexpr uint32_t kRowBytes = uint32_t(kRows) * kD * 2, kTile = uint32_t(kBc) * kD * 2;
-    static constexpr uint32_t kStage = round_up_1024(2 * kTile + kBc * 4);
+    static constexpr size_t kRowBytes = size_t(kRows) * kD * 2, kTile = size_t(kBc) * kD * 2;
+    static constexpr size_t kStage =
+        kTma ? round_up_1024(2 * kTile + kBc * 4) : 2 * kTile + kBc * 4;
     static constexpr size_t kSmem =
-        1024 + kRowOps * kRowBytes + kProducerStages * kStage + 8 * kProducerStages;
+        (kTma ? 1024 + 8 * kProducerStages : 0) + kRowOps * kRowBytes + kProducerStages * kStage;
     const TcArgs& a;
-    const TcMaps& maps;
-    char* smem;  // 1024-byte aligned
+    const TcMaps* maps;  // kTma
+    char* smem;
     int q0, h, b, k_first, n_tiles;
 
-    __device__ __forceinline__ QueryBlockTma(const TcArgs& a_, const TcMaps& maps_, char* smem_)
+    __device__ __forceinline__ QueryBlock(const TcArgs& a_, char* smem_,
+                                          const TcMaps* maps_ = nullptr)
         : a(a_),
           maps(maps_),
-          smem(align_shared<1024>(smem_)),
+          smem(kTma ? align_shared<1024>(smem_) : smem_),
           q0(tile_index() * kRows),
           h(blockIdx.y),
           b(blockIdx.z) {
@@ -297,30 +247,48 @@ struct QueryBlockTma {
     __device__ __forceinline__ float* posK(int j) const {
         return reinterpret_cast<float*>(Vs(j) + kTile);
     }
-    __device__ __forceinline__ uint64_t* full(int st) const {
+    __device__ __forceinline__ uint64_t* full(int st) const {  // kTma
         return reinterpret_cast<uint64_t*>(smem + kRowOps * kRowBytes + kProducerStages * kStage) +
                st;
     }
-    // consumer wg's 64 rows of row operand o: a sub-block of each of its 64-entry blocks
+    // consumer wg's 64 rows of row operand o (kTma: a sub-block of each 64-entry block)
     __device__ __forceinline__ const char* own_rows(int wg, int o) const {
-        return smem + o * kRowBytes + wg * kBr * 128;
+        return smem + o * kRowBytes + wg * kBr * (kTma ? 128 : kD * 2);
+    }
+    __device__ __forceinline__ size_t head_rows() const {
+        return (size_t(b) * a.H + h) * a.Tp * kD;
+    }
+    __device__ __forceinline__ void load_rows(int thread) const {
+#pragma unroll
+        for (int o = 0; o < kRowOps; o++)  // operand 0 is Q, 1 is dO
+            stage_core<kRows, kD, false, kThreads, false>(
+                smem + o * kRowBytes, (o == 0 ? a.q : a.g) + head_rows() + size_t(q0) * kD, thread);
     }
     __device__ __forceinline__ void load_tile(int j, int thread) const {
-        uint64_t* bar = full(j % kProducerStages);
-        if (needs_positions(a.bs.kind))
-            store_row_floats(posK(j), a.pos + size_t(b) * a.T, k0(j), kBc, a.T, thread);
-        if (thread != 0) {
-            mbarrier_arrive(bar);
-            return;
+        if constexpr (kTma) {
+            uint64_t* bar = full(j % kProducerStages);
+            if (needs_positions(a.bs.kind))
+                store_row_floats(posK(j), a.pos + size_t(b) * a.T, k0(j), kBc, a.T, thread);
+            if (thread != 0) {
+                mbarrier_arrive(bar);
+                return;
+            }
+            const int bh = b * a.H + h;
+            mbarrier_arrive_expect_tx(bar,
+                                      uint32_t(2 * kTile + (j == 0 ? kRowOps * kRowBytes : 0)));
+            tma_operand(Ks(j), &maps->k, bar, k0(j), bh, kBc, kD);
+            tma_operand(Vs(j), &maps->v, bar, k0(j), bh, kBc, kD);
+            if (j == 0)
+                for (int o = 0; o < kRowOps; o++)  // operand 0 is Q, 1 is dO
+                    tma_operand(smem + o * kRowBytes, o == 0 ? &maps->q : &maps->g, bar, q0, bh,
+                                kRows, kD);
+        } else {
+            const size_t at = head_rows() + size_t(k0(j)) * kD;
+            stage_core<kBc, kD, false, kThreads, false>(Ks(j), a.k + at, thread);
+            stage_core<kBc, kD, kVNMajor, kThreads, false>(Vs(j), a.v + at, thread);
+            if (needs_positions(a.bs.kind))
+                stage_floats_async(posK(j), a.pos + size_t(b) * a.T, k0(j), kBc, a.T, thread);
         }
-        const int bh = b * a.H + h;
-        mbarrier_arrive_expect_tx(bar, 2 * kTile + (j == 0 ? kRowOps * kRowBytes : 0));
-        tma_operand(Ks(j), &maps.k, bar, k0(j), bh, kBc, kD);
-        tma_operand(Vs(j), &maps.v, bar, k0(j), bh, kBc, kD);
-        if (j == 0)
-            for (int o = 0; o < kRowOps; o++)  // operand 0 is Q, 1 is dO
-                tma_operand(smem + o * kRowBytes, o == 0 ? &maps.q : &maps.g, bar, q0, bh, kRows,
-                            kD);
     }
     __device__ __forceinline__ bool takes(int c, int j) const {
         const int c0 = q0 + c * kBr;
@@ -386,7 +354,7 @@ struct DqPlan : Block {
 // of kBqWg a stage of [Q | dO (K-major) | the queries' positions, log-sum-exps, D].
 // kInFlight: dv's and dk's products in flight into the next tile (head dim 64 without packed
 // documents, as the lock-step kernel's: WgDkvRows::kSkipSettles). kTma: the operands by TMA
-// into 128-byte swizzled tiles as QueryBlockTma's (K and V with tile 0), each stage rounded to
+// into 128-byte swizzled tiles as QueryBlock's (K and V with tile 0), each stage rounded to
 // 1024 bytes, the stages' mbarriers after them.
 template <int kD, int kWG, bool kInFlight, bool kTma_ = false>
 struct DkvPlan {
@@ -500,8 +468,8 @@ template <int kD, int kWG, bool kTables>
 __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
     flash_wg_fwd_tma_kernel(float* out, float* lse, TcArgs a, const __grid_constant__ TcMaps maps) {
     extern __shared__ float sm[];
-    producer_pipeline<kWG>(ForwardPlan<kD, kWG, kTables, QueryBlockTma<kD, kWG, 1>>(
-        out, lse, a, maps, reinterpret_cast<char*>(sm)));
+    producer_pipeline<kWG>(ForwardPlan<kD, kWG, kTables, QueryBlock<kD, kWG, 1, true, true>>(
+        out, lse, a, reinterpret_cast<char*>(sm), &maps));
 }
 
 template <int kD, int kWG, bool kGrads>
@@ -520,8 +488,8 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
                            TcArgs a, const __grid_constant__ TcMaps maps) {
     extern __shared__ float sm[];
     __shared__ double red[kGrads ? kWG * 8 : 1];
-    producer_pipeline<kWG>(DqPlan<kD, kWG, kGrads, QueryBlockTma<kD, kWG, 2>>(
-        dqkv, partials, lse, dvec, red, a, maps, reinterpret_cast<char*>(sm)));
+    producer_pipeline<kWG>(DqPlan<kD, kWG, kGrads, QueryBlock<kD, kWG, 2, false, true>>(
+        dqkv, partials, lse, dvec, red, a, reinterpret_cast<char*>(sm), &maps));
 }
 
 template <int kD, int kWG, bool kInFlight>
@@ -578,7 +546,7 @@ cudaError_t launch_flash_wg_forward_producer(float* out, float* lse, const TcArg
         constexpr bool kTab = decltype(tab)::value;
         const dim3 grid = wg_grid(a, B, kWG), block((kWG + 1) * kThreads);
         if (tma) {
-            using Block = QueryBlockTma<kD_, kWG, 1>;
+            using Block = QueryBlock<kD_, kWG, 1, true, true>;
             const TcMaps maps = tc_maps(a, B, kD_, Block::kRows, kBc, false, "flash forward (TMA)");
             auto* k = &flash_wg_fwd_tma_kernel<kD_, kWG, kTab>;
             static DynamicSharedLimit limit;
@@ -602,7 +570,7 @@ cudaError_t launch_flash_wg_dq_producer(float* dqkv, float* partials, const floa
         constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
         const dim3 grid = wg_grid(a, B, kWG), block((kWG + 1) * kThreads);
         if (tma) {
-            using Block = QueryBlockTma<kD_, kWG, 2>;
+            using Block = QueryBlock<kD_, kWG, 2, false, true>;
             const TcMaps maps = tc_maps(a, B, kD_, Block::kRows, kBc, true, "flash dq (TMA)");
             static DynamicSharedLimit plain, grads;  // one per kernel (the two share a type)
             auto launch = [&](auto* k, DynamicSharedLimit& limit) {

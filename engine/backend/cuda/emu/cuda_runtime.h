@@ -76,7 +76,8 @@ constexpr uint32_t kSharedBase = 16;
 // count of each phase; a phase completes when that many arrivals came and the transaction bytes
 // they announced (expect_tx) have all landed; wait(parity) returns once the phase of that
 // parity has completed (blocking the thread; waiting on a barrier never initialised, an arrival
-// beyond the count or a transaction count gone negative abort the run).
+// beyond the count and a tensor copy over a barrier's 8 bytes abort the run; the transaction
+// count may go below zero, as on the GPU, when a copy lands before its bytes are announced).
 void mbarrier_init(uint32_t addr, uint32_t count);
 void mbarrier_arrive(uint32_t addr, uint32_t tx_bytes);  // expect tx_bytes, then arrive
 void mbarrier_wait(uint32_t addr, uint32_t parity);

@@ -132,6 +132,7 @@ void mbarrier_init(uint32_t addr, uint32_t count) {
 
 void mbarrier_arrive(uint32_t addr, uint32_t tx_bytes) {
     MBarrier& b = barrier_at(addr);
+    if (b.pending == 0) fail("mbarrier arrival beyond the phase's count (its bytes still due)");
     b.tx += int64_t(tx_bytes);
     b.pending--;
     note_progress();
@@ -160,6 +161,9 @@ void tma_load(uint32_t dst, const void* tensor_map, uint32_t bar, const int* coo
     for (int d = 0; d < rank; d++) count *= m.box[d];
     PendingCopy c{bar, dst, m.swizzle_128b != 0, std::vector<char>(count * m.elem_bytes, 0)};
     shared_at(dst, c.image.size(), "tensor copy");
+    for (const auto& bar_state : g_bars)
+        if (bar_state.first + 8 > dst && bar_state.first < dst + c.image.size())
+            fail("tensor copy over an mbarrier's 8 bytes");
     int index[5] = {0, 0, 0, 0, 0};
     for (size_t e = 0; e < count; e++) {
         bool inside = true;
