@@ -13,7 +13,7 @@
 #             kernels (CTX_FLASH_FORWARD / DQ / DKV=wgmma) in attention and GPT-2, the wgmma
 #             kernels with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer; and with
 #             its tiles by TMA, CTX_FLASH_WGMMA_LOADS=tma), the
-#             one-kernel backward on wgmma at D 64 (CTX_FLASH_BACKWARD=atomic with
+#             one-kernel backward on wgmma at D 64 / 128 (CTX_FLASH_BACKWARD=atomic with
 #             CTX_FLASH_DKV=wgmma); the SDPA peer),
 #             racecheck of the flash full-tile cases (both backwards) and of the producer
 #             kernels, synccheck of the producer kernels (named barriers), memcheck of the bf16
@@ -342,12 +342,16 @@ quick_bench() {
     done
     step ab-gpt2-124m-bf16-atomic-dq 60 env CTX_FLASH_BACKWARD=atomic "${B[@]}" \
         --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
-    # the one-kernel backward on wgmma (head dim 64, no bias-parameter gradients: none and
-    # alibi here; kerple_log's learned a, b take the mma.sync one): its backward column against
+    # the one-kernel backward on wgmma (head dims 64 and 128 since 2026-12-06, dq's columns
+    # split over a block's two warpgroups; no bias-parameter gradients: none and alibi here,
+    # kerple_log's learned a, b take the mma.sync one): its backward column against
     # -wgmma-bwd's and -atomic-dq's; GPT-2 against -wgmma-all
-    step ab-attention-d64-bf16-wgmma-atomic-dq 45 env CTX_FLASH_BACKWARD=atomic \
-        CTX_FLASH_FORWARD=wgmma CTX_FLASH_DKV=wgmma "${B[@]}" attention --device cuda \
-        --precision bf16 --head-dim 64 --T 1024,4096,16384 --pe none,alibi --steps 5 --repeats 2
+    for d in 64 128; do
+        step "ab-attention-d$d-bf16-wgmma-atomic-dq" 45 env CTX_FLASH_BACKWARD=atomic \
+            CTX_FLASH_FORWARD=wgmma CTX_FLASH_DKV=wgmma "${B[@]}" attention --device cuda \
+            --precision bf16 --head-dim $d --T 1024,4096,16384 --pe none,alibi --steps 5 \
+            --repeats 2
+    done
     step ab-gpt2-124m-bf16-wgmma-atomic-dq 60 env CTX_FLASH_BACKWARD=atomic \
         CTX_FLASH_FORWARD=wgmma CTX_FLASH_DKV=wgmma "${B[@]}" --config gpt2-124m --device cuda \
         --precision bf16 --steps 20 --warmup 3
@@ -374,7 +378,7 @@ quick_bench() {
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" --gtest_filter='*Bf16*full_tiles*'
         step memcheck-bf16-activations 60 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_bf16_acts"
-        # the one-kernel attention backward (atomic dq; mma.sync and, at D 64, wgmma) and the
+        # the one-kernel attention backward (atomic dq; mma.sync and wgmma) and the
         # one-launch AdamW
         step memcheck-atomic-dq 60 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \

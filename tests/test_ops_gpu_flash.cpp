@@ -504,8 +504,9 @@ TEST_P(OpsGpuFlash, Bf16AtomicDqMatchesSplitKernels) {
 // The one-kernel backward on wgmma (CTX_FLASH_BACKWARD=atomic with CTX_FLASH_DKV=wgmma: the dk /
 // dv kernel adds dq's terms by fp32 atomics, cuda_flash_wg_dkv.cuh), in blocks of two warpgroups
 // and of one, against the two kernels with the same wgmma dk / dv kernel: the forward is the same
-// kernel (same bits); where it serves (kernel head dim 64, an inline family, no bias-parameter
-// gradients) dk and dv are that kernel's products of the same P^T and dS^T (same bits), elsewhere
+// kernel (same bits); where it serves (kernel head dims 64 and 128, an inline family, no
+// bias-parameter gradients) dk and dv are that kernel's products of the same P^T and dS^T (same
+// bits; dq's columns split over the block's warpgroups at two), elsewhere
 // the mma.sync one-kernel backward runs (within 1e-5); dq is the same terms summed in another
 // order (within 1e-5 of its largest entry). And against the CPU on the rounded operands.
 void expect_wgmma_atomic_dq_matches_split(const FlashCase& fc, const Bf16Case& k) {
@@ -513,8 +514,8 @@ void expect_wgmma_atomic_dq_matches_split(const FlashCase& fc, const Bf16Case& k
     const GpuRun split = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
                                  k.dqkv0, fc.learn, gpu_bf16_wgmma_dkv());
     const bool biased = fc.kind == ctx::BiasKind::Linear || fc.kind == ctx::BiasKind::KerpleLog;
-    const bool serves =
-        D > 32 && D <= 64 && (fc.kind == ctx::BiasKind::None || biased) && !(biased && fc.learn);
+    const bool serves = ((D > 32 && D <= 64) || (D > 80 && D <= 128)) &&
+                        (fc.kind == ctx::BiasKind::None || biased) && !(biased && fc.learn);
     const FVec kv0 = dqkv_cols(k.dqkv0, C, C, 2 * C);
     for (const int warpgroups : {2, 1}) {
         SCOPED_TRACE(warpgroups == 2 ? "two warpgroups" : "one warpgroup");
@@ -542,8 +543,9 @@ TEST_P(OpsGpuFlash, Bf16WgmmaAtomicDqMatchesSplit) {
 
 // The same over many query tiles per key block (T 600: ten for the first), with windows, packed
 // documents (with a window and without) and KERPLE-log with fixed parameters, from its tables
-// (integer positions) and computed: cases the one-kernel backward serves on wgmma that the
-// cases above do not have.
+// (integer positions) and computed, at head dims 64 and 128: cases the one-kernel backward
+// serves on wgmma that the cases above do not have (tiles one warpgroup of a block takes and
+// the other not: the diagonal, a window's edge, a document's end).
 TEST(OpsGpuFlashWgmmaAtomic, LongRowsMatchSplit) {
     REQUIRE_GPU();
     for (const FlashCase& fc :
@@ -555,7 +557,10 @@ TEST(OpsGpuFlashWgmmaAtomic, LongRowsMatchSplit) {
           FlashCase{"d64_alibi_window_packed", 1, 400, 128, 2, ctx::BiasKind::Linear, 100,
                     kContiguous, 32, 128, false, false, 3},
           FlashCase{"d64_packed_long", 1, 600, 128, 2, ctx::BiasKind::None, 0, kContiguous, 32, 128,
-                    false, false, 3}}) {
+                    false, false, 3},
+          FlashCase{"d128_none_long", 1, 600, 256, 2, ctx::BiasKind::None, 0, kWide},
+          FlashCase{"d128_kerple_window_packed", 1, 450, 256, 2, ctx::BiasKind::KerpleLog, 130,
+                    kContiguous, 32, 128, false, false, 3}}) {
         SCOPED_TRACE(fc.name);
         expect_wgmma_atomic_dq_matches_split(fc, bf16_case(fc, 9300 + fc.T + fc.C));
     }

@@ -85,7 +85,8 @@ TEST(OpsGpuWgmma, ProductMatchesLoops) {
         for (const Case& c :
              {Case{64, 64, 16, 64, regs, false}, Case{128, 192, 48, 64, regs, false},
               Case{64, 128, 128, 128, regs, false}, Case{192, 256, 256, 128, regs, false},
-              Case{128, 128, 64, 64, regs, true}, Case{64, 256, 32, 128, regs, true}})
+              Case{128, 128, 64, 64, regs, true}, Case{64, 256, 32, 128, regs, true},
+              Case{64, 32, 64, 32, regs, false}, Case{128, 96, 128, 32, regs, true}})
             check(c, seed++);
 }
 
@@ -97,7 +98,8 @@ TEST(OpsGpuWgmma, NMajorBMatchesLoops) {
     for (bool regs : {false, true})
         for (const Case& c :
              {Case{64, 64, 16, 64, regs, false, true}, Case{128, 128, 64, 64, regs, false, true},
-              Case{64, 256, 128, 128, regs, true, true}})
+              Case{64, 256, 128, 128, regs, true, true}, Case{128, 64, 128, 32, regs, false, true},
+              Case{64, 96, 64, 32, regs, true, true}})
             check(c, seed++);
 }
 
@@ -129,8 +131,10 @@ TEST(OpsGpuWgmma, RefusesWhatItCannotRun) {
     EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 64, 128, 512, o), ctx::Error);  // K
     o.n_tile = 96;
     EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 64, 192, 32, o), ctx::Error);
+    o.n_tile = 32;
+    o.tma = true;  // 32-column tiles without TMA only
+    EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 64, 128, 64, o), ctx::Error);
     o.n_tile = 64;
-    o.tma = true;
     EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 64, 128, 32, o), ctx::Error);  // K % 64
     EXPECT_THROW(ctx::cuda_wgmma_gemm(c.get(), A, B, 0, 128, 64, o), ctx::Error);   // M
 }

@@ -617,14 +617,14 @@ int cuda_device_count();
 // register A fragments, accumulators, scale-d) on a GPU and under the emulation before kernels
 // are built on it: C (M x N, fp32, row-major) = A (M x K) B^T (+ C with accumulate), A (M x K)
 // and B (N x K) row-major bf16 bit patterns; with b_n_major, C = A B for B (K x N) row-major
-// (read N-major, as O = P V reads V). M a multiple of 64, N of n_tile (64 or 128), K of 16 in
+// (read N-major, as O = P V reads V). M a multiple of 64, N of n_tile (32, 64 or 128), K of 16 in
 // [16, 256], pointers 16-byte aligned. cuda_has_wgmma: the device runs it (compute capability
 // 9.0 and a build with CUDA); cuda_wgmma_gemm throws ctx::Error where it does not. With tma,
 // the operands come in by the tensor memory accelerator into 128-byte swizzled tiles (the
 // layout, copies and barriers of TMA-fed kernels, backend/cuda/cuda_tma.cuh): K then a multiple
 // of 64 up to 256 and M any positive count.
 struct WgmmaGemmOptions {
-    int n_tile = 64;                // columns of C per block: 64 or 128
+    int n_tile = 64;                // columns of C per block: 64 or 128 (or 32 without tma)
     bool a_from_registers = false;  // A as register fragments (wgmma_rs) instead of a descriptor
     bool b_n_major = false;         // B given K x N and read N-major (transposed B)
     bool accumulate = false;        // C += A B^T instead of C = A B^T

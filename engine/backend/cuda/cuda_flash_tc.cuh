@@ -626,7 +626,7 @@ cudaError_t launch_flash_wg_dkv(float* dqkv, const float* lse, const float* dvec
                                 int B, int kD, int warpgroups, cudaStream_t s);
 // The one-kernel backward on wgmma (CTX_FLASH_BACKWARD=atomic with CTX_FLASH_DKV=wgmma): the dk /
 // dv kernel adding dq's terms by fp32 atomics (dqkv's dq columns zeroed or accumulated onto by
-// the caller), head dim 64 only, no bias-parameter gradients (no partials).
+// the caller), head dims 64 and 128, no bias-parameter gradients (no partials).
 cudaError_t launch_flash_wg_backward_atomic(float* dqkv, const float* lse, const float* dvec,
                                             const TcArgs& a, int B, int kD, int warpgroups,
                                             cudaStream_t s);

@@ -559,8 +559,9 @@ cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float*
                        const FlashTcKernels& kernels) {
     const dim3 grid_k((a.T + kBc - 1) / kBc, a.H, B);
     if (atomic_dq) {
-        // on wgmma where it serves: head dim 64, an inline family, no bias-parameter gradients
-        if (kernels.wgmma_dkv && kD == 64 && partials == nullptr && wgmma_applies(a, kD))
+        // on wgmma where it serves: head dim 64 or 128, an inline family, no bias-parameter
+        // gradients
+        if (kernels.wgmma_dkv && partials == nullptr && wgmma_applies(a, kD))
             return launch_flash_wg_backward_atomic(dqkv, lse, dvec, a, B, kD,
                                                    kernels.wgmma_warpgroups, s);
         auto* kernel = &flash_tc_dkv_kernel<kD, true>;

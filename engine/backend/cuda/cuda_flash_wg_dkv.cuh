@@ -2,6 +2,8 @@
 // (cuda_flash_wg_sm90a.cu's lock-step kernel, cuda_flash_wg_producer_sm90a.cu's producer one).
 #pragma once
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_flash_wg.cuh"
 
 namespace ctx::cuda::tc {
@@ -31,11 +33,15 @@ namespace ctx::cuda::tc {
 // from here instead of a dq kernel (5 products a tile pair instead of 7). tile() also stores
 // dS^T, rounded to bf16 as dk's product takes it, into the warpgroup's dS tile in shared memory
 // as the K-major A operand of dq = dS K (rows: the tile's 64 queries, K: the warpgroup's 64
-// keys; each warp's keys are a quarter of that K, so the tile needs all four warps' stores);
-// add_dq() then runs dq (64 x kD) = dS K, K read N-major from the staged keys as in the dq
-// kernel, and adds scale * dq to dqkv by fp32 atomics (in any order: not bit-reproducible).
-// tile() waits for dv's and dk's products (kInFlight is false), add_dq for dq's: nothing is in
-// flight across tiles. (Leaving dk's to add_dq's wait, ptxas serialised every product: C7515.)
+// keys; each warp's keys are a quarter of that K, so the tile needs all four warps' stores).
+// add_dq() then runs dq = dS K over the block's keys (kKeyRows: kDqGroups warpgroups' dS tiles
+// and K rows), split by columns as FlashAttention-3 splits it: warpgroup w takes dq's head-dim
+// columns [w kDqN, (w + 1) kDqN), kDqN = kD / kDqGroups (the dq accumulators, kDqN / 2
+// registers, fit beside dk's and dv's at head dim 128; each dq entry is added once a block, not
+// once a warpgroup), K read N-major from the staged keys as in the dq kernel, and adds scale *
+// dq to dqkv by fp32 atomics (in any order: not bit-reproducible). tile() waits for dv's and
+// dk's products (kInFlight is false), add_dq for dq's: nothing is in flight across tiles.
+// (Leaving dk's to add_dq's wait, ptxas serialised every product: C7515.)
 inline constexpr int kBqWg = 64;
 inline constexpr uint32_t kDsTileBytes = uint32_t(kBqWg) * 64 * 2;  // a warpgroup's dS tile
 
@@ -54,6 +60,10 @@ template <int kD, bool kInFlight, bool kDvOverlapsDs = true, bool kDqAtomic = fa
           class Tiles = CoreTiles<kD>, int kKeyRows = kBc>
 struct WgDkvRows {
     static_assert(!(kDqAtomic && kInFlight), "add_dq waits for every product of the tile");
+    // add_dq's warpgroups (those whose keys the block stages) and each one's dq columns
+    static constexpr int kDqGroups = kKeyRows / kBc, kDqN = kD / kDqGroups;
+    static_assert(!kDqAtomic || (std::is_same_v<Tiles, CoreTiles<kD>> && kDqN >= 32),
+                  "add_dq's column offset is the no-swizzle layout's; wgmma N of 32, 64 or 128");
     // Whether a skipped tile leaves no product in flight (producer_pipeline then releases the
     // last taken tile's stage at once). A key block's queries end at its documents' end (packed
     // rows), which may be many tiles before the block's last: there the kernels run without
@@ -61,25 +71,26 @@ struct WgDkvRows {
     // (lock-step kernel) nor waited for by the producer while a product still reads it. Without
     // packing at most kWG - 1 tiles follow a warpgroup's last take, as in the forward.
     static constexpr bool kSkipSettles = !kInFlight;
-    char* ds_tile;  // kDqAtomic: the warpgroup's dS tile (kDsTileBytes), else null
+    char* ds_tiles;  // kDqAtomic: the block's dS tiles (kDsTileBytes a warpgroup), else null
     static constexpr int DN = kD / 8, NT = kBqWg / 8, KS = kD / 16;
     static constexpr bool kTables = kD <= 64;
-    int h, family, t, w0, w1;
+    int h, family, t, w0, w1, wg;
     bool positions;
     int j[2];  // this thread's keys (accumulator rows)
     float pa, pb, scale2, pj[2];
     float dk[DN][4] = {}, dv[DN][4] = {};  // wgmma accumulators: x[dn][e] = d[4 dn + e]
 
     // warp: this warp's index in the block's key warps (16 keys each from k0)
-    // (ds: kDqAtomic's dS tile of this warp's warpgroup)
+    // (ds: kDqAtomic's dS tiles, one a warpgroup of the block, in the warpgroups' order)
     __device__ __forceinline__ WgDkvRows(const TcArgs& a, int b, int h_, int k0, int warp, int lane,
                                          char* ds = nullptr)
-        : ds_tile(ds),
+        : ds_tiles(ds),
           h(h_),
           family(kTables ? call_family(a) : bias_family(a.bs.kind)),
           t(lane & 3),
           positions(needs_positions(a.bs.kind)) {
         w0 = k0 + warp * 16;
+        wg = warp >> 2;
         w1 = w0 + 15;
         j[0] = w0 + (lane >> 2);
         j[1] = j[0] + 8;
@@ -100,7 +111,10 @@ struct WgDkvRows {
                                          const char* Qs, const char* dOs, const float* pq,
                                          const float* lq, const float* dd, int q0, bool take,
                                          Issued&& issued) {
-        if (!take) return;
+        if (!take) {
+            if constexpr (kDqAtomic) zero_ds();  // add_dq reads every warpgroup's tile
+            return;
+        }
         float(&dkd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(dk);
         float(&dvd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(dv);
         float s[NT * 4], dp[NT * 4];
@@ -195,11 +209,12 @@ struct WgDkvRows {
     }
 
     // kDqAtomic: dS^T's bf16 fragments (df[kc]: keys g, g + 8 of this warp, queries 16 kc +
-    // 2 t (+ 1, + 8, + 9)) into the dS tile, element (query i, key k of the warpgroup's 64) at
-    // core matrix (i / 8, k / 8): SBO 1024 bytes along the queries, LBO 128 along the keys. A
-    // warp's 32 two-byte stores of one register fall in 16 words of distinct banks.
+    // 2 t (+ 1, + 8, + 9)) into the warpgroup's dS tile, element (query i, key k of the warpgroup's
+    // 64) at core matrix (i / 8, k / 8): SBO 1024 bytes along the queries, LBO 128 along the keys.
+    // A warp's 32 two-byte stores of one register fall in 16 words of distinct banks.
     __device__ __forceinline__ void store_ds(const uint32_t (&df)[NT / 2][4]) const {
         const int g = (int(threadIdx.x) & 31) >> 2, kw = (int(threadIdx.x) >> 5 & 3) * 16;
+        char* ds_tile = ds_tiles + wg * kDsTileBytes;
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
@@ -211,20 +226,40 @@ struct WgDkvRows {
             }
     }
 
-    // kDqAtomic, after tile() took the query tile from q0: dq (64 x kD) = dS K over the
-    // warpgroup's keys (Kg: its K-major K rows), once every warp of the warpgroup has stored its
-    // part of dS (wg_sync: a barrier over its 128 threads), then dqkv's dq rows += scale dq.
-    template <class WgSync>
-    __device__ __forceinline__ void add_dq(const TcArgs& a, int b, const char* Kg, int q0,
-                                           float* dqkv, WgSync&& wg_sync) {
+    // kDqAtomic, a tile the warpgroup does not take: its dS tile as zeros (64 bytes a thread),
+    // so that add_dq's products need no branch (one between them makes ptxas serialise them:
+    // C7515) and the other warpgroups' columns get no terms from it.
+    __device__ __forceinline__ void zero_ds() const {
+        uint4* tile = reinterpret_cast<uint4*>(ds_tiles + wg * kDsTileBytes);
+        const int i = int(threadIdx.x) & 127;  // this thread's index in its warpgroup
+#pragma unroll
+        for (int c = 0; c < int(kDsTileBytes / 16 / 128); c++) tile[c * 128 + i] = uint4{};
+    }
+
+    // kDqAtomic, after tile() for the query tile from q0 in every warpgroup of the block: dq's
+    // columns [wg kDqN, (wg + 1) kDqN) = dS K over the block's keys (a warpgroup that did not
+    // take the tile has a tile of zeros; every thread of the block calls this, or none when no
+    // warpgroup took it), Ks the block's K-major K rows, once every warp has stored its part of
+    // dS (block_sync: a barrier over the block's kDqGroups warpgroups), then dqkv's dq rows +=
+    // scale dq.
+    template <class BlockSync>
+    __device__ __forceinline__ void add_dq(const TcArgs& a, int b, const char* Ks, int q0,
+                                           float* dqkv, BlockSync&& block_sync) {
         fence_proxy_async();  // this thread's dS stores, for the tensor core's reads
-        wg_sync();
-        float dq[DN * 4];
+        block_sync();
+        const int n0 = wg * kDqN;
+        // K read N-major (LBO along keys, SBO along d) from its column n0: core matrices of 8
+        // head-dim entries are kCore apart along a row group
+        const uint32_t k_cols = shared_address(Ks) + uint32_t(n0 / 8) * kCore;
+        float dq[kDqN / 2];
         wgmma_fence();
 #pragma unroll
-        for (int kc = 0; kc < 64 / 16; kc++)  // K read N-major: LBO along keys, SBO along d
-            wgmma_ss<kD, true>(dq, wgmma_desc(ds_tile + kc * 2 * kCore, kCore, 1024),
-                               Tiles::template n_major<kKeyRows>(shared_address(Kg), kc), kc > 0);
+        for (int kc = 0; kc < kKeyRows / 16;
+             kc++)  // the dS tiles follow each other: 4 steps a tile
+            wgmma_ss<kDqN, true>(
+                dq,
+                wgmma_desc(ds_tiles + (kc / 4) * kDsTileBytes + (kc % 4) * 2 * kCore, kCore, 1024),
+                Tiles::template n_major<kKeyRows>(k_cols, kc), kc > 0);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_operands(dq);
@@ -235,12 +270,12 @@ struct WgDkvRows {
         for (int r = 0; r < 2; r++) {
             const int i = q0 + qw + g + 8 * r;
             if (i >= a.T) continue;  // a padded row (its dS is 0)
-            float* row = dqkv + (size_t(b) * a.T + i) * 3 * a.C + size_t(h) * a.D;
+            float* row = dqkv + (size_t(b) * a.T + i) * 3 * a.C + size_t(h) * a.D + n0;
 #pragma unroll
-            for (int dn = 0; dn < DN; dn++)
+            for (int dn = 0; dn < kDqN / 8; dn++)
 #pragma unroll
                 for (int e = 0; e < 2; e++)  // the kernel's head-dim padding past a.D not
-                    if (8 * dn + 2 * t + e < a.D)
+                    if (n0 + 8 * dn + 2 * t + e < a.D)
                         atomicAdd(row + 8 * dn + 2 * t + e, dq[4 * dn + 2 * r + e] * a.scale);
         }
     }

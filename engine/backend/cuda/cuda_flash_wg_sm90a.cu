@@ -221,8 +221,8 @@ __global__ void __launch_bounds__(kWG* kThreads)
     const float* pos = a.pos + size_t(b) * T;
     const bool positions = needs_positions(a.bs.kind);
     const int n_tiles = dkv_query_tiles(a, k0, kKeyRows);
-    // this warpgroup's 64 keys from g0 and their rows of Ks, Vs
-    const int wg = warp >> 2, g0 = k0 + wg * kBc;
+    // this warpgroup's 64 keys (from k0 + wg kBc) and their rows of Ks, Vs
+    const int wg = warp >> 2;
     const char *Kg = Ks + wg * kBc * kD * 2, *Vg = Vs + wg * kBc * kD * 2;
     stage_core<kKeyRows, kD, false, kBlock>(Ks, a.k + rows + size_t(k0) * kD);
     stage_core<kKeyRows, kD, false, kBlock>(Vs, a.v + rows + size_t(k0) * kD);
@@ -237,8 +237,9 @@ __global__ void __launch_bounds__(kWG* kThreads)
     };
     load(0);  // K and V travel in the first group
 
-    char* dS = Vs + kKeys + kStages * kStage + wg * kDsTileBytes;  // kDq only
-    WgDkvRows<kD, kInFlight, true, kDq> rows_of_warp(a, b, h, k0, warp, lane, kDq ? dS : nullptr);
+    char* dS = Vs + kKeys + kStages * kStage;  // kDq only: kWG tiles
+    WgDkvRows<kD, kInFlight, true, kDq, CoreTiles<kD>, kKeyRows> rows_of_warp(
+        a, b, h, k0, warp, lane, kDq ? dS : nullptr);
     for (int it = 0; it < n_tiles; it++) {
         const int q0 = k0 + it * kBqWg, st = it % kStages;
         // tile it + 1 loads into the stage of tile it + 1 - kStages; this thread's copies fenced
@@ -246,13 +247,16 @@ __global__ void __launch_bounds__(kWG* kThreads)
         await_tile(it, n_tiles, load, [] { fence_proxy_async(); });
         // a product is the whole warpgroup's: skipped only for a tile none of its keys meets; a
         // warp whose own keys it misses takes the masked loop (its P^T and dS^T are 0)
-        const bool take = cover(a, b, q0, q0 + kBqWg - 1, g0, g0 + kBc - 1) != kSkip;
-        rows_of_warp.tile(a, b, Kg, Vg, Qs(st), dOs(st), posQ(st), lseQ(st), dQ(st), q0, take,
-                          [] {});
-        if constexpr (kDq)  // named barrier 1 + wg: this warpgroup's 128 threads
-            if (take)
-                rows_of_warp.add_dq(a, b, Kg, q0, dqkv,
-                                    [&] { named_barrier_sync(1 + wg, kThreads); });
+        uint32_t takes = 0;  // bit w: warpgroup w's keys meet the tile
+#pragma unroll
+        for (int w = 0; w < kWG; w++)
+            takes |= uint32_t(cover(a, b, q0, q0 + kBqWg - 1, k0 + w * kBc,
+                                    k0 + w * kBc + kBc - 1) != kSkip)
+                     << w;
+        rows_of_warp.tile(a, b, Kg, Vg, Qs(st), dOs(st), posQ(st), lseQ(st), dQ(st), q0,
+                          (takes >> wg & 1u) != 0, [] {});
+        if constexpr (kDq)  // dq's columns split over the warpgroups: every dS tile is read
+            if (takes != 0) rows_of_warp.add_dq(a, b, Ks, q0, dqkv, [] { __syncthreads(); });
         __syncthreads();  // stage (it + 1) % kStages is refilled by the next iteration's load
     }
     rows_of_warp.finish();
@@ -313,17 +317,15 @@ cudaError_t launch_flash_wg_dkv(float* dqkv, const float* lse, const float* dvec
 cudaError_t launch_flash_wg_backward_atomic(float* dqkv, const float* lse, const float* dvec,
                                             const TcArgs& a, int B, int kD, int warpgroups,
                                             cudaStream_t s) {
-    if (kD != 64) return cudaErrorInvalidValue;  // dq's accumulators: 32 registers more
-    static DynamicSharedLimit one, two;          // one per kernel (the two share a type)
-    auto launch = [&](auto* k, size_t smem, int kWG, DynamicSharedLimit& limit) {
+    return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
+        constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
+        constexpr size_t smem = wg_dkv_smem<kD_, kWG, true>();
+        auto* k = &flash_wg_dkv_kernel<kD_, kWG, true, false>;
+        static DynamicSharedLimit limit;  // one per instantiation of this lambda
         if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
         k<<<wg_grid(a, B, kWG), kWG * kThreads, smem, s>>>(dqkv, lse, dvec, a);
         return cudaGetLastError();
-    };
-    return warpgroups == 1 ? launch(&flash_wg_dkv_kernel<64, 1, true, false>,
-                                    wg_dkv_smem<64, 1, true>(), 1, one)
-                           : launch(&flash_wg_dkv_kernel<64, 2, true, false>,
-                                    wg_dkv_smem<64, 2, true>(), 2, two);
+    });
 }
 
 }  // namespace ctx::cuda::tc

@@ -197,6 +197,15 @@ inline void a_rows(const uint32_t (&a)[4], float (&rows)[32]) {
 // B read N-major (its core matrices' 16-byte rows run along N: 8 N values at one K, as V's rows
 // hold head-dim entries at one key) instead of K-major; no swizzle either way, LBO along K and SBO
 // along N (the PTX ISA's "interleave" layouts).
+#define CTX_WGMMA_REGS16                   \
+    "{"                                    \
+    "%0, %1, %2, %3, %4, %5, %6, %7, "     \
+    "%8, %9, %10, %11, %12, %13, %14, %15" \
+    "}"
+#define CTX_WGMMA_ACC16(d)                                                                      \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),         \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), \
+        "+f"(d[14]), "+f"(d[15])
 #define CTX_WGMMA_REGS32                       \
     "{"                                        \
     "%0, %1, %2, %3, %4, %5, %6, %7, "         \
@@ -236,11 +245,18 @@ inline void a_rows(const uint32_t (&a)[4], float (&rows)[32]) {
 
 template <int N, bool kTransB>
 struct WgmmaOps {
-    static_assert(N == 64 || N == 128, "the products written out: N 64 and 128");
+    static_assert(N == 32 || N == 64 || N == 128, "the products written out: N 32, 64 and 128");
     static __device__ __forceinline__ void ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                               bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        if constexpr (N == 64)
+        if constexpr (N == 32)
+            asm volatile(
+                CTX_WGMMA_PRED(
+                    18) "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " CTX_WGMMA_REGS16
+                        ", %16, %17, p, 1, 1, 0, %19;\n}\n"
+                : CTX_WGMMA_ACC16(d)
+                : "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(kTransB)));
+        else if constexpr (N == 64)
             asm volatile(
                 CTX_WGMMA_PRED(
                     34) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CTX_WGMMA_REGS32
@@ -263,7 +279,15 @@ struct WgmmaOps {
     static __device__ __forceinline__ void rs(float (&d)[N / 2], const uint32_t (&a)[4],
                                               uint64_t desc_b, bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-        if constexpr (N == 64)
+        if constexpr (N == 32)
+            asm volatile(
+                CTX_WGMMA_PRED(
+                    21) "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " CTX_WGMMA_REGS16
+                        ", {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
+                : CTX_WGMMA_ACC16(d)
+                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
+                  "n"(int(kTransB)));
+        else if constexpr (N == 64)
             asm volatile(
                 CTX_WGMMA_PRED(
                     37) "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " CTX_WGMMA_REGS32
@@ -294,6 +318,8 @@ struct WgmmaOps {
 #undef CTX_WGMMA_REGS64
 #undef CTX_WGMMA_ACC32
 #undef CTX_WGMMA_REGS32
+#undef CTX_WGMMA_ACC16
+#undef CTX_WGMMA_REGS16
 
 // d (64 x N) (+)= A B with A (64 x 16) and B (16 x N; stored as N x 16, or N-major with
 // kTransB) from shared memory. accumulate false ignores d's old values (scale-d 0).

@@ -25,8 +25,8 @@ void cuda_wgmma_gemm(float* C, const uint16_t* A, const uint16_t* B, int M, int 
     int device = 0;
     CTX_CHECK(cudaGetDevice(&device) == cudaSuccess && cuda_has_wgmma(device),
               "wgmma needs a compute capability 9.0 GPU (sm_90a); device {} is not one", device);
-    CTX_CHECK(o.n_tile == 64 || o.n_tile == 128, "wgmma check: n_tile {} (expected 64 or 128)",
-              o.n_tile);
+    CTX_CHECK(o.n_tile == 64 || o.n_tile == 128 || (o.n_tile == 32 && !o.tma),
+              "wgmma check: n_tile {} (expected 64 or 128, or 32 without TMA)", o.n_tile);
     if (o.tma)
         CTX_CHECK(M > 0 && N > 0 && N % o.n_tile == 0 && K >= 64 && K <= 256 && K % 64 == 0,
                   "wgmma check with TMA: M {} (positive), N {} (a multiple of {}), K {} (a "

@@ -258,6 +258,8 @@ cudaError_t launch_wgmma_gemm_tma(float* C, const CUtensorMap& a, const CUtensor
 cudaError_t launch_wgmma_gemm(float* C, const uint16_t* A, const uint16_t* B, int M, int N, int K,
                               int n_tile, bool a_from_registers, bool b_n_major, bool accumulate,
                               cudaStream_t s) {
+    if (n_tile == 32)  // the one-kernel backward's dq columns a warpgroup at head dim 64
+        return launch_tile<32>(C, A, B, M, N, K, a_from_registers, b_n_major, accumulate, s);
     return n_tile == 128
                ? launch_tile<128>(C, A, B, M, N, K, a_from_registers, b_n_major, accumulate, s)
                : launch_tile<64>(C, A, B, M, N, K, a_from_registers, b_n_major, accumulate, s);
