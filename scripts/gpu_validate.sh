@@ -14,7 +14,7 @@
 #             kernels with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer; and with
 #             its tiles by TMA, CTX_FLASH_WGMMA_LOADS=tma), the
 #             one-kernel backward on wgmma at D 64 / 128 (CTX_FLASH_BACKWARD=atomic with
-#             CTX_FLASH_DKV=wgmma); the SDPA peer),
+#             CTX_FLASH_DKV=wgmma; and its producer form at D 128); the SDPA peer),
 #             racecheck of the flash full-tile cases (both backwards) and of the producer
 #             kernels, synccheck of the producer kernels (named barriers), memcheck of the bf16
 #             activation kernels, the atomic-dq backward, the one-launch AdamW and the forward's
@@ -352,6 +352,11 @@ quick_bench() {
             --precision bf16 --head-dim $d --T 1024,4096,16384 --pe none,alibi --steps 5 \
             --repeats 2
     done
+    # its producer form (2026-12-06; the forward's too): against the lock-step one above
+    step ab-attention-d128-bf16-wgmma-atomic-dq-producer 45 env CTX_FLASH_BACKWARD=atomic \
+        CTX_FLASH_FORWARD=wgmma CTX_FLASH_DKV=wgmma CTX_FLASH_WGMMA_PIPELINE=producer "${B[@]}" \
+        attention --device cuda --precision bf16 --head-dim 128 --T 1024,4096,16384 \
+        --pe none,alibi --steps 5 --repeats 2
     step ab-gpt2-124m-bf16-wgmma-atomic-dq 60 env CTX_FLASH_BACKWARD=atomic \
         CTX_FLASH_FORWARD=wgmma CTX_FLASH_DKV=wgmma "${B[@]}" --config gpt2-124m --device cuda \
         --precision bf16 --steps 20 --warmup 3
@@ -418,7 +423,8 @@ quick_bench() {
         step racecheck-wgmma-producer 60 "$RUN" "$cs" --tool racecheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" --gtest_filter='*Producer*'
         step synccheck-wgmma-producer 60 "$RUN" "$cs" --tool synccheck --error-exitcode 99 \
-            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" --gtest_filter='*Producer*'
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash" \
+            --gtest_filter='*Producer*:OpsGpuFlashWgmmaAtomic.*'
         # the rotation table and the fused rotary epilogues (table reads at the last rows)
         step memcheck-flash-rotary 45 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_flash_rotary"

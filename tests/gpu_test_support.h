@@ -117,15 +117,20 @@ inline ctx::Backend& gpu_bf16_wgmma_dkv() {
 }
 
 // The one-kernel backward (CTX_FLASH_BACKWARD=atomic) with the dk / dv kernel on wgmma: on wgmma
-// where it serves (an sm_90 GPU, kernel head dim 64, the inline families without parameter
-// gradients), in blocks of two warpgroups or of one; the mma.sync one-kernel backward elsewhere.
-inline ctx::Backend& gpu_bf16_wgmma_atomic_dq(int warpgroups) {
-    static std::unique_ptr<ctx::Backend> two =
-        make_bf16_backend_with({{"CTX_FLASH_BACKWARD", "atomic"}, {"CTX_FLASH_DKV", "wgmma"}});
-    static std::unique_ptr<ctx::Backend> one =
-        make_bf16_backend_with({{"CTX_FLASH_BACKWARD", "atomic"},
-                                {"CTX_FLASH_DKV", "wgmma"},
-                                {"CTX_FLASH_WGMMA_WARPGROUPS", "1"}});
+// where it serves (an sm_90 GPU, kernel head dims 64 and 128, the inline families without
+// parameter gradients), in blocks of two warpgroups or of one, lock-step or with a producer
+// warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer); the mma.sync one-kernel backward elsewhere.
+inline ctx::Backend& gpu_bf16_wgmma_atomic_dq(int warpgroups, bool producer = false) {
+    auto make = [](int wgs, bool prod) {
+        return make_bf16_backend_with(
+            {{"CTX_FLASH_BACKWARD", "atomic"},
+             {"CTX_FLASH_DKV", "wgmma"},
+             {"CTX_FLASH_WGMMA_WARPGROUPS", wgs == 1 ? "1" : "2"},
+             {"CTX_FLASH_WGMMA_PIPELINE", prod ? "producer" : "lockstep"}});
+    };
+    static std::unique_ptr<ctx::Backend> two = make(2, false), one = make(1, false),
+                                         two_producer = make(2, true), one_producer = make(1, true);
+    if (producer) return warpgroups == 1 ? *one_producer : *two_producer;
     return warpgroups == 1 ? *one : *two;
 }
 

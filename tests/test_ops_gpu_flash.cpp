@@ -503,12 +503,12 @@ TEST_P(OpsGpuFlash, Bf16AtomicDqMatchesSplitKernels) {
 
 // The one-kernel backward on wgmma (CTX_FLASH_BACKWARD=atomic with CTX_FLASH_DKV=wgmma: the dk /
 // dv kernel adds dq's terms by fp32 atomics, cuda_flash_wg_dkv.cuh), in blocks of two warpgroups
-// and of one, against the two kernels with the same wgmma dk / dv kernel: the forward is the same
-// kernel (same bits); where it serves (kernel head dims 64 and 128, an inline family, no
-// bias-parameter gradients) dk and dv are that kernel's products of the same P^T and dS^T (same
-// bits; dq's columns split over the block's warpgroups at two), elsewhere
-// the mma.sync one-kernel backward runs (within 1e-5); dq is the same terms summed in another
-// order (within 1e-5 of its largest entry). And against the CPU on the rounded operands.
+// and of one, lock-step and with a producer warpgroup, against the two kernels with the same
+// wgmma dk / dv kernel: the forward is the same kernel (same bits); where it serves (kernel head
+// dims 64 and 128, an inline family, no bias-parameter gradients) dk and dv are that kernel's
+// products of the same P^T and dS^T (same bits), elsewhere the mma.sync one-kernel backward runs
+// (within 1e-5); dq is the same terms summed in another order (within 1e-5 of its largest
+// entry). And against the CPU on the rounded operands.
 void expect_wgmma_atomic_dq_matches_split(const FlashCase& fc, const Bf16Case& k) {
     const int C = fc.C, D = fc.C / fc.H;
     const GpuRun split = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
@@ -517,22 +517,26 @@ void expect_wgmma_atomic_dq_matches_split(const FlashCase& fc, const Bf16Case& k
     const bool serves = ((D > 32 && D <= 64) || (D > 80 && D <= 128)) &&
                         (fc.kind == ctx::BiasKind::None || biased) && !(biased && fc.learn);
     const FVec kv0 = dqkv_cols(k.dqkv0, C, C, 2 * C);
-    for (const int warpgroups : {2, 1}) {
-        SCOPED_TRACE(warpgroups == 2 ? "two warpgroups" : "one warpgroup");
-        const GpuRun atomic = run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout,
-                                      k.dqkv0, fc.learn, gpu_bf16_wgmma_atomic_dq(warpgroups));
-        EXPECT_EQ(atomic.out, split.out);
-        EXPECT_EQ(atomic.saved, split.saved);
-        const FVec kv = dqkv_cols(atomic.dqkv, C, C, 2 * C);
-        if (serves) {
-            EXPECT_TRUE(kv == dqkv_cols(split.dqkv, C, C, 2 * C)) << "dk, dv differ";
-        } else {
-            EXPECT_CLOSE(minus(kv, kv0), minus(dqkv_cols(split.dqkv, C, C, 2 * C), kv0), 1e-5);
+    for (const bool producer : {false, true})
+        for (const int warpgroups : {2, 1}) {
+            SCOPED_TRACE(testing::Message()
+                         << (warpgroups == 2 ? "two warpgroups" : "one warpgroup")
+                         << (producer ? ", producer" : ", lock-step"));
+            const GpuRun atomic =
+                run_gpu(fc, AttentionMode::Flash, k.positions, k.qkv, k.bd, k.dout, k.dqkv0,
+                        fc.learn, gpu_bf16_wgmma_atomic_dq(warpgroups, producer));
+            EXPECT_EQ(atomic.out, split.out);
+            EXPECT_EQ(atomic.saved, split.saved);
+            const FVec kv = dqkv_cols(atomic.dqkv, C, C, 2 * C);
+            if (serves) {
+                EXPECT_TRUE(kv == dqkv_cols(split.dqkv, C, C, 2 * C)) << "dk, dv differ";
+            } else {
+                EXPECT_CLOSE(minus(kv, kv0), minus(dqkv_cols(split.dqkv, C, C, 2 * C), kv0), 1e-5);
+            }
+            expect_dq_and_bias_grads_close(atomic, split, k, C);
+            EXPECT_EQ(atomic.dtable, split.dtable);
+            expect_bf16_grads_match_cpu(atomic, k, fc.learn);
         }
-        expect_dq_and_bias_grads_close(atomic, split, k, C);
-        EXPECT_EQ(atomic.dtable, split.dtable);
-        expect_bf16_grads_match_cpu(atomic, k, fc.learn);
-    }
 }
 
 TEST_P(OpsGpuFlash, Bf16WgmmaAtomicDqMatchesSplit) {

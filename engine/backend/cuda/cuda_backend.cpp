@@ -206,12 +206,14 @@ CudaBackend::CudaBackend(int device, Precision precision)
         spdlog::warn(
             "CTX_FLASH_WGMMA_LOADS=tma applies to the producer pipeline only "
             "(CTX_FLASH_WGMMA_PIPELINE=producer); the lock-step wgmma kernels stage by cp.async");
-    // the one-kernel backward on wgmma has a lock-step form only: said, not silently dropped
-    if (kernels.wgmma_producer && atomic_dq && kernels.wgmma_dkv && precision_ == Precision::Bf16)
+    // the one-kernel backward's producer form stages by cp.async only: said, not silently
+    // dropped
+    if (kernels.wgmma_tma && kernels.wgmma_producer && atomic_dq && kernels.wgmma_dkv &&
+        precision_ == Precision::Bf16)
         spdlog::warn(
-            "CTX_FLASH_WGMMA_PIPELINE=producer: the one-kernel attention backward "
-            "(CTX_FLASH_BACKWARD=atomic) has no producer form; where it runs on wgmma (sm_90, "
-            "head dim 64, no learned bias parameters) its dk/dv kernel runs lock-step");
+            "CTX_FLASH_WGMMA_LOADS=tma: the one-kernel attention backward "
+            "(CTX_FLASH_BACKWARD=atomic) stages its tiles by cp.async (its dS tiles leave no room "
+            "for TMA's in shared memory)");
     kernels.wgmma_forward_kerple_tables = !env_switch(
         "CTX_FLASH_FORWARD_KERPLE", "tables", "the wgmma forward looks KERPLE-log's terms up",
         "computed", "the wgmma forward computes them");

@@ -630,6 +630,11 @@ cudaError_t launch_flash_wg_dkv(float* dqkv, const float* lse, const float* dvec
 cudaError_t launch_flash_wg_backward_atomic(float* dqkv, const float* lse, const float* dvec,
                                             const TcArgs& a, int B, int kD, int warpgroups,
                                             cudaStream_t s);
+// Its form with a producer warpgroup (cuda_flash_wg_producer_sm90a.cu, by cp.async), the same
+// dk, dv bits and dq's terms.
+cudaError_t launch_flash_wg_backward_atomic_producer(float* dqkv, const float* lse,
+                                                     const float* dvec, const TcArgs& a, int B,
+                                                     int kD, int warpgroups, cudaStream_t s);
 // The three with a producer warpgroup and named barriers (cuda_flash_wg_producer_sm90a.cu): the
 // same bits as launch_flash_wg_forward / _dq / _dkv. tma: the tiles by TMA into 128-byte
 // swizzled tiles, each stage signalled by an mbarrier (CTX_FLASH_WGMMA_LOADS=tma); else cp.async.

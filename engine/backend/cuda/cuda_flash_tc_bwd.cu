@@ -562,8 +562,11 @@ cudaError_t backward_t(float* dqkv, float* partials, float* dtable, const float*
         // on wgmma where it serves: head dim 64 or 128, an inline family, no bias-parameter
         // gradients
         if (kernels.wgmma_dkv && partials == nullptr && wgmma_applies(a, kD))
-            return launch_flash_wg_backward_atomic(dqkv, lse, dvec, a, B, kD,
-                                                   kernels.wgmma_warpgroups, s);
+            return kernels.wgmma_producer
+                       ? launch_flash_wg_backward_atomic_producer(dqkv, lse, dvec, a, B, kD,
+                                                                  kernels.wgmma_warpgroups, s)
+                       : launch_flash_wg_backward_atomic(dqkv, lse, dvec, a, B, kD,
+                                                         kernels.wgmma_warpgroups, s);
         auto* kernel = &flash_tc_dkv_kernel<kD, true>;
         static DynamicSharedLimit limit;
         if (const cudaError_t e = limit.raise(kernel, dkv_smem(kD, true)); e != cudaSuccess)

@@ -47,12 +47,14 @@ namespace {
 
 inline constexpr int kProducerStages = 4;
 
-// Named barrier ids (1-15; 0 is __syncthreads'): full(stage, c), empty(stage), turn(c).
+// Named barrier ids (1-15; 0 is __syncthreads'): full(stage, c), empty(stage), turn(c), and
+// kDs, the one-kernel backward's barrier over the consumers before dq's products read every
+// consumer's dS tile (DkvPlan's kDq).
 template <int kWG>
 struct ProducerBarriers {
     static constexpr int kFull = 1, kEmpty = kFull + kProducerStages * kWG;
-    static constexpr int kTurn = kEmpty + kProducerStages;
-    static_assert(kTurn + kWG - 1 <= 15, "16 named barriers a block");
+    static constexpr int kTurn = kEmpty + kProducerStages, kDs = kTurn + kWG;
+    static_assert(kDs <= 15, "16 named barriers a block");
     static constexpr int kFullThreads = 2 * kThreads, kAllThreads = (kWG + 1) * kThreads;
     static __device__ __forceinline__ int full(int st, int c) { return kFull + st * kWG + c; }
     static __device__ __forceinline__ int empty(int st) { return kEmpty + st; }
@@ -356,8 +358,16 @@ struct DqPlan : Block {
 // documents, as the lock-step kernel's: WgDkvRows::kSkipSettles). kTma: the operands by TMA
 // into 128-byte swizzled tiles as QueryBlock's (K and V with tile 0), each stage rounded to
 // 1024 bytes, the stages' mbarriers after them.
-template <int kD, int kWG, bool kInFlight, bool kTma_ = false>
+// kDq: the one-kernel backward (CTX_FLASH_BACKWARD=atomic; WgDkvRows' kDqAtomic): after each
+// tile the consumers meet at the kDs barrier and each adds its columns of dq over every
+// consumer's dS tile. The dS tiles are double-buffered by the tile's parity: the consumers are
+// not in step, and one may store tile j + 1's dS while the other's products still read tile j's
+// (they have read it before that one passes tile j + 1's kDs barrier, so two buffers suffice).
+// By cp.async only: at head dim 128 with two consumers the four stages and 32 KiB of dS tiles
+// fill the 227 KiB a block may have, leaving no room for TMA's alignment and barriers.
+template <int kD, int kWG, bool kInFlight, bool kTma_ = false, bool kDq = false>
 struct DkvPlan {
+    static_assert(!(kDq && (kTma_ || kInFlight)), "the one-kernel form: cp.async, settled tiles");
     static constexpr bool kTma = kTma_;
     using Tiles = std::conditional_t<kTma, Sw128Tiles<kD>, CoreTiles<kD>>;
     // At head dim 128 with two consumers (240 registers) dv's products wait for dS^T:
@@ -365,12 +375,13 @@ struct DkvPlan {
     // 2026-12-06); the other consumer's products keep the tensor core busy meanwhile.
     static constexpr bool kDvOverlapsDs = kD <= 64 || kWG == 1;
     static constexpr int kKeyRows = kWG * kBc;
-    using Rows = WgDkvRows<kD, kInFlight, kDvOverlapsDs, false, Tiles, kKeyRows>;
+    using Rows = WgDkvRows<kD, kInFlight, kDvOverlapsDs, kDq, Tiles, kKeyRows>;
     static constexpr size_t kKeys = size_t(kKeyRows) * kD * 2, kTile = size_t(kBqWg) * kD * 2;
     static constexpr size_t kStage =
         kTma ? round_up_1024(2 * kTile + 3 * kBqWg * 4) : 2 * kTile + 3 * kBqWg * 4;
-    static constexpr size_t kSmem =
-        (kTma ? 1024 + 8 * kProducerStages : 0) + 2 * kKeys + kProducerStages * kStage;
+    static constexpr size_t kDsBuffer = size_t(kWG) * kDsTileBytes;  // a tile's dS tiles
+    static constexpr size_t kSmem = (kTma ? 1024 + 8 * kProducerStages : 0) + 2 * kKeys +
+                                    kProducerStages * kStage + (kDq ? 2 * kDsBuffer : 0);
     const TcArgs& a;
     const TcMaps* maps;  // kTma
     char* smem;
@@ -402,6 +413,10 @@ struct DkvPlan {
     __device__ __forceinline__ float* dQ(int j) const { return lseQ(j) + kBqWg; }
     __device__ __forceinline__ uint64_t* full(int st) const {
         return reinterpret_cast<uint64_t*>(smem + 2 * kKeys + kProducerStages * kStage) + st;
+    }
+    // kDq: tile j's dS tiles (after the stages; kDq has no mbarriers there)
+    __device__ __forceinline__ char* ds(int j) const {
+        return smem + 2 * kKeys + kProducerStages * kStage + (j & 1) * kDsBuffer;
     }
     __device__ __forceinline__ size_t bh() const { return size_t(b) * a.H + h; }
     __device__ __forceinline__ void load_rows(int thread) const {
@@ -442,14 +457,19 @@ struct DkvPlan {
         return cover(a, b, q0(j), q0(j) + kBqWg - 1, c0, c0 + kBc - 1) != kSkip;
     }
     __device__ __forceinline__ Rows make_rows(int warp, int lane) const {
-        return Rows(a, b, h, k0, warp, lane);
+        return Rows(a, b, h, k0, warp, lane, kDq ? ds(0) : nullptr);
     }
     template <class Issued>
     __device__ __forceinline__ void run_tile(Rows& r, int wg, int j, bool take,
                                              Issued&& issued) const {
         // this consumer's 64 keys of K, V: a sub-block of their rows (of each 64-entry block)
         const char* Kg = smem + wg * kBc * (kTma ? 128 : kD * 2);
+        if constexpr (kDq) r.ds_tiles = ds(j);
         r.tile(a, b, Kg, Kg + kKeys, Qs(j), dOs(j), posQ(j), lseQ(j), dQ(j), q0(j), take, issued);
+        if constexpr (kDq)  // every consumer, or none when none takes the tile (kSkip for all)
+            if (takes(0, j) || (kWG == 2 && takes(1, j)))
+                r.add_dq(a, b, smem, q0(j), dqkv,
+                         [] { named_barrier_sync(ProducerBarriers<kWG>::kDs, kWG * kThreads); });
     }
     template <class Sync>
     __device__ __forceinline__ void done(Rows& r, int, Sync&&) const {
@@ -492,12 +512,12 @@ __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
         dqkv, partials, lse, dvec, red, a, reinterpret_cast<char*>(sm), &maps));
 }
 
-template <int kD, int kWG, bool kInFlight>
+template <int kD, int kWG, bool kInFlight, bool kDq = false>
 __global__ void __launch_bounds__((kWG + 1) * kThreads, 1)
     flash_wg_dkv_producer_kernel(float* dqkv, const float* lse, const float* dvec, TcArgs a) {
     extern __shared__ float sm[];
-    producer_pipeline<kWG>(
-        DkvPlan<kD, kWG, kInFlight>(a, nullptr, reinterpret_cast<char*>(sm), dqkv, lse, dvec));
+    producer_pipeline<kWG>(DkvPlan<kD, kWG, kInFlight, false, kDq>(
+        a, nullptr, reinterpret_cast<char*>(sm), dqkv, lse, dvec));
 }
 
 template <int kD, int kWG, bool kInFlight>
@@ -610,8 +630,10 @@ cudaError_t launch_flash_wg_dkv_producer(float* dqkv, const float* lse, const fl
                 k<<<grid, block, smem, s>>>(dqkv, lse, dvec, a, maps);
                 return cudaGetLastError();
             };
-            if constexpr (kD_ <= 64)
+            if constexpr (kD_ <= 64) {
+                static_assert(DkvPlan<kD_, kWG, true, true>::kSmem == smem, "one layout");
                 if (flowing) return launch(&flash_wg_dkv_tma_kernel<kD_, kWG, true>, flowing_limit);
+            }
             return launch(&flash_wg_dkv_tma_kernel<kD_, kWG, false>, settled_limit);
         }
         constexpr size_t smem = DkvPlan<kD_, kWG, false>::kSmem;
@@ -621,10 +643,26 @@ cudaError_t launch_flash_wg_dkv_producer(float* dqkv, const float* lse, const fl
             k<<<grid, block, smem, s>>>(dqkv, lse, dvec, a);
             return cudaGetLastError();
         };
-        if constexpr (kD_ <= 64)
+        if constexpr (kD_ <= 64) {
+            static_assert(DkvPlan<kD_, kWG, true>::kSmem == smem, "one layout");
             if (flowing)
                 return launch(&flash_wg_dkv_producer_kernel<kD_, kWG, true>, flowing_limit);
+        }
         return launch(&flash_wg_dkv_producer_kernel<kD_, kWG, false>, settled_limit);
+    });
+}
+
+cudaError_t launch_flash_wg_backward_atomic_producer(float* dqkv, const float* lse,
+                                                     const float* dvec, const TcArgs& a, int B,
+                                                     int kD, int warpgroups, cudaStream_t s) {
+    return with_wg_shape(kD, warpgroups, [&](auto d, auto w) {
+        constexpr int kD_ = decltype(d)::value, kWG = decltype(w)::value;
+        constexpr size_t smem = DkvPlan<kD_, kWG, false, false, true>::kSmem;
+        auto* k = &flash_wg_dkv_producer_kernel<kD_, kWG, false, true>;
+        static DynamicSharedLimit limit;  // one per instantiation of this lambda
+        if (const cudaError_t e = limit.raise(k, smem); e != cudaSuccess) return e;
+        k<<<wg_grid(a, B, kWG), (kWG + 1) * kThreads, smem, s>>>(dqkv, lse, dvec, a);
+        return cudaGetLastError();
     });
 }
 
