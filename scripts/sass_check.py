@@ -71,14 +71,14 @@ STACK_ALLOWED = [
     # the dk / dv kernel on wgmma at D 128 (CTX_FLASH_DKV=wgmma, not the default): its four
     # 64 x 64 / 64 x 128 accumulators take 192 of the 255 registers; as first written, the same
     # two staging values reloaded from L1 when a query tile is prefetched (8 bytes; 0 since the
-    # two-warpgroup blocks, 2026-12-05)
+    # two-warpgroup blocks, 2026-12-05); its one-kernel backward form with one warpgroup (dq's
+    # 64 accumulators beside dk's and dv's): 8 bytes, 2026-12-06
     (r"flash_wg_dkv_kernelILi128E", {"sm_90a": 8}),
     # the one-kernel backward's producer form at D 128 (CTX_FLASH_BACKWARD=atomic with the
     # producer pipeline, ELb0ELb1E; not the default): 13 loop-invariant values of the consumers
     # (dq's atomics, the kDs barrier) stored once and reloaded from L1 once a tile (52 bytes in a
-    # 56-byte frame with two consumers at 240 registers; 4 in 8 with one at 255), 2026-12-06
+    # 56-byte frame with two consumers at 240 registers; none with one), 2026-12-06
     (r"flash_wg_dkv_producer_kernelILi128ELi2ELb0ELb1E", {"sm_90a": 56}),
-    (r"flash_wg_dkv_producer_kernelILi128ELi1ELb0ELb1E", {"sm_90a": 8}),
     # the dk / dv kernel's producer form with two consumers (CTX_FLASH_WGMMA_PIPELINE=producer):
     # 240 registers a consumer thread after setmaxnreg; loop-invariant values of the consumers'
     # named-barrier waits reloaded from L1 once a tile (20 bytes of spill in a 24-byte frame,

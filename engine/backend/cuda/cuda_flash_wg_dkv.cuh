@@ -111,10 +111,7 @@ struct WgDkvRows {
                                          const char* Qs, const char* dOs, const float* pq,
                                          const float* lq, const float* dd, int q0, bool take,
                                          Issued&& issued) {
-        if (!take) {
-            if constexpr (kDqAtomic) zero_ds();  // add_dq reads every warpgroup's tile
-            return;
-        }
+        if (!take) return;
         float(&dkd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(dk);
         float(&dvd)[DN * 4] = reinterpret_cast<float(&)[DN * 4]>(dv);
         float s[NT * 4], dp[NT * 4];
@@ -226,9 +223,12 @@ struct WgDkvRows {
             }
     }
 
-    // kDqAtomic, a tile the warpgroup does not take: its dS tile as zeros (64 bytes a thread),
-    // so that add_dq's products need no branch (one between them makes ptxas serialise them:
-    // C7515) and the other warpgroups' columns get no terms from it.
+    // kDqAtomic, a tile the warpgroup does not take (in add_dq, so only where another one takes
+    // it): its dS tile as zeros (64 bytes a thread), so that add_dq's products need no branch
+    // (one between them makes ptxas serialise them: C7515) and the other warpgroups' columns
+    // get no terms from it. Not on a tile no warpgroup takes: no barrier would then order the
+    // stores after another warpgroup's reads of the tile before (the producer form's consumers
+    // are not in step; a review found it, 2026-12-06).
     __device__ __forceinline__ void zero_ds() const {
         uint4* tile = reinterpret_cast<uint4*>(ds_tiles + wg * kDsTileBytes);
         const int i = int(threadIdx.x) & 127;  // this thread's index in its warpgroup
@@ -237,14 +237,15 @@ struct WgDkvRows {
     }
 
     // kDqAtomic, after tile() for the query tile from q0 in every warpgroup of the block: dq's
-    // columns [wg kDqN, (wg + 1) kDqN) = dS K over the block's keys (a warpgroup that did not
-    // take the tile has a tile of zeros; every thread of the block calls this, or none when no
-    // warpgroup took it), Ks the block's K-major K rows, once every warp has stored its part of
-    // dS (block_sync: a barrier over the block's kDqGroups warpgroups), then dqkv's dq rows +=
-    // scale dq.
+    // columns [wg kDqN, (wg + 1) kDqN) = dS K over the block's keys (take: this warpgroup took
+    // the tile, else it stores a tile of zeros first; every thread of the block calls this, or
+    // none when no warpgroup took the tile), Ks the block's K-major K rows, once every warp has
+    // stored its part of dS (block_sync: a barrier over the block's kDqGroups warpgroups), then
+    // dqkv's dq rows += scale dq.
     template <class BlockSync>
     __device__ __forceinline__ void add_dq(const TcArgs& a, int b, const char* Ks, int q0,
-                                           float* dqkv, BlockSync&& block_sync) {
+                                           bool take, float* dqkv, BlockSync&& block_sync) {
+        if (!take) zero_ds();
         fence_proxy_async();  // this thread's dS stores, for the tensor core's reads
         block_sync();
         const int n0 = wg * kDqN;

@@ -363,6 +363,9 @@ struct DqPlan : Block {
 // consumer's dS tile. The dS tiles are double-buffered by the tile's parity: the consumers are
 // not in step, and one may store tile j + 1's dS while the other's products still read tile j's
 // (they have read it before that one passes tile j + 1's kDs barrier, so two buffers suffice).
+// dS (or a consumer's zeros) is stored only on tiles some consumer takes, each of which has its
+// kDs barrier, and those tiles are a run (causality, windows and documents): a tile none takes
+// would have no barrier to order its stores after the other consumer's reads.
 // By cp.async only: at head dim 128 with two consumers the four stages and 32 KiB of dS tiles
 // fill the 227 KiB a block may have, leaving no room for TMA's alignment and barriers.
 template <int kD, int kWG, bool kInFlight, bool kTma_ = false, bool kDq = false>
@@ -468,7 +471,7 @@ struct DkvPlan {
         r.tile(a, b, Kg, Kg + kKeys, Qs(j), dOs(j), posQ(j), lseQ(j), dQ(j), q0(j), take, issued);
         if constexpr (kDq)  // every consumer, or none when none takes the tile (kSkip for all)
             if (takes(0, j) || (kWG == 2 && takes(1, j)))
-                r.add_dq(a, b, smem, q0(j), dqkv,
+                r.add_dq(a, b, smem, q0(j), take, dqkv,
                          [] { named_barrier_sync(ProducerBarriers<kWG>::kDs, kWG * kThreads); });
     }
     template <class Sync>

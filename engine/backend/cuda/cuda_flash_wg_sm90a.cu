@@ -253,10 +253,11 @@ __global__ void __launch_bounds__(kWG* kThreads)
             takes |= uint32_t(cover(a, b, q0, q0 + kBqWg - 1, k0 + w * kBc,
                                     k0 + w * kBc + kBc - 1) != kSkip)
                      << w;
-        rows_of_warp.tile(a, b, Kg, Vg, Qs(st), dOs(st), posQ(st), lseQ(st), dQ(st), q0,
-                          (takes >> wg & 1u) != 0, [] {});
+        const bool take = (takes >> wg & 1u) != 0;
+        rows_of_warp.tile(a, b, Kg, Vg, Qs(st), dOs(st), posQ(st), lseQ(st), dQ(st), q0, take,
+                          [] {});
         if constexpr (kDq)  // dq's columns split over the warpgroups: every dS tile is read
-            if (takes != 0) rows_of_warp.add_dq(a, b, Ks, q0, dqkv, [] { __syncthreads(); });
+            if (takes != 0) rows_of_warp.add_dq(a, b, Ks, q0, take, dqkv, [] { __syncthreads(); });
         __syncthreads();  // stage (it + 1) % kStages is refilled by the next iteration's load
     }
     rows_of_warp.finish();

@@ -378,8 +378,27 @@ void wgmma_commit() {
     g_cur->wg_committed.push_back(std::move(g_cur->wg_open));
     g_cur->wg_open.clear();
 }
+// Whether a thread lets every other thread of the block run on (to its next yield) before its
+// products run at a wait, so they read their shared-memory operands as late as a GPU's might:
+// a write that races with them (a tile refilled or a dS tile stored too early) then shows.
+// CTX_EMU_WGMMA_WAIT=yield turns it on, =run (the default) runs them at once.
+bool wgmma_wait_yields() {
+    static const bool yields = [] {
+        const char* e = std::getenv("CTX_EMU_WGMMA_WAIT");
+        if (e == nullptr || std::strcmp(e, "run") == 0) return false;
+        if (std::strcmp(e, "yield") == 0) return true;
+        fprintf(stderr, "emu: CTX_EMU_WGMMA_WAIT=%s (expected run or yield)\n", e);
+        abort();
+    }();
+    return yields;
+}
+
 void wgmma_wait(int newest_pending) {
     auto& groups = g_cur->wg_committed;
+    if (int(groups.size()) > newest_pending && wgmma_wait_yields()) {
+        g_progress = true;  // not a barrier wait: the scheduler's deadlock check must not count it
+        yield();
+    }
     while (int(groups.size()) > newest_pending) {
         for (const PendingWgmma& op : groups.front()) run_wgmma(op, g_cur->linear);
         groups.erase(groups.begin());
@@ -461,6 +480,23 @@ bool reverse_threads() {
     return reverse;
 }
 
+// What a block's dynamic shared memory holds before its threads write it (a real SM's holds
+// whatever the last block left). 0xFF bytes by default: NaN as bf16 and fp32, so any read of
+// shared memory a kernel never wrote poisons what it feeds, even multiplied by a masked zero
+// (every op test passed so, 2026-12-06). CTX_EMU_SHARED_FILL=garbage fills it with 0xAB bytes
+// instead (tiny numbers as bf16 and fp32: the fill before then, whose reads came out as a small
+// error).
+char shared_fill() {
+    static const char fill = [] {
+        const char* e = std::getenv("CTX_EMU_SHARED_FILL");
+        if (e == nullptr || std::strcmp(e, "nan") == 0) return char(0xFF);
+        if (std::strcmp(e, "garbage") == 0) return char(0xAB);
+        fprintf(stderr, "emu: CTX_EMU_SHARED_FILL=%s (expected garbage or nan)\n", e);
+        abort();
+    }();
+    return fill;
+}
+
 bool deferred_streams() {
     static const bool deferred = [] {
         const char* e = std::getenv("CTX_EMU_STREAM");
@@ -515,7 +551,7 @@ void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body) {
     for (unsigned by = 0; by < g.y; by++)
     for (unsigned bx = 0; bx < g.x; bx++) {
         g_bid = {bx, by, bz};
-        g_dyn.assign(shmem + 16, char(0xAB));  // garbage, as uninitialised shared memory
+        g_dyn.assign(shmem + 16, shared_fill());  // as uninitialised shared memory
         async_block_begin();
         g_fibers.assign(size_t(nt), Fiber{});
         g_block = Barrier{0, nt, 0};

@@ -25,7 +25,10 @@ CTX_EMU_THREAD_ORDER=reverse runs a block's threads highest first between barrie
 the reverse dependency); CTX_EMU_CP_ASYNC=eager lands cp.async copies when issued;
 CTX_EMU_STREAM=deferred queues stream work (kernels, copies, cuBLAS) until the next
 synchronisation, as a GPU running behind the host (a host buffer reused while a copy still reads
-it, or host data read before the copy that fills it, then shows).
+it, or host data read before the copy that fills it, then shows);
+CTX_EMU_WGMMA_WAIT=yield lets the block's other threads run on before a thread's wgmma products
+read their operands at its wait (a store racing with them then shows);
+CTX_EMU_SHARED_FILL=garbage starts shared memory as 0xAB bytes instead of NaN (0xFF).
 """
 import json
 import os
