@@ -94,6 +94,8 @@ void tma_load(uint32_t dst, const void* tensor_map, uint32_t bar, const int* coo
 void yield_thread();
 void note_progress();
 int thread_linear();
+// CTX_EMU_CP_ASYNC=eager: asynchronous copies (cp.async, TMA) land when issued, not at a wait.
+bool eager_copies();
 char* shared_at(uint32_t addr, size_t bytes, const char* what);
 // Per block: forget the barriers; at its end, abort if a tensor copy never landed.
 void async_block_begin();

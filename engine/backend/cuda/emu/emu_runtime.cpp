@@ -29,6 +29,16 @@ emu_uint3 g_tid{0, 0, 0}, g_bid{0, 0, 0};
 dim3 g_bdim, g_gdim;
 
 namespace {
+// The emulator's two-way switches (CTX_EMU_*): unset or `off` is false, `on` true; any other
+// value stops the run, naming the variable and what it takes.
+bool env_choice(const char* var, const char* off, const char* on) {
+    const char* e = std::getenv(var);
+    if (e == nullptr || std::strcmp(e, off) == 0) return false;
+    if (std::strcmp(e, on) == 0) return true;
+    fprintf(stderr, "emu: %s=%s (expected %s or %s)\n", var, e, off, on);
+    abort();
+}
+
 struct PendingCopy { void* dst; unsigned char bytes[16]; int n; };
 struct PendingWgmma {
     float* d;
@@ -121,6 +131,10 @@ void trampoline() {
 }  // namespace
 
 void syncthreads() { wait(g_block); }
+bool eager_copies() {
+    static const bool eager = env_choice("CTX_EMU_CP_ASYNC", "deferred", "eager");
+    return eager;
+}
 void yield_thread() { yield(); }
 void note_progress() { g_progress = true; }
 int thread_linear() { return g_cur->linear; }
@@ -150,11 +164,7 @@ void cp_async(void* dst, const void* src, int bytes, int src_bytes) {
     // CTX_EMU_CP_ASYNC=eager lands a copy when it is issued: the other race, a stage refilled
     // while another warp still reads it (a missing barrier before the next cp.async), then
     // shows; the default (deferred) shows a tile read before its wait.
-    static const bool eager = [] {
-        const char* e = std::getenv("CTX_EMU_CP_ASYNC");
-        return e != nullptr && std::strcmp(e, "eager") == 0;
-    }();
-    if (eager) {
+    if (eager_copies()) {
         std::memcpy(c.dst, c.bytes, size_t(c.n));
         return;
     }
@@ -383,13 +393,7 @@ void wgmma_commit() {
 // a write that races with them (a tile refilled or a dS tile stored too early) then shows.
 // CTX_EMU_WGMMA_WAIT=yield turns it on, =run (the default) runs them at once.
 bool wgmma_wait_yields() {
-    static const bool yields = [] {
-        const char* e = std::getenv("CTX_EMU_WGMMA_WAIT");
-        if (e == nullptr || std::strcmp(e, "run") == 0) return false;
-        if (std::strcmp(e, "yield") == 0) return true;
-        fprintf(stderr, "emu: CTX_EMU_WGMMA_WAIT=%s (expected run or yield)\n", e);
-        abort();
-    }();
+    static const bool yields = env_choice("CTX_EMU_WGMMA_WAIT", "run", "yield");
     return yields;
 }
 
@@ -470,13 +474,7 @@ void check_dyn_shared(const void* kernel, size_t shmem) {
 // the old value and the result shows it; a read of a lower thread's write does not show.
 // CTX_EMU_THREAD_ORDER=reverse runs the highest first, which shows the other half.
 bool reverse_threads() {
-    static const bool reverse = [] {
-        const char* e = std::getenv("CTX_EMU_THREAD_ORDER");
-        if (e == nullptr || std::strcmp(e, "forward") == 0) return false;
-        if (std::strcmp(e, "reverse") == 0) return true;
-        fprintf(stderr, "emu: CTX_EMU_THREAD_ORDER=%s (expected forward or reverse)\n", e);
-        abort();
-    }();
+    static const bool reverse = env_choice("CTX_EMU_THREAD_ORDER", "forward", "reverse");
     return reverse;
 }
 
@@ -487,26 +485,16 @@ bool reverse_threads() {
 // instead (tiny numbers as bf16 and fp32: the fill before then, whose reads came out as a small
 // error).
 char shared_fill() {
-    static const char fill = [] {
-        const char* e = std::getenv("CTX_EMU_SHARED_FILL");
-        if (e == nullptr || std::strcmp(e, "nan") == 0) return char(0xFF);
-        if (std::strcmp(e, "garbage") == 0) return char(0xAB);
-        fprintf(stderr, "emu: CTX_EMU_SHARED_FILL=%s (expected garbage or nan)\n", e);
-        abort();
-    }();
+    static const char fill =
+        env_choice("CTX_EMU_SHARED_FILL", "nan", "garbage") ? char(0xAB) : char(0xFF);
     return fill;
 }
 
 bool deferred_streams() {
     static const bool deferred = [] {
-        const char* e = std::getenv("CTX_EMU_STREAM");
-        if (e == nullptr || std::strcmp(e, "sync") == 0) return false;
-        if (std::strcmp(e, "deferred") == 0) {
-            fprintf(stderr, "emu: deferred streams (work runs at synchronisations)\n");
-            return true;
-        }
-        fprintf(stderr, "emu: CTX_EMU_STREAM=%s (expected sync or deferred)\n", e);
-        abort();
+        if (!env_choice("CTX_EMU_STREAM", "sync", "deferred")) return false;
+        fprintf(stderr, "emu: deferred streams (work runs at synchronisations)\n");
+        return true;
     }();
     return deferred;
 }

@@ -41,14 +41,6 @@ struct PendingCopy {
 std::map<uint32_t, MBarrier> g_bars;
 std::vector<PendingCopy> g_copies;
 
-bool eager_copies() {
-    static const bool eager = [] {
-        const char* e = std::getenv("CTX_EMU_CP_ASYNC");
-        return e != nullptr && std::strcmp(e, "eager") == 0;
-    }();
-    return eager;
-}
-
 [[noreturn]] void fail(const char* what) {
     fprintf(stderr, "emu: thread %d: %s\n", emu::thread_linear(), what);
     abort();
@@ -179,7 +171,7 @@ void tma_load(uint32_t dst, const void* tensor_map, uint32_t bar, const int* coo
         for (int d = 0; d < rank && ++index[d] == int(m.box[d]); d++) index[d] = 0;
     }
     note_progress();
-    if (eager_copies())
+    if (emu::eager_copies())
         land(c);
     else
         g_copies.push_back(std::move(c));
