@@ -10,19 +10,22 @@
 // Streams are synchronous, or (CTX_EMU_STREAM=deferred) one queue that runs at
 // synchronisations.
 #include <ucontext.h>
+
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cmath>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
+#include <random>
 #include <vector>
-#include "cuda_runtime.h"
-#include "cublas_v2.h"
+
 #include "cublasLt.h"
+#include "cublas_v2.h"
 #include "cuda_bf16.h"
+#include "cuda_runtime.h"
 
 namespace emu {
 emu_uint3 g_tid{0, 0, 0}, g_bid{0, 0, 0};
@@ -490,6 +493,28 @@ char shared_fill() {
     return fill;
 }
 
+// CTX_EMU_SCHEDULE=random[:SEED]: each round of the block's scheduler pauses every warp with
+// probability 1/2 (every fourth round runs them all, and only such a round's lack of progress
+// is a deadlock), so warps drift apart as on an SM: one may cross several barriers that others
+// have already arrived at while another still sits between issuing a product and waiting for
+// it. The round-robin default runs every thread every round. Returns the seed, or -1.
+long long random_schedule_seed() {
+    static const long long seed = [] {
+        const char* e = std::getenv("CTX_EMU_SCHEDULE");
+        if (e == nullptr || std::strcmp(e, "round-robin") == 0) return -1LL;
+        if (std::strcmp(e, "random") == 0) return 1LL;
+        if (std::strncmp(e, "random:", 7) == 0) {
+            char* end = nullptr;
+            const long long v = std::strtoll(e + 7, &end, 10);
+            if (end != e + 7 && *end == '\0' && v >= 0) return v;
+        }
+        fprintf(stderr, "emu: CTX_EMU_SCHEDULE=%s (expected round-robin, random or random:SEED)\n",
+                e);
+        abort();
+    }();
+    return seed;
+}
+
 bool deferred_streams() {
     static const bool deferred = [] {
         if (!env_choice("CTX_EMU_STREAM", "sync", "deferred")) return false;
@@ -553,18 +578,24 @@ void run_grid(dim3 g, dim3 b, size_t shmem, const std::function<void()>& body) {
         g_warpgroup_regs.assign(g_warpgroups.size(), 0);
         for (int t = 0; t < nt; t++) setup_fiber(t, b);
         int alive = nt;
-        while (alive > 0) {
+        const long long seed = random_schedule_seed();
+        std::mt19937_64 rng(uint64_t(seed) ^ (uint64_t(bx) << 40 | uint64_t(by) << 20 | bz));
+        std::vector<char> paused(size_t(nw), 0);
+        for (long round = 0; alive > 0; round++) {
             g_progress = false;
+            const bool all_run = seed < 0 || round % 4 == 3;
+            for (int w = 0; w < nw; w++) paused[size_t(w)] = !all_run && (rng() & 1u);
             for (int k = 0; k < nt; k++) {
-                Fiber& f = g_fibers[size_t(reverse_threads() ? nt - 1 - k : k)];
-                if (f.done) continue;
+                const int t = reverse_threads() ? nt - 1 - k : k;
+                Fiber& f = g_fibers[size_t(t)];
+                if (f.done || paused[size_t(t / 32)]) continue;
                 g_cur = &f;
                 g_tid = f.tid;
                 swapcontext(&g_sched, &f.ctx);
             }
             alive = 0;
             for (auto& f : g_fibers) alive += f.done ? 0 : 1;
-            if (alive > 0 && !g_progress) {
+            if (alive > 0 && !g_progress && all_run) {
                 fprintf(stderr, "emu: barrier deadlock in block (%u,%u,%u): %d threads waiting\n",
                         bx, by, bz, alive);
                 abort();

@@ -28,7 +28,9 @@ synchronisation, as a GPU running behind the host (a host buffer reused while a 
 it, or host data read before the copy that fills it, then shows);
 CTX_EMU_WGMMA_WAIT=yield lets the block's other threads run on before a thread's wgmma products
 read their operands at its wait (a store racing with them then shows);
-CTX_EMU_SHARED_FILL=garbage starts shared memory as 0xAB bytes instead of NaN (0xFF).
+CTX_EMU_SHARED_FILL=garbage starts shared memory as 0xAB bytes instead of NaN (0xFF);
+CTX_EMU_SCHEDULE=random[:SEED] pauses each warp at random rounds of a block's scheduler, so
+warps drift apart (a barrier protocol that relies on their staying close then fails).
 """
 import json
 import os
