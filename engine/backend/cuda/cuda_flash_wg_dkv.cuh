@@ -54,6 +54,12 @@ __device__ __forceinline__ int dkv_query_tiles(const TcArgs& a, int k0, int key_
     return (i_last - k0) / kBqWg + 1;
 }
 
+// Whether the query tile of kBqWg from q0 meets the 64 keys from c0 (a warpgroup's): its
+// products run, else the warpgroup skips the tile.
+__device__ __forceinline__ bool dkv_tile_meets(const TcArgs& a, int b, int q0, int c0) {
+    return cover(a, b, q0, q0 + kBqWg - 1, c0, c0 + kBc - 1) != kSkip;
+}
+
 // Tiles: how K, V (kKeyRows rows, the warpgroup's 64 a sub-block) and the query tiles (Q, dO
 // of kBqWg rows) lie in shared memory (CoreTiles, or Sw128Tiles where TMA stages them).
 template <int kD, bool kInFlight, bool kDvOverlapsDs = true, bool kDqAtomic = false,
@@ -254,9 +260,9 @@ struct WgDkvRows {
         const uint32_t k_cols = shared_address(Ks) + uint32_t(n0 / 8) * kCore;
         float dq[kDqN / 2];
         wgmma_fence();
+        // the dS tiles follow each other in shared memory: 4 K steps a tile
 #pragma unroll
-        for (int kc = 0; kc < kKeyRows / 16;
-             kc++)  // the dS tiles follow each other: 4 steps a tile
+        for (int kc = 0; kc < kKeyRows / 16; kc++)
             wgmma_ss<kDqN, true>(
                 dq,
                 wgmma_desc(ds_tiles + (kc / 4) * kDsTileBytes + (kc % 4) * 2 * kCore, kCore, 1024),

@@ -456,8 +456,7 @@ struct DkvPlan {
         }
     }
     __device__ __forceinline__ bool takes(int c, int j) const {
-        const int c0 = k0 + c * kBc;
-        return cover(a, b, q0(j), q0(j) + kBqWg - 1, c0, c0 + kBc - 1) != kSkip;
+        return dkv_tile_meets(a, b, q0(j), k0 + c * kBc);
     }
     __device__ __forceinline__ Rows make_rows(int warp, int lane) const {
         return Rows(a, b, h, k0, warp, lane, kDq ? ds(0) : nullptr);

@@ -250,9 +250,7 @@ __global__ void __launch_bounds__(kWG* kThreads)
         uint32_t takes = 0;  // bit w: warpgroup w's keys meet the tile
 #pragma unroll
         for (int w = 0; w < kWG; w++)
-            takes |= uint32_t(cover(a, b, q0, q0 + kBqWg - 1, k0 + w * kBc,
-                                    k0 + w * kBc + kBc - 1) != kSkip)
-                     << w;
+            takes |= uint32_t(dkv_tile_meets(a, b, q0, k0 + w * kBc)) << w;
         const bool take = (takes >> wg & 1u) != 0;
         rows_of_warp.tile(a, b, Kg, Vg, Qs(st), dOs(st), posQ(st), lseQ(st), dQ(st), q0, take,
                           [] {});
