@@ -352,6 +352,12 @@ quick_bench() {
             --precision bf16 --head-dim $d --T 1024,4096,16384 --pe none,alibi --steps 5 \
             --repeats 2
     done
+    # dq an entry an atomic (the layout before 2026-12-06's four-column atomics): against
+    # ab-attention-d128-bf16-wgmma-atomic-dq, none only (whether L2's atomic rate bounds it)
+    step ab-attention-d128-bf16-wgmma-atomic-dq-scalar 35 env CTX_FLASH_BACKWARD=atomic \
+        CTX_FLASH_DQ_ATOMICS=scalar CTX_FLASH_FORWARD=wgmma CTX_FLASH_DKV=wgmma "${B[@]}" \
+        attention --device cuda --precision bf16 --head-dim 128 --T 1024,4096,16384 \
+        --pe none --steps 5 --repeats 2
     # its producer form (2026-12-06; the forward's too): against the lock-step one above
     step ab-attention-d128-bf16-wgmma-atomic-dq-producer 45 env CTX_FLASH_BACKWARD=atomic \
         CTX_FLASH_FORWARD=wgmma CTX_FLASH_DKV=wgmma CTX_FLASH_WGMMA_PIPELINE=producer "${B[@]}" \

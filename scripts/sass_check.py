@@ -77,8 +77,11 @@ STACK_ALLOWED = [
     # the one-kernel backward's producer form at D 128 (CTX_FLASH_BACKWARD=atomic with the
     # producer pipeline, ELb0ELb1E; not the default): 13 loop-invariant values of the consumers
     # (dq's atomics, the kDs barrier) stored once and reloaded from L1 once a tile (52 bytes in a
-    # 56-byte frame with two consumers at 240 registers; none with one), 2026-12-06
+    # 56-byte frame with two consumers at 240 registers; none with one), 2026-12-06. Since dq
+    # is added four columns an atomic: 48 bytes with two consumers, 8 with one (the lanes'
+    # traded pairs beside dq's 64 accumulators a thread)
     (r"flash_wg_dkv_producer_kernelILi128ELi2ELb0ELb1E", {"sm_90a": 56}),
+    (r"flash_wg_dkv_producer_kernelILi128ELi1ELb0ELb1E", {"sm_90a": 8}),
     # the dk / dv kernel's producer form with two consumers (CTX_FLASH_WGMMA_PIPELINE=producer):
     # 240 registers a consumer thread after setmaxnreg; loop-invariant values of the consumers'
     # named-barrier waits reloaded from L1 once a tile (20 bytes of spill in a 24-byte frame,

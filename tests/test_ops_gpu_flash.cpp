@@ -549,7 +549,8 @@ TEST_P(OpsGpuFlash, Bf16WgmmaAtomicDqMatchesSplit) {
 // documents (with a window and without) and KERPLE-log with fixed parameters, from its tables
 // (integer positions) and computed, at head dims 64 and 128: cases the one-kernel backward
 // serves on wgmma that the cases above do not have (tiles one warpgroup of a block takes and
-// the other not: the diagonal, a window's edge, a document's end).
+// the other not: the diagonal, a window's edge, a document's end); head dim 50 adds dq an entry
+// at a time (its rows are not 16-byte aligned), the others four columns an atomic.
 TEST(OpsGpuFlashWgmmaAtomic, LongRowsMatchSplit) {
     REQUIRE_GPU();
     for (const FlashCase& fc :
@@ -564,7 +565,8 @@ TEST(OpsGpuFlashWgmmaAtomic, LongRowsMatchSplit) {
                     false, false, 3},
           FlashCase{"d128_none_long", 1, 600, 256, 2, ctx::BiasKind::None, 0, kWide},
           FlashCase{"d128_kerple_window_packed", 1, 450, 256, 2, ctx::BiasKind::KerpleLog, 130,
-                    kContiguous, 32, 128, false, false, 3}}) {
+                    kContiguous, 32, 128, false, false, 3},
+          FlashCase{"d50_none", 1, 200, 100, 2, ctx::BiasKind::None, 0, kWide}}) {
         SCOPED_TRACE(fc.name);
         expect_wgmma_atomic_dq_matches_split(fc, bf16_case(fc, 9300 + fc.T + fc.C));
     }

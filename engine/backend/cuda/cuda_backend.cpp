@@ -217,6 +217,9 @@ CudaBackend::CudaBackend(int device, Precision precision)
     kernels.wgmma_forward_kerple_tables = !env_switch(
         "CTX_FLASH_FORWARD_KERPLE", "tables", "the wgmma forward looks KERPLE-log's terms up",
         "computed", "the wgmma forward computes them");
+    kernels.dq_quad_atomics = !env_switch("CTX_FLASH_DQ_ATOMICS", "quad",
+                                          "the one-kernel backward adds dq four columns an atomic",
+                                          "scalar", "one dq entry an atomic");
     flash_.set_kernels(kernels);
     // rotary inside the tensor-core attention kernels (the default) or as passes of its own
     // over q, k and dq, dk (the layout before 2026-12-05), for A/B timings
@@ -226,7 +229,7 @@ CudaBackend::CudaBackend(int device, Precision precision)
     // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
     // fp32 accumulation; "bf16 activations" when the products' inputs are stored in bf16)
     name_ = fmt::format(
-        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{}{}{}{}{}{}{}{})", device,
+        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{}{}{}{}{}{}{}{}{})", device,
         prop.name, prop.major, prop.minor, double(prop.totalGlobalMem) / double(size_t(1) << 30),
         precision_name(precision_), bf16_activations_ ? " activations" : "",
         lt_.enabled() ? "Lt" : "", atomic_dq && precision_ == Precision::Bf16 ? ", atomic dq" : "",
@@ -250,6 +253,9 @@ CudaBackend::CudaBackend(int device, Precision precision)
             : "",
         one_warpgroup && precision_ == Precision::Bf16 ? ", 1-warpgroup wgmma blocks" : "",
         separate_rotary && precision_ == Precision::Bf16 ? ", separate rotary" : "",
+        atomic_dq && !kernels.dq_quad_atomics && precision_ == Precision::Bf16
+            ? " (dq an entry an atomic)"
+            : "",
         sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
 }
 

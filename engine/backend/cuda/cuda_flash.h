@@ -105,6 +105,10 @@ struct FlashTcKernels {
     // KERPLE-log's terms up in the backward's per-distance tables when the positions allow (one
     // MUFU op a logit fewer, for more registers: at D 64 with two warpgroups 175 instead of 128)
     bool wgmma_forward_kerple_tables = true;
+    // CTX_FLASH_DQ_ATOMICS=quad (the default) or scalar: whether a one-kernel backward adds dq's
+    // terms four columns an atomic on sm_90 where the rows allow (cuda_mma.cuh
+    // atomic_add_c_block), or one an entry as before 2026-12-06
+    bool dq_quad_atomics = true;
 };
 
 size_t flash_tc_operand_elems(int B, int T, int C, int H);

@@ -53,9 +53,23 @@ struct TcArgs {
     // The rotation of q and k (AttentionOptions::rotary), or none: the forward's packing applies
     // it, the backward's dq and dk leave rotated back (rotate_back_rows).
     RotationTable rot;
+    // backward: dq's atomics four columns at a time where the GPU has them (sm_90): set by the
+    // launcher when FlashTcKernels::dq_quad_atomics and every dq row is 16-byte aligned
+    bool dq_quad = false;
 };
 
 inline constexpr int kKerpleCap = 65536;  // distances per head in the KERPLE-log tables
+
+// Whether a one-kernel backward adds dq's terms four columns at a time (atomic_add_c_quads):
+// on sm_90 (and in the emulation) when the launcher found every dq row 16-byte aligned (TcArgs::
+// dq_quad).
+__device__ __forceinline__ bool dq_quad_atomics(const TcArgs& a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    return false;
+#else
+    return a.dq_quad;
+#endif
+}
 
 // R rows of W bf16 from src (row stride lds elements) into dst (row stride W + kPad), as
 // asynchronous 16-byte copies of the whole block (the caller commits the group).

@@ -291,6 +291,7 @@ __device__ __forceinline__ void dq_atomic_tile(float* dqkv, const uint16_t* dSs,
     constexpr int LS = kD + kPad, LQ = kBq + kPad, DN = kD / 8;
     static_assert(DN % 2 == 0 && kBq == 32, "two 16-query halves, 8-column tiles in pairs");
     const int m0 = (warp & 1) * 16, g = lane >> 2, t = lane & 3, h = blockIdx.y;
+    const bool quad = dq_quad_atomics(a);
 #pragma unroll
     for (int dn2 = warp >> 1; dn2 < DN / 2; dn2 += 2) {
         float x[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -305,6 +306,19 @@ __device__ __forceinline__ void dq_atomic_tile(float* dqkv, const uint16_t* dSs,
             const uint32_t b0[2] = {bf[0], bf[1]}, b1[2] = {bf[2], bf[3]};
             mma_bf16_16816(x[0], af, b0);
             mma_bf16_16816(x[1], af, b1);
+        }
+        if (quad) {  // sm_90: four columns an atomic, each lane its own row g + 8 (t & 1)
+            const int i = q0 + m0 + g + 8 * (t & 1);
+            float* row =
+                i < a.T ? dqkv + (size_t(b) * a.T + i) * 3 * a.C + size_t(h) * a.D : nullptr;
+#pragma unroll
+            for (int nn = 0; nn < 2; nn++) {
+                const int d0 = dn2 * 16 + nn * 8;
+                const float c[4] = {x[nn][0] * a.scale, x[nn][1] * a.scale, x[nn][2] * a.scale,
+                                    x[nn][3] * a.scale};
+                atomic_add_c_quads(c, row != nullptr ? row + d0 : nullptr, a.D - d0, t);
+            }
+            continue;
         }
 #pragma unroll
         for (int e = 0; e < 4; e++) {
@@ -638,6 +652,9 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
     TcArgs a = make_args(positions, T, C, H, mask, bias);
     a.accumulate = accumulate;
     a.rot = rot;
+    // 16-byte rows of dq: D (and so the row stride 3 C) a multiple of 4, dqkv aligned
+    a.dq_quad =
+        kernels.dq_quad_atomics && a.D % 4 == 0 && reinterpret_cast<uintptr_t>(dqkv) % 16 == 0;
     if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
     // the atomic dq's terms cannot be rotated back in the kernel (fuses_rotary asks for Split);
     // Half pairs must sit in one thread's accumulators

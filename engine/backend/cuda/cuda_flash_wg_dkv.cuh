@@ -273,6 +273,20 @@ struct WgDkvRows {
         wgmma_fence_operands(reinterpret_cast<float(&)[DN * 4]>(dv));
         wgmma_fence_operands(reinterpret_cast<float(&)[DN * 4]>(dk));
         const int g = (int(threadIdx.x) & 31) >> 2, qw = (int(threadIdx.x) >> 5 & 3) * 16;
+        if (dq_quad_atomics(a)) {  // four columns an atomic, each lane its row g + 8 (t & 1)
+            const int i = q0 + qw + g + 8 * (t & 1);
+            float* row = i < a.T ? dqkv + (size_t(b) * a.T + i) * 3 * a.C + size_t(h) * a.D + n0
+                                 : nullptr;  // none past T (its dS is 0)
+#pragma unroll
+            for (int dn = 0; dn < kDqN / 8; dn++) {
+                const float c[4] = {dq[4 * dn] * a.scale, dq[4 * dn + 1] * a.scale,
+                                    dq[4 * dn + 2] * a.scale, dq[4 * dn + 3] * a.scale};
+                // the kernel's head-dim padding past a.D not
+                atomic_add_c_quads(c, row != nullptr ? row + 8 * dn : nullptr, a.D - n0 - 8 * dn,
+                                   t);
+            }
+            return;
+        }
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int i = q0 + qw + g + 8 * r;

@@ -112,6 +112,38 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
 #endif
 }
 
+// p[0..3] += (x, y, z, w) by fp32 atomics: one 16-byte reduction on sm_90 (p 16-byte aligned),
+// four elsewhere (the emulation).
+__device__ __forceinline__ void atomic_add_f32x4(float* p, float x, float y, float z, float w) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float4*>(p), make_float4(x, y, z, w));
+#else
+    atomicAdd(p, x), atomicAdd(p + 1, y), atomicAdd(p + 2, z), atomicAdd(p + 3, w);
+#endif
+}
+
+// One 16 x 8 C fragment c (c[0], c[1]: row g, columns 2t, 2t + 1; c[2], c[3]: row g + 8) added
+// to an fp32 row-major matrix by atomics four columns at a time, as the one-kernel backwards add
+// their dq terms on sm_90 (every lane of the warp calls it): lanes t and t ^ 1 trade a pair, so
+// that even t holds columns 4 (t / 2) .. + 3 of row g and odd t those of row g + 8, and add them
+// by one 16-byte atomic: a quarter of the atomic operations of an atomic an entry, whose rate in
+// L2 is estimated to bound the one-kernel pass before the tensor core does (docs/CUDA.md "dq by
+// atomics, four columns at a time"). row: the block's column 0 in the lane's own row, g + 8
+// (t & 1), 16-byte aligned, or null (not written); columns from `cols` (a multiple of 4) on are
+// left out.
+__device__ __forceinline__ void atomic_add_c_quads(const float (&c)[4], float* row, int cols,
+                                                   int t) {
+    const bool odd = (t & 1) != 0;
+    const float s0 = __shfl_xor_sync(0xffffffffu, odd ? c[0] : c[2], 1),
+                s1 = __shfl_xor_sync(0xffffffffu, odd ? c[1] : c[3], 1);
+    const int col = 4 * (t >> 1);
+    if (row == nullptr || col >= cols) return;
+    if (odd)
+        atomic_add_f32x4(row + col, s0, s1, c[2], c[3]);
+    else
+        atomic_add_f32x4(row + col, c[0], c[1], s0, s1);
+}
+
 // Four 8 x 8 matrices of bf16 from shared memory (row addresses p, one per lane, 16-byte aligned).
 template <bool kTrans>
 __device__ __forceinline__ void ldsm_x4_impl(uint32_t (&f)[4], const uint16_t* p) {
