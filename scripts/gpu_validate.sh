@@ -160,6 +160,9 @@ report() {
 }
 
 tests() {
+    # a failing wgmma layout check leaves its operands and result here (tests/test_ops_gpu_wgmma)
+    export CTX_WGMMA_DUMP_DIR="$OUT/tests/wgmma-dumps"
+    mkdir -p "$CTX_WGMMA_DUMP_DIR"
     local t
     for t in $(gpu_tests); do
         step "$t" "${CTX_TEST_TIMEOUT_S:-150}" "$RUN" "$t" --gtest_output="xml:$OUT/tests/$t.xml"

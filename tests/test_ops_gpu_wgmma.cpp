@@ -11,6 +11,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -38,6 +41,31 @@ struct Case {
     int M, N, K, n_tile;
     bool regs, accumulate, n_major = false, tma = false;
 };
+
+// A failing case's operands and result, for working out offline which layout the GPU read
+// (gpu_validate.sh sets CTX_WGMMA_DUMP_DIR under its output): a first line of text
+// "M N K n_tile regs accumulate n_major tma", then a (M x K), b (N x K, or K x N N-major), c0 and
+// the GPU's C (M x N) as little-endian float32 (a and b hold bf16 values). A device session has
+// minutes; the analysis of a wrong layout need not spend them.
+void dump_failure(const Case& c, const FVec& a, const FVec& b, const FVec& c0, const FVec& got) {
+    const char* dir = std::getenv("CTX_WGMMA_DUMP_DIR");
+    if (dir == nullptr || *dir == '\0') return;
+    const std::string path = std::string(dir) + "/wgmma_M" + std::to_string(c.M) + "_N" +
+                             std::to_string(c.N) + "_K" + std::to_string(c.K) + "_t" +
+                             std::to_string(c.n_tile) + (c.regs ? "_regs" : "_desc") +
+                             (c.accumulate ? "_acc" : "") + (c.n_major ? "_nmajor" : "") +
+                             (c.tma ? "_tma" : "") + ".bin";
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) {
+        ADD_FAILURE() << "cannot write " << path;
+        return;
+    }
+    std::fprintf(f, "%d %d %d %d %d %d %d %d\n", c.M, c.N, c.K, c.n_tile, int(c.regs),
+                 int(c.accumulate), int(c.n_major), int(c.tma));
+    for (const FVec* v : {&a, &b, &c0, &got}) std::fwrite(v->data(), sizeof(float), v->size(), f);
+    const bool ok = std::fclose(f) == 0;
+    EXPECT_TRUE(ok) << "writing " << path;
+}
 
 void check(const Case& c, uint64_t seed) {
     SCOPED_TRACE(testing::Message()
@@ -76,6 +104,7 @@ void check(const Case& c, uint64_t seed) {
                 ADD_FAILURE() << "C[" << m << "][" << n << "] = " << g << ", expected " << want;
         }
     EXPECT_EQ(bad, 0) << "wrong entries";
+    if (bad > 0) dump_failure(c, a, b, c0, got);
 }
 
 TEST(OpsGpuWgmma, ProductMatchesLoops) {
