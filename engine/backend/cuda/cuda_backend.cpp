@@ -229,10 +229,13 @@ CudaBackend::CudaBackend(int device, Precision precision)
     // precision: "fp32", or "bf16" (matrix products and flash attention on bf16 tensor cores,
     // fp32 accumulation; "bf16 activations" when the products' inputs are stored in bf16)
     name_ = fmt::format(
-        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{}{}{}{}{}{}{}{}{})", device,
+        "cuda:{} ({}, sm_{}{}, {:.0f} GiB, {}{}, cuBLAS{}{}{}{}{}{}{}{}{}{}{}{})", device,
         prop.name, prop.major, prop.minor, double(prop.totalGlobalMem) / double(size_t(1) << 30),
         precision_name(precision_), bf16_activations_ ? " activations" : "",
-        lt_.enabled() ? "Lt" : "", atomic_dq && precision_ == Precision::Bf16 ? ", atomic dq" : "",
+        lt_.enabled() ? "Lt" : "",
+        atomic_dq && precision_ == Precision::Bf16
+            ? (kernels.dq_quad_atomics ? ", atomic dq" : ", atomic dq (scalar atomics)")
+            : "",
         one_mtile && precision_ == Precision::Bf16 ? ", 1 m-tile forward" : "",
         kernels.wgmma_forward && precision_ == Precision::Bf16 ? ", wgmma forward" : "",
         kernels.wgmma_dq && precision_ == Precision::Bf16 ? ", wgmma dq" : "",
@@ -253,9 +256,7 @@ CudaBackend::CudaBackend(int device, Precision precision)
             : "",
         one_warpgroup && precision_ == Precision::Bf16 ? ", 1-warpgroup wgmma blocks" : "",
         separate_rotary && precision_ == Precision::Bf16 ? ", separate rotary" : "",
-        atomic_dq && !kernels.dq_quad_atomics && precision_ == Precision::Bf16
-            ? " (dq an entry an atomic)"
-            : "",
+
         sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
 }
 

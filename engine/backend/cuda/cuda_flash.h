@@ -107,7 +107,7 @@ struct FlashTcKernels {
     bool wgmma_forward_kerple_tables = true;
     // CTX_FLASH_DQ_ATOMICS=quad (the default) or scalar: whether a one-kernel backward adds dq's
     // terms four columns an atomic on sm_90 where the rows allow (cuda_mma.cuh
-    // atomic_add_c_block), or one an entry as before 2026-12-06
+    // atomic_add_c_quads), or one an entry as before 2026-12-06
     bool dq_quad_atomics = true;
 };
 
