@@ -17,19 +17,13 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "flash_gpu_support.h"  // REQUIRE_GPU
 #include "gpu_test_support.h"
 #include "op_reference.h"
 
 namespace {
 
 using ctx::AttentionMode;
-
-#define REQUIRE_GPU()                                                                       \
-    do {                                                                                    \
-        if (!have_gpu())                                                                    \
-            GTEST_SKIP() << "no CUDA device visible (cuda_device_count() == 0): the flash " \
-                            "attention tests need a GPU";                                   \
-    } while (0)
 
 // ================================================================ the mode contract
 
