@@ -256,7 +256,6 @@ CudaBackend::CudaBackend(int device, Precision precision)
             : "",
         one_warpgroup && precision_ == Precision::Bf16 ? ", 1-warpgroup wgmma blocks" : "",
         separate_rotary && precision_ == Precision::Bf16 ? ", separate rotary" : "",
-
         sync_each_op_ ? ", CTX_CUDA_SYNC" : "");
 }
 

@@ -652,10 +652,10 @@ cudaError_t launch_flash_tc_backward(float* dqkv, float* dvec, float* partials, 
     TcArgs a = make_args(positions, T, C, H, mask, bias);
     a.accumulate = accumulate;
     a.rot = rot;
+    if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
     // 16-byte rows of dq: D (and so the row stride 3 C) a multiple of 4, dqkv aligned
     a.dq_quad =
         kernels.dq_quad_atomics && a.D % 4 == 0 && reinterpret_cast<uintptr_t>(dqkv) % 16 == 0;
-    if (a.D > kFlashMaxHeadDim) return cudaErrorInvalidValue;
     // the atomic dq's terms cannot be rotated back in the kernel (fuses_rotary asks for Split);
     // Half pairs must sit in one thread's accumulators
     if (rot.table != nullptr &&
