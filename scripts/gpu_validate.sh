@@ -6,10 +6,10 @@
 #
 #   all       GPU report, the gpu test executables, end-to-end recipes, the benchmarks
 #   quick     one device call's worth (~4 minutes on an H100): the tests, then the numbers that
-#             track issue 17 (GPT-2 124M bf16 at B 8 and 64, its A/B with
-#             CTX_BF16_ACTIVATIONS=0 and its `bench --profile`; attention at D 64 / 128 for
-#             none, alibi and kerple_log at T 1k / 4k / 16k; the same and GPT-2 with
-#             CTX_FLASH_BACKWARD=atomic; attention with CTX_FLASH_FORWARD_MTILES=1; the wgmma
+#             track issue 17 (GPT-2 124M bf16 at B 8 and 64, its A/Bs with
+#             CTX_BF16_ACTIVATIONS=0 and CTX_MLP_GELU=kernel and its `bench --profile`;
+#             attention at D 64 / 128 for none, alibi and kerple_log at T 1k / 4k / 16k; the
+#             same and GPT-2 with CTX_FLASH_BACKWARD=atomic; attention with CTX_FLASH_FORWARD_MTILES=1; the wgmma
 #             kernels (CTX_FLASH_FORWARD / DQ / DKV=wgmma) in attention and GPT-2, the wgmma
 #             kernels with a producer warpgroup (CTX_FLASH_WGMMA_PIPELINE=producer; and with
 #             its tiles by TMA, CTX_FLASH_WGMMA_LOADS=tma), the
@@ -266,6 +266,10 @@ quick_bench() {
         --batch 64 --steps 10 --warmup 2
     # A/B: the activations kept in fp32 and rounded by each product (before 2026-11-28)
     step ab-gpt2-124m-bf16-fp32-activations 60 env CTX_BF16_ACTIVATIONS=0 "${B[@]}" \
+        --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
+    # A/B: the MLP's GELU from the product's epilogue in bf16 (2026-12-06) against the fp32
+    # product and the activation kernel
+    step ab-gpt2-124m-bf16-mlp-gelu-kernel 60 env CTX_MLP_GELU=kernel "${B[@]}" \
         --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
     # where a step's milliseconds go now: each op's device time from two event marks (no wait
     # per op), then the 2026-11-28 profile's method (a wait after each op) to compare with it

@@ -290,6 +290,23 @@ inline FVec rounded(const FVec& x) {
     return r;
 }
 
+// |got - round(want)| within one bf16 step of the value (8 significant bits) at every entry, or
+// within 1e-5 of the largest |want| (two backends' fp32 results differ by that much where they
+// nearly cancel, e.g. GELU's tail: -1.5e-7 against -0).
+inline void expect_within_bf16_step(const FVec& got, const FVec& want, const char* what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    float largest = 0.0f;
+    for (float w : want) largest = std::max(largest, std::fabs(w));
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        const float r = round_bf16(want[i]);
+        const float step = std::ldexp(1.0f, std::ilogb(std::fabs(r) + 1e-30f) - 7);
+        if (std::fabs(got[i] - r) > std::max(step, 1e-5f * largest) && bad++ < 3)
+            ADD_FAILURE() << what << " entry " << i << ": " << got[i] << " vs " << r;
+    }
+    EXPECT_EQ(bad, 0u) << what;
+}
+
 constexpr double kFwdTol = 2e-5;
 constexpr double kGradTol = 1e-4;
 

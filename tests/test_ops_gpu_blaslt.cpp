@@ -19,6 +19,7 @@
 
 // Defined only by the emulation's runtime (engine/backend/cuda/emu/cublasLt.h).
 extern "C" long emu_cublaslt_matmul_calls() __attribute__((weak));
+extern "C" long emu_cublaslt_matmul_calls_bf16_out() __attribute__((weak));
 
 namespace {
 
@@ -28,6 +29,9 @@ namespace {
     } while (0)
 
 long lt_calls() { return emu_cublaslt_matmul_calls ? emu_cublaslt_matmul_calls() : -1; }
+long lt_calls_bf16_out() {
+    return emu_cublaslt_matmul_calls_bf16_out ? emu_cublaslt_matmul_calls_bf16_out() : -1;
+}
 
 struct Shape {
     int N, IC, OC;
@@ -195,6 +199,46 @@ TEST(OpsGpuBlasLt, ResidualAddedInTheProduct) {
                                         128);
         }, {"matmul_residual_forward", "residual"});
     }
+}
+
+// bf16 activation storage's MLP product (matmul_activation_forward_bf16) with GELU (tanh): one
+// cuBLASLt product whose epilogue writes pre and gelu(pre) in bf16 (bf16 D and aux, the fp32
+// bias by CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), within one bf16 step of the CPU's fp32 values on
+// the rounded operands; a width the aux refuses (1003), CTX_MLP_GELU=kernel and CTX_CUBLASLT=0
+// take the fp32 product and the activation kernel, as close. Under the emulation the bf16-output
+// products are counted (a silent fallback fails), and an fp32 bias read as bf16 (the library's
+// default type with a bf16 D) would be garbage.
+TEST(OpsGpuBlasLt, GeluEpilogueWritesBf16Activations) {
+    REQUIRE_GPU();
+    const std::unique_ptr<ctx::Backend> kernel = make_bf16_backend_with("CTX_MLP_GELU", "kernel"),
+                                        off = make_bf16_backend_with("CTX_CUBLASLT", "0");
+    const ctx::Activation gelu = ctx::Activation::GeluTanh;
+    for (ctx::Backend* be : {&gpu_bf16(), kernel.get(), off.get()})
+        for (const Shape& s : kShapes)
+            for (bool with_bias : {true, false}) {
+                SCOPED_TRACE(testing::Message() << be->name() << " N " << s.N << " IC " << s.IC
+                                                << " OC " << s.OC << " bias " << with_bias);
+                ASSERT_TRUE(be->bf16_activations());
+                Data d = make_data(s, 5 + s.OC);
+                d.inp = rounded(d.inp);
+                Data ref = d;
+                ref.W = rounded(d.W);
+                const Out want = run_cpu(s, ref, with_bias, &gelu);
+                Dev16 inp(d.inp, *be), pre(size_t(s.N) * s.OC, *be), out(size_t(s.N) * s.OC, *be);
+                Dev W(d.W, *be), bias(d.bias, *be);
+                const long before = lt_calls_bf16_out();
+                be->matmul_activation_forward_bf16(pre.get(), out.get(), inp.get(), W.get(),
+                                                   with_bias ? bias.get() : nullptr, s.N, s.IC,
+                                                   s.OC, gelu);
+                if (before >= 0) {
+                    const bool epilogue = be == &gpu_bf16() && s.OC % 8 == 0;
+                    EXPECT_EQ(lt_calls_bf16_out() - before, epilogue ? 1 : 0);
+                }
+                expect_within_bf16_step(pre.host(), want.pre, "pre");
+                expect_within_bf16_step(out.host(), want.out, "out");
+            }
+    expect_error([] { (void)make_bf16_backend_with("CTX_MLP_GELU", "fused"); },
+                 {"CTX_MLP_GELU", "fused", "epilogue", "kernel"});
 }
 
 }  // namespace

@@ -173,6 +173,12 @@ CudaBackend::CudaBackend(int device, Precision precision)
         precision_ == Precision::Bf16 &&
         !env_switch("CTX_BF16_ACTIVATIONS", "1", "bf16 activations with --precision bf16", "0",
                     "fp32 activations");
+    // the MLP's GELU with bf16 storage: cuBLASLt's epilogue writing bf16, or the fp32 product
+    // and the activation kernel (the path before 2026-12-06), for A/B timings
+    const bool gelu_kernel =
+        env_switch("CTX_MLP_GELU", "epilogue", "the MLP's GELU in the product's epilogue, in bf16",
+                   "kernel", "the fp32 product, then the activation kernel");
+    mlp_gelu_epilogue_ = bf16_activations_ && !gelu_kernel;
     // the tensor-core attention kernels (FlashTcKernels), for A/B timings: the backward as two
     // kernels (deterministic, the default) or one with an atomic dq; the mma.sync forward's
     // m-tiles a warp (2, or 1: the layout before 2026-11-28); each of the forward, the dq kernel

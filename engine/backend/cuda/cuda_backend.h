@@ -331,6 +331,10 @@ private:
     // storage's forward).
     void forward_bf16(float* out, const uint16_t* a, const float* W, const float* bias, int N,
                       int IC, int OC, const char* op, const float* residual = nullptr);
+    // ... with W already rounded (w: bf16(W), (OC, IC)).
+    void forward_bf16_rounded(float* out, const uint16_t* a, const uint16_t* w, const float* bias,
+                              int N, int IC, int OC, const char* op,
+                              const float* residual = nullptr);
     // Before a product added to out with beta 1: out = residual (+ bias in every row), or the
     // bias alone; returns the beta (0 when there is neither).
     float start_output(float* out, const float* residual, const float* bias, int N, int OC,
@@ -365,6 +369,9 @@ private:
     BlasLt lt_;
     Precision precision_ = Precision::Fp32;
     bool bf16_activations_ = false;  // Bf16, and CTX_BF16_ACTIVATIONS is not 0
+    // bf16 storage: the MLP's GELU (tanh) in cuBLASLt's epilogue, which writes pre and out in
+    // bf16; CTX_MLP_GELU=kernel: the fp32 product, then the activation kernel rounds both
+    bool mlp_gelu_epilogue_ = false;
     // grow-only bf16 copies of the operands of one matmul call: activation (N, IC), weight
     // (OC, IC), output gradient (N, OC)
     DeviceScratch<uint16_t> bf16_act_, bf16_weight_, bf16_grad_;

@@ -88,9 +88,12 @@ void CudaBackend::matmul_backward_bf16(float* dinp, float* dW, float* dbias, con
     if (sync_each_op_) sync(op);
 }
 
-// The product in fp32 into mlp_pre_ (bias in cuBLASLt's epilogue), then one activation kernel
-// writes pre rounded and the activation of the fp32 value rounded: out has the bits of the
-// fp32-storage op's unfused path, rounded.
+// GELU (tanh form): one cuBLASLt product whose epilogue adds the bias, keeps pre and writes
+// gelu(pre), both rounded to bf16 as it stores them (GELU_AUX_BIAS with bf16 D and aux): the
+// product's only writes are the two bf16 activations. Otherwise (other activations, a width or
+// configuration cuBLASLt refuses, CTX_MLP_GELU=kernel) the product in fp32 into mlp_pre_ (bias
+// in the epilogue), then one activation kernel writes pre rounded and the activation of the
+// fp32 value rounded: out has the bits of the fp32-storage op's unfused path, rounded.
 void CudaBackend::matmul_activation_forward_bf16(Bf16* pre, Bf16* out, const Bf16* inp,
                                                  const float* W, const float* bias, int N, int IC,
                                                  int OC, Activation act) {
@@ -100,8 +103,17 @@ void CudaBackend::matmul_activation_forward_bf16(Bf16* pre, Bf16* out, const Bf1
     check_swiglu_width(op, OC, act);
     if (N == 0) return;
     activate();
+    const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
+    if (act == Activation::GeluTanh && mlp_gelu_epilogue_ && lt_.takes(OC, true, true)) {
+        BlasLt::Product lt{N, IC, OC, true, bits(inp), w, bias, bits(out), bits(pre)};
+        lt.out_bf16 = true;
+        if (lt_.forward(lt, stream_, op)) {
+            if (sync_each_op_) sync(op);
+            return;
+        }
+    }
     float* p = mlp_pre_.ensure(size_t(N) * size_t(OC), op);
-    forward_bf16(p, bits(inp), W, bias, N, IC, OC, op);
+    forward_bf16_rounded(p, bits(inp), w, bias, N, IC, OC, op);
     if (act == Activation::SwiGLU)
         done(launch_swiglu_forward(bits(out), p, N, OC / 2, stream_, bits(pre)), op);
     else

@@ -93,8 +93,13 @@ BlasLt::Plan& BlasLt::plan(const Key& key, const Product& p, int epilogue, const
              "cublasLtMatrixLayoutCreate");
     check_lt(cublasLtMatrixLayoutCreate(&pl.b, ab, uint64_t(p.IC), uint64_t(p.N), p.IC), op,
              "cublasLtMatrixLayoutCreate");
-    check_lt(cublasLtMatrixLayoutCreate(&pl.d, CUDA_R_32F, uint64_t(p.OC), uint64_t(p.N), p.OC),
-             op, "cublasLtMatrixLayoutCreate");
+    // D (and C, the same layout): fp32, or bf16 rounded by the epilogue; the GELU aux matrix
+    // takes D's type by default, and so would the bias, which is the fp32 master copy
+    const cudaDataType dtype = p.out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    if (p.out_bf16 && p.bias != nullptr)
+        set_attr(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_32F), op);
+    check_lt(cublasLtMatrixLayoutCreate(&pl.d, dtype, uint64_t(p.OC), uint64_t(p.N), p.OC), op,
+             "cublasLtMatrixLayoutCreate");
     cublasLtMatmulPreference_t pref = nullptr;
     check_lt(cublasLtMatmulPreferenceCreate(&pref), op, "cublasLtMatmulPreferenceCreate");
     const uint64_t ws = kWorkspaceBytes;
@@ -123,16 +128,19 @@ BlasLt::Plan& BlasLt::plan(const Key& key, const Product& p, int epilogue, const
     if (pl.ok) {
         pl.algo = result.algo;
     } else {
-        spdlog::warn("cuda backend: {}: cuBLASLt has no algorithm for N={} IC={} OC={} {} with "
-                     "epilogue {} ({}); this shape runs the unfused cuBLAS path",
-                     op, p.N, p.IC, p.OC, p.bf16 ? "bf16" : "fp32", epilogue,
-                     cublasGetStatusString(st));
+        spdlog::warn(
+            "cuda backend: {}: cuBLASLt has no algorithm for N={} IC={} OC={} {} -> {} "
+            "with epilogue {} ({}); this shape runs the unfused path",
+            op, p.N, p.IC, p.OC, p.bf16 ? "bf16" : "fp32", p.out_bf16 ? "bf16" : "fp32", epilogue,
+            cublasGetStatusString(st));
     }
     return pl;
 }
 
 bool BlasLt::forward(const Product& p, cudaStream_t stream, const char* op) {
-    if (!takes(p.OC, p.pre != nullptr) || p.N <= 0 || p.IC <= 0) return false;
+    if (!takes(p.OC, p.pre != nullptr, p.out_bf16) || p.N <= 0 || p.IC <= 0) return false;
+    CTX_CHECK(!p.out_bf16 || (p.bf16 && p.residual == nullptr),
+              "internal: {}: a bf16 product output needs bf16 operands and no residual", op);
     const int epilogue = p.pre != nullptr
                              ? (p.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
                                                   : CUBLASLT_EPILOGUE_GELU_AUX)
@@ -143,9 +151,18 @@ bool BlasLt::forward(const Product& p, cudaStream_t stream, const char* op) {
         check_cuda(tracked_malloc(&workspace_, kWorkspaceBytes), op);
         workspace_bytes_ = kWorkspaceBytes;
     }
-    const Key key{p.N,          p.IC,         p.OC,           p.bf16,          epilogue,
-                  alignment(p.inp), alignment(p.W), alignment(p.out), alignment(p.bias),
-                  alignment(p.pre), alignment(p.residual)};
+    const Key key{p.N,
+                  p.IC,
+                  p.OC,
+                  p.bf16,
+                  p.out_bf16,
+                  epilogue,
+                  alignment(p.inp),
+                  alignment(p.W),
+                  alignment(p.out),
+                  alignment(p.bias),
+                  alignment(p.pre),
+                  alignment(p.residual)};
     Plan& pl = plan(key, p, epilogue, op);
     if (!pl.ok) return false;
     if (p.bias != nullptr) set_attr(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, op);

@@ -34,24 +34,30 @@ public:
         const void* inp = nullptr;     // (N, IC)
         const void* W = nullptr;       // (OC, IC)
         const float* bias = nullptr;   // (OC) or null
-        float* out = nullptr;          // (N, OC)
-        float* pre = nullptr;          // GELU: (N, OC) the activation's input; null: no GELU
+        void* out = nullptr;           // (N, OC), fp32 or (out_bf16) bf16
+        void* pre = nullptr;           // GELU: (N, OC) the activation's input, out's type; or null
         const float* residual = nullptr;  // (N, OC) added to the product (beta 1), or null
+        // out and pre as bf16 bit patterns, rounded to nearest from the fp32 epilogue (bf16
+        // inputs, no residual); the bias stays fp32 (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE)
+        bool out_bf16 = false;
     };
     // Runs the product on `stream` and returns true, or returns false having run nothing (the
     // path is off, or cuBLASLt has no algorithm for it). Throws ctx::Error naming `op` when a
     // cuBLASLt call fails.
     bool forward(const Product& p, cudaStream_t stream, const char* op);
     // Whether forward() may take a product of this width (the path is on; a GELU's aux matrix
-    // needs a leading dimension that is a multiple of 8): callers skip preparing operands
-    // for a product it would refuse anyway.
-    bool takes(int OC, bool gelu) const { return enabled_ && OC > 0 && (!gelu || OC % 8 == 0); }
+    // needs a leading dimension that is a multiple of 8, and bf16 rows one of 16 bytes):
+    // callers skip preparing operands for a product it would refuse anyway.
+    bool takes(int OC, bool gelu, bool out_bf16 = false) const {
+        return enabled_ && OC > 0 && (!(gelu || out_bf16) || OC % 8 == 0);
+    }
     bool enabled() const { return enabled_; }
     void release();  // the handle, the plans and the workspace (the backend's destructor)
 
 private:
-    // (N, IC, OC, bf16, epilogue, alignment of inp, W, out, bias, pre, residual (0: none))
-    using Key = std::tuple<int, int, int, bool, int, int, int, int, int, int, int>;
+    // (N, IC, OC, bf16, out_bf16, epilogue, alignment of inp, W, out, bias, pre, residual (0:
+    // none))
+    using Key = std::tuple<int, int, int, bool, bool, int, int, int, int, int, int, int>;
     struct Plan {
         bool ok = false;
         cublasLtMatmulDesc_t desc = nullptr;

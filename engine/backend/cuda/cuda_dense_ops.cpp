@@ -256,7 +256,13 @@ void CudaBackend::matmul_residual_forward(float* out, const float* residual, con
 // cuBLASLt's epilogue when it has an algorithm, else broadcast first and added to (beta = 1).
 void CudaBackend::forward_bf16(float* out, const uint16_t* a, const float* W, const float* bias,
                                int N, int IC, int OC, const char* op, const float* residual) {
-    const uint16_t* w = round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op);
+    forward_bf16_rounded(out, a, round_to_bf16(W, size_t(OC) * IC, bf16_weight_, op), bias, N, IC,
+                         OC, op, residual);
+}
+
+void CudaBackend::forward_bf16_rounded(float* out, const uint16_t* a, const uint16_t* w,
+                                       const float* bias, int N, int IC, int OC, const char* op,
+                                       const float* residual) {
     if ((bias != nullptr || residual != nullptr) && lt_.takes(OC, false)) {
         const BlasLt::Product p{N, IC, OC, true, a, w, bias, out, nullptr, residual};
         if (lt_.forward(p, stream_, op)) return;

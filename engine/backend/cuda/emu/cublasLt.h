@@ -1,7 +1,9 @@
 // CPU emulation of the cuBLASLt subset the ctxengine CUDA backend uses (cuda_blaslt.cpp): one
 // matmul D = alpha op(A) op(B) + beta C with the BIAS, GELU_AUX and GELU_AUX_BIAS epilogues, fp32
-// or bf16 A/B and fp32 C/D, column-major by definition. For checking the backend's LOGIC without
-// a GPU (run_emulated_tests.py); not part of any build target. Enum values are the real header's.
+// or bf16 A/B, fp32 C/D or (bf16 A/B) bf16 C/D, column-major by definition. As the library's, the
+// bias and the GELU aux matrix take D's type unless their data-type attributes say otherwise. For
+// checking the backend's LOGIC without a GPU (run_emulated_tests.py); not part of any build target.
+// Enum values are the real header's.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -19,9 +21,14 @@ typedef struct {
     int reserved[4];
 } cublasLtMatmulHeuristicResult_t;
 enum cublasLtMatmulDescAttributes_t {
-    CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4,
-    CUBLASLT_MATMUL_DESC_EPILOGUE = 7, CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
-    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12
+    CUBLASLT_MATMUL_DESC_TRANSA = 3,
+    CUBLASLT_MATMUL_DESC_TRANSB = 4,
+    CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+    CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
+    CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22,
+    CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
 };
 enum cublasLtEpilogue_t {
     CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU = 32,
@@ -65,3 +72,5 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const 
                               size_t workspace_bytes, cudaStream_t stream);
 // Emulation only (looked up with dlsym by the tests): cublasLtMatmul calls so far.
 extern "C" long emu_cublaslt_matmul_calls();
+// ... and those of them with a bf16 D.
+extern "C" long emu_cublaslt_matmul_calls_bf16_out();

@@ -145,8 +145,9 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
 
 // ---------------------------------------------------------------- cuBLASLt (cublasLt.h)
 // The descriptors hold what was set; cublasLtMatmul evaluates the definition: D = alpha op(A)
-// op(B) + beta C (sums in double, rounded once), then + bias[i] per row i of D, then GELU (tanh
-// form, as cuBLASLt's) with its input kept in the aux matrix.
+// op(B) + beta C (sums in double, rounded once to fp32), then + bias[i] per row i of D, then GELU
+// (tanh form, as cuBLASLt's) with its input kept in the aux matrix; each stored in its matrix's
+// type (bf16: rounded to nearest even). The bias and aux types default to D's, as documented.
 struct emu_lt_desc {
     cublasComputeType_t compute;
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
@@ -154,6 +155,7 @@ struct emu_lt_desc {
     const void* bias = nullptr;
     void* aux = nullptr;
     int64_t aux_ld = 0;
+    int32_t bias_type = -1, aux_type = -1;  // -1: D's type
 };
 struct emu_lt_layout {
     cudaDataType type;
@@ -168,7 +170,7 @@ struct emu_lt_pref {
 };
 
 namespace {
-long g_lt_calls = 0;
+long g_lt_calls = 0, g_lt_calls_bf16_out = 0;
 
 template <class T>
 bool set_value(T& dst, const void* buf, size_t bytes) {
@@ -182,13 +184,40 @@ double lt_load(const void* p, cudaDataType t, size_t i) {
     return double(static_cast<const float*>(p)[i]);
 }
 
+void lt_store(void* p, cudaDataType t, size_t i, float x) {
+    if (t == CUDA_R_16BF)
+        static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x);
+    else
+        static_cast<float*>(p)[i] = x;
+}
+
+size_t lt_size(cudaDataType t) { return t == CUDA_R_16BF ? 2 : 4; }
+
+// The bias's and the aux matrix's types: D's unless set.
+cudaDataType bias_type(const emu_lt_desc* d, const emu_lt_layout* D) {
+    return d->bias_type < 0 ? D->type : cudaDataType(d->bias_type);
+}
+cudaDataType aux_type(const emu_lt_desc* d, const emu_lt_layout* D) {
+    return d->aux_type < 0 ? D->type : cudaDataType(d->aux_type);
+}
+
 // The configuration cublasLtMatmul accepts (what the real library documents for it).
 bool lt_valid(const emu_lt_desc* d, const emu_lt_layout* A, const emu_lt_layout* B,
               const emu_lt_layout* C, const emu_lt_layout* D) {
     if (d->compute != CUBLAS_COMPUTE_32F || A->type != B->type ||
-        (A->type != CUDA_R_32F && A->type != CUDA_R_16BF) || C->type != CUDA_R_32F ||
-        D->type != CUDA_R_32F) {
-        fprintf(stderr, "emu cublasLt: only fp32 or bf16 A/B with fp32 C/D, compute 32F\n");
+        (A->type != CUDA_R_32F && A->type != CUDA_R_16BF) || C->type != D->type ||
+        (D->type != CUDA_R_32F && D->type != CUDA_R_16BF) ||
+        (D->type == CUDA_R_16BF && A->type != CUDA_R_16BF)) {
+        fprintf(stderr,
+                "emu cublasLt: only fp32 or bf16 A/B with fp32 C/D, or bf16 A/B with bf16 "
+                "C/D, compute 32F\n");
+        return false;
+    }
+    const cudaDataType bt = bias_type(d, D), xt = aux_type(d, D);
+    if ((bt != CUDA_R_32F && bt != CUDA_R_16BF) || (D->type == CUDA_R_32F && bt != CUDA_R_32F) ||
+        xt != D->type) {
+        fprintf(stderr, "emu cublasLt: bias type %d / aux type %d with D of type %d\n", int(bt),
+                int(xt), int(D->type));
         return false;
     }
     const uint64_t m = D->rows, n = D->cols, k = d->ta == CUBLAS_OP_N ? A->cols : A->rows;
@@ -225,6 +254,7 @@ bool lt_valid(const emu_lt_desc* d, const emu_lt_layout* A, const emu_lt_layout*
 }  // namespace
 
 extern "C" long emu_cublaslt_matmul_calls() { return g_lt_calls; }
+extern "C" long emu_cublaslt_matmul_calls_bf16_out() { return g_lt_calls_bf16_out; }
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) {
     *h = reinterpret_cast<cublasLtHandle_t>(0x3);
@@ -269,6 +299,12 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
             break;
         case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
             ok = set_value(d->aux_ld, buf, bytes);
+            break;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
+            ok = set_value(d->aux_type, buf, bytes);
+            break;
+        case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+            ok = set_value(d->bias_type, buf, bytes);
             break;
     }
     return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
@@ -347,6 +383,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
         }
     }
     ++g_lt_calls;
+    if (Dl->type == CUDA_R_16BF) ++g_lt_calls_bf16_out;
     const int m = int(Dl->rows), n = int(Dl->cols),
               k = int(d->ta == CUBLAS_OP_N ? Al->cols : Al->rows);
     const size_t ea = Al->type == CUDA_R_16BF ? 2 : 4;
@@ -355,15 +392,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
         check_matrix(B, ea, int(Bl->rows), int(Bl->cols), int(Bl->ld), "cublasLt B");
     }
     const float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
-    if (be != 0.0f) check_matrix(C, 4, m, n, int(Cl->ld), "cublasLt C");
-    check_matrix(D, 4, m, n, int(Dl->ld), "cublasLt D");
-    if (d->epilogue & CUBLASLT_EPILOGUE_BIAS) check_matrix(d->bias, 4, m, 1, m, "cublasLt bias");
-    if (d->epilogue & 128) check_matrix(d->aux, 4, m, n, int(d->aux_ld), "cublasLt aux");
+    const cudaDataType bt = bias_type(d, Dl), xt = aux_type(d, Dl);
+    if (be != 0.0f) check_matrix(C, lt_size(Cl->type), m, n, int(Cl->ld), "cublasLt C");
+    check_matrix(D, lt_size(Dl->type), m, n, int(Dl->ld), "cublasLt D");
+    if (d->epilogue & CUBLASLT_EPILOGUE_BIAS)
+        check_matrix(d->bias, lt_size(bt), m, 1, m, "cublasLt bias");
+    if (d->epilogue & 128) check_matrix(d->aux, lt_size(xt), m, n, int(d->aux_ld), "cublasLt aux");
     // the descriptors' values at the call (the caller may change or destroy them after)
-    emu::enqueue([m, n, k, A, B, C, D, al, be, dv = *d, Av = *Al, Bv = *Bl, Cv = *Cl, Dv = *Dl] {
+    emu::enqueue([m, n, k, A, B, C, D, al, be, bt, xt, dv = *d, Av = *Al, Bv = *Bl, Cv = *Cl,
+                  Dv = *Dl] {
         const emu_lt_desc* d = &dv;
         const emu_lt_layout *Al = &Av, *Bl = &Bv, *Cl = &Cv, *Dl = &Dv;
-        (void)Dl;
         std::vector<float> col(m);
         for (int j = 0; j < n; j++) {
             for (int i = 0; i < m; i++) {
@@ -375,24 +414,23 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
                                                            : size_t(j) + size_t(l) * Bl->ld;
                     s += lt_load(A, Al->type, ai) * lt_load(B, Bl->type, bi);
                 }
-                double v =
+                const double v =
                     al * s + (be == 0.0f ? 0.0
-                                         : double(be) * static_cast<const float*>(
-                                                            C)[size_t(i) + size_t(j) * Cl->ld]);
+                                         : double(be) * lt_load(C, Cl->type,
+                                                                size_t(i) + size_t(j) * Cl->ld));
                 float x = float(v);
-                if (d->epilogue & CUBLASLT_EPILOGUE_BIAS)
-                    x += static_cast<const float*>(d->bias)[i];
+                if (d->epilogue & CUBLASLT_EPILOGUE_BIAS) x += float(lt_load(d->bias, bt, i));
                 col[i] = x;
             }
             for (int i = 0; i < m; i++) {  // after the whole column: D may alias C
                 float x = col[i];
                 if (d->epilogue & 128) {
-                    static_cast<float*>(d->aux)[size_t(i) + size_t(j) * d->aux_ld] = x;
+                    lt_store(d->aux, xt, size_t(i) + size_t(j) * d->aux_ld, x);
                     const double t = double(x);
                     x = float(0.5 * t *
                               (1.0 + std::tanh(0.7978845608028654 * (t + 0.044715 * t * t * t))));
                 }
-                static_cast<float*>(D)[size_t(i) + size_t(j) * Dl->ld] = x;
+                lt_store(D, Dl->type, size_t(i) + size_t(j) * Dl->ld, x);
             }
         }
     });
