@@ -267,8 +267,8 @@ quick_bench() {
     # A/B: the activations kept in fp32 and rounded by each product (before 2026-11-28)
     step ab-gpt2-124m-bf16-fp32-activations 60 env CTX_BF16_ACTIVATIONS=0 "${B[@]}" \
         --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
-    # A/B: the MLP's GELU from the product's epilogue in bf16 (2026-12-06) against the fp32
-    # product and the activation kernel
+    # A/B: the MLP's GELU and its derivative from the products' epilogues in bf16 (2026-12-06)
+    # against the fp32 products and the activation kernels
     step ab-gpt2-124m-bf16-mlp-gelu-kernel 60 env CTX_MLP_GELU=kernel "${B[@]}" \
         --config gpt2-124m --device cuda --precision bf16 --steps 20 --warmup 3
     # where a step's milliseconds go now: each op's device time from two event marks (no wait
@@ -422,6 +422,9 @@ quick_bench() {
         # the MLP activation's backward written in bf16 for fc's products (odd widths: padding)
         step memcheck-mlp-backward 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_mlp_backward"
+        # the MLP's backward in one op (GELU's derivative in cuBLASLt's epilogue, 2026-12-06)
+        step memcheck-mlp-backward-fused 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
+            --print-limit 10 "$BUNDLE/tests/test_ops_gpu_mlp_backward_fused"
         # the norm forward's rows in registers (widths 8 to 1056: every K bucket and the loop)
         step memcheck-norm-forward 30 "$RUN" "$cs" --tool memcheck --error-exitcode 99 \
             --print-limit 10 "$BUNDLE/tests/test_ops_gpu_consistency" --gtest_filter='*LayerNorm*'

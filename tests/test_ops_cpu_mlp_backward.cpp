@@ -177,6 +177,16 @@ TEST(OpsCpuMlpBackward, BadArgumentsNameTheOp) {
         },
         {"activation_matmul_backward_bf16", "bf16"});
     EXPECT_EQ(a, a0) << "dpre written before the refusal";
+    ctx::MlpBackwardBf16 m;
+    m.dW_fc = m.dW_proj = dw.data();
+    m.dact = m.dpre = a.data();
+    m.dout = b.data();
+    m.pre = m.act_out = m.inp = reinterpret_cast<const ctx::Bf16*>(x.data());
+    m.W_fc = m.W_proj = w.data();
+    m.N = 2;
+    m.IC = m.OC = m.OP = 4;
+    expect_error([&] { cpu().mlp_backward_bf16(m); }, {"mlp_backward_bf16", "bf16"});
+    EXPECT_EQ(a, a0) << "dact written before the refusal";
 }
 
 }  // namespace

@@ -174,6 +174,28 @@ struct AdamWParams {
 
 // A piece of a multi-tensor AdamW update (Backend::adamw_update_segments): n floats at `offset`
 // of the arrays, with the weight decay or without.
+// The MLP's backward (Backend::mlp_backward_bf16), out = act(inp W_fc^T + b_fc) W_proj^T + b_proj
+// with pre = inp W_fc^T + b_fc (N, OC), act_out = act(pre) (N, OA), OA = OC (OC / 2 for SwiGLU),
+// out (N, OP); pre, act_out and inp stored in bf16.
+struct MlpBackwardBf16 {
+    float* dinp = nullptr;  // (N, IC): d(loss)/d(inp), or null
+    GradStore dinp_store = GradStore::Accumulate;
+    float* dW_fc = nullptr;       // (OC, IC) +=
+    float* db_fc = nullptr;       // (OC) +=, or null
+    float* dW_proj = nullptr;     // (OP, OA) +=
+    float* db_proj = nullptr;     // (OP) +=, or null
+    float* dact = nullptr;        // (N, OA) scratch: d(loss)/d(act_out), where the op makes it
+    float* dpre = nullptr;        // (N, OC) scratch: d(loss)/d(pre), likewise
+    const float* dout = nullptr;  // (N, OP): d(loss)/d(out)
+    const Bf16* pre = nullptr;
+    const Bf16* act_out = nullptr;
+    const Bf16* inp = nullptr;
+    const float* W_fc = nullptr;    // (OC, IC)
+    const float* W_proj = nullptr;  // (OP, OA)
+    int N = 0, IC = 0, OC = 0, OP = 0;
+    Activation act = Activation::GeluTanh;
+};
+
 struct AdamWSegment {
     size_t offset = 0, n = 0;
     bool decay = false;
@@ -570,6 +592,13 @@ public:
     virtual void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                                    const Bf16* inp, const float* W, const int32_t* targets,
                                    const float* mask, int N, int C, int V, float grad_scale);
+    // The MLP's backward in one op (MlpBackwardBf16): fc_proj's, then the activation's and fc's.
+    // The default runs matmul_backward_bf16(dact, dW_proj, db_proj, dout, act_out, W_proj, N,
+    // OA, OP, Overwrite) and activation_matmul_backward_bf16(dinp, dW_fc, db_fc, dpre, dact, pre,
+    // inp, W_fc, N, IC, OC, act, dinp_store), OA = OC (OC / 2 for SwiGLU); a backend may make
+    // fc's gradient another way and leave dact and dpre unwritten (CUDA, GELU tanh: its
+    // derivative in the epilogue of the product that makes dact: within a bf16 rounding).
+    virtual void mlp_backward_bf16(const MlpBackwardBf16& m);
     // The attention output in bf16, where attention_out_bf16(mode): its readers are the
     // output projection (a product) and the backward's rowsum(dout * out). The forward writes
     // out rounded (the bits of attention_forward's out rounded; saved the same), the backward

@@ -62,6 +62,15 @@ void Backend::activation_matmul_backward_bf16(float*, float*, float*, float*, co
     no_bf16_storage(*this, "activation_matmul_backward_bf16");
 }
 
+void Backend::mlp_backward_bf16(const MlpBackwardBf16& m) {
+    if (!bf16_activations()) no_bf16_storage(*this, "mlp_backward_bf16");
+    const int OA = m.act == Activation::SwiGLU ? m.OC / 2 : m.OC;
+    matmul_backward_bf16(m.dact, m.dW_proj, m.db_proj, m.dout, m.act_out, m.W_proj, m.N, OA, m.OP,
+                         GradStore::Overwrite);
+    activation_matmul_backward_bf16(m.dinp, m.dW_fc, m.db_fc, m.dpre, m.dact, m.pre, m.inp, m.W_fc,
+                                    m.N, m.IC, m.OC, m.act, m.dinp_store);
+}
+
 void Backend::lm_head_loss_bf16(float*, float*, float*, float*, const Bf16*, const float*,
                                 const int32_t*, const float*, int, int, int, float) {
     no_bf16_storage(*this, "lm_head_loss_bf16");
@@ -160,6 +169,23 @@ void lm_head_loss(Backend& be, float* losses, float* dinp, float* dW, float* scr
     else
         be.lm_head_loss(losses, dinp, dW, scratch, inp.f32, W, targets, mask, N, C, V,
                         grad_scale);
+}
+
+void mlp_backward(Backend& be, MlpBackwardBf16 m, Operand pre, Operand act_out, Operand inp) {
+    CTX_CHECK(pre.is_bf16() == inp.is_bf16() && act_out.is_bf16() == inp.is_bf16(),
+              "internal: mlp_backward's operands are stored differently");
+    if (inp.is_bf16()) {
+        m.pre = pre.bf16;
+        m.act_out = act_out.bf16;
+        m.inp = inp.bf16;
+        be.mlp_backward_bf16(m);
+        return;
+    }
+    const int OA = m.act == Activation::SwiGLU ? m.OC / 2 : m.OC;
+    be.matmul_backward(m.dact, m.dW_proj, m.db_proj, m.dout, act_out.f32, m.W_proj, m.N, OA, m.OP,
+                       GradStore::Overwrite);
+    be.activation_matmul_backward(m.dinp, m.dW_fc, m.db_fc, m.dpre, m.dact, pre.f32, inp.f32,
+                                  m.W_fc, m.N, m.IC, m.OC, m.act, m.dinp_store);
 }
 
 void activation_matmul_backward(Backend& be, float* dinp, float* dW, float* dbias, float* dpre,

@@ -59,6 +59,10 @@ void activation_matmul_backward(Backend& be, float* dinp, float* dW, float* dbia
                                 const float* dact, Operand pre, Operand inp, const float* W,
                                 int N, int IC, int OC, Activation act,
                                 GradStore dinp_store = GradStore::Accumulate);
+// The MLP's backward (backend.h MlpBackwardBf16; its pre, act_out and inp come from the
+// Operands, all of one storage): bf16 storage runs Backend::mlp_backward_bf16, fp32 storage
+// matmul_backward (dact written) then activation_matmul_backward.
+void mlp_backward(Backend& be, MlpBackwardBf16 m, Operand pre, Operand act_out, Operand inp);
 void attention_forward(Backend& be, Operand out, float* saved, const float* qkv,
                        const float* positions, int B, int T, int C, int H,
                        const AttentionOptions& opt);

@@ -406,6 +406,14 @@ void ProfilingBackend::activation_matmul_backward_bf16(float* dinp, float* dW, f
               inner_.activation_matmul_backward_bf16(dinp, dW, dbias, dpre, dact, pre, inp, W, N,
                                                      IC, OC, act, dinp_store));
 }
+void ProfilingBackend::mlp_backward_bf16(const MlpBackwardBf16& m) {
+    const int OA = m.act == Activation::SwiGLU ? m.OC / 2 : m.OC;
+    // fc_proj's two products, fc's one or two
+    const double flops =
+        4.0 * m.N * double(OA) * m.OP + (m.dinp != nullptr ? 4.0 : 2.0) * m.N * double(m.IC) * m.OC;
+    CTX_TIMED("mlp_backward_bf16", fmt::format("N={} IC={} OC={} OP={}", m.N, m.IC, m.OC, m.OP),
+              flops, inner_.mlp_backward_bf16(m));
+}
 void ProfilingBackend::lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                                          const Bf16* inp, const float* W,
                                          const int32_t* targets, const float* mask, int N, int C,

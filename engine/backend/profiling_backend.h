@@ -216,6 +216,7 @@ public:
                                          const float* dact, const Bf16* pre, const Bf16* inp,
                                          const float* W, int N, int IC, int OC, Activation act,
                                          GradStore dinp_store = GradStore::Accumulate) override;
+    void mlp_backward_bf16(const MlpBackwardBf16& m) override;
     void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                            const Bf16* inp, const float* W, const int32_t* targets,
                            const float* mask, int N, int C, int V, float grad_scale) override;

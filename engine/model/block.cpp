@@ -138,7 +138,7 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     Backend& be = backend_;
     const ModelConfig& c = config_;
     const TensorShard& s = shard_;
-    const int C = c.d_model, A = s.A, F = s.F, F2 = s.F2, Q = s.Q;
+    const int C = c.d_model, A = s.A, F2 = s.F2, Q = s.Q;
     const int Nr = tp_.rows_here(N);
     const size_t NrC = static_cast<size_t>(Nr) * C;
     const float* mlp_in = c.parallel_residual ? x : a.res2;
@@ -152,13 +152,28 @@ void TransformerBlock::backward(const BlockWeights& w, const BlockWeights& g, co
     // copy); the parameter gradients and dx accumulate.
     const GradStore write = GradStore::Overwrite;
     const float* dx_all = tp_.gather_rows_from(dx, d.dx_full, NrC);
-    matmul_backward(be, d.dfch_act, g.fc_proj_w, g.fc_proj_b, dx_all, a.fch_act, w.fc_proj_w,
-                    N, F, C, write);
-    // the activation's backward (SwiGLU's too) and fc's in one op: on CUDA in bf16 the
-    // activation kernel hands fc's products bf16(dfch) and its bias gradient directly
+    // fc_proj's backward, the activation's (SwiGLU's too) and fc's in one op: on CUDA in bf16
+    // fc's products get bf16(dfch) and its bias gradient directly, from the activation kernel
+    // or (GELU tanh) from the epilogue of the product that makes dfch_act
     float* dln2 = c.parallel_residual ? d.dln2 : d.dln;
-    activation_matmul_backward(be, dln2, g.fc_w, g.fc_b, d.dfch, d.dfch_act, a.fch, a.ln2, w.fc_w,
-                               N, C, F2, c.activation, write);
+    MlpBackwardBf16 m;
+    m.dinp = dln2;
+    m.dinp_store = write;
+    m.dW_fc = g.fc_w;
+    m.db_fc = g.fc_b;
+    m.dW_proj = g.fc_proj_w;
+    m.db_proj = g.fc_proj_b;
+    m.dact = d.dfch_act;
+    m.dpre = d.dfch;
+    m.dout = dx_all;
+    m.W_fc = w.fc_w;
+    m.W_proj = w.fc_proj_w;
+    m.N = N;
+    m.IC = C;
+    m.OC = F2;
+    m.OP = C;
+    m.act = c.activation;
+    mlp_backward(be, m, a.fch, a.fch_act, a.ln2);
     tp_.sum_rows(dln2, NrC);  // column-parallel fc: each rank's hidden units' share
     if (!c.parallel_residual) {
         // dx becomes d/d(res2): the residual path plus the MLP norm's input gradient.

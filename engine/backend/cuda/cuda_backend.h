@@ -273,6 +273,7 @@ public:
                                          const float* dact, const Bf16* pre, const Bf16* inp,
                                          const float* W, int N, int IC, int OC, Activation act,
                                          GradStore dinp_store = GradStore::Accumulate) override;
+    void mlp_backward_bf16(const MlpBackwardBf16& m) override;
     void lm_head_loss_bf16(float* losses, float* dinp, float* dW, float* scratch,
                            const Bf16* inp, const float* W, const int32_t* targets,
                            const float* mask, int N, int C, int V, float grad_scale) override;
@@ -343,6 +344,9 @@ private:
     void backward_bf16(float* dinp, float* dW, float* dbias, const float* dout,
                        const uint16_t* inp, const float* W, int N, int IC, int OC,
                        GradStore dinp_store, const char* op);
+    // bf16(dout) (N, bf16_grad_ld(OC)) in bf16_grad_, and dbias (OC) += colsum(dout) in the
+    // same pass unless dbias is null.
+    const uint16_t* round_grad_bf16(float* dbias, const float* dout, int N, int OC, const char* op);
     // Its two products from g = bf16(dout) (N, ldg), zeros past OC in each row.
     void backward_bf16_products(float* dinp, float* dW, const uint16_t* g, int ldg,
                                 const uint16_t* a, const float* W, int N, int IC, int OC,
@@ -350,10 +354,10 @@ private:
     // activation_matmul_backward in bf16 with inp already bf16 (either storage): the
     // activation's backward straight into bf16(dpre), then the two products.
     // pre in fp32 (pre16 null) or bf16 (pre null).
-    void mlp_backward_bf16(float* dinp, float* dW, float* dbias, const float* dact,
-                           const float* pre, const uint16_t* pre16, const uint16_t* a,
-                           const float* W, int N, int IC, int OC, Activation act,
-                           GradStore dinp_store, const char* op);
+    void activation_products_bf16(float* dinp, float* dW, float* dbias, const float* dact,
+                                  const float* pre, const uint16_t* pre16, const uint16_t* a,
+                                  const float* W, int N, int IC, int OC, Activation act,
+                                  GradStore dinp_store, const char* op);
     void check_attention_bf16(const char* op, int T, int C, int H,
                               const AttentionOptions& opt) const;
     void flash_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
@@ -378,6 +382,10 @@ private:
     // matmul_activation_forward_bf16's fp32 product (N, OC), before the activation kernel
     // rounds it into the stored bf16 pre-activation and applies the activation
     DeviceScratch<float> mlp_pre_;
+    // mlp_backward_bf16's epilogue path: bf16(dpre) (N, OC) while bf16(dout) is still read, and
+    // the epilogue's fc bias gradient (OC), added to the caller's
+    DeviceScratch<uint16_t> bf16_grad_pre_;
+    DeviceScratch<float> lt_bias_grad_;
     // ---- end of the bf16 block
 
     // ---- rotary (sign +1 forward, -1 the transpose) and attention helpers

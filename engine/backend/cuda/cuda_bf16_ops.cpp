@@ -131,8 +131,8 @@ void CudaBackend::activation_matmul_backward_bf16(float* dinp, float* dW, float*
     require_bf16_activations(op);  // first, as the default refuses (the same error everywhere)
     check_activation_matmul_backward(op, dpre, dact, pre, N, IC, OC, act);
     activate();
-    mlp_backward_bf16(dinp, dW, dbias, dact, nullptr, bits(pre), bits(inp), W, N, IC, OC, act,
-                      dinp_store, op);
+    activation_products_bf16(dinp, dW, dbias, dact, nullptr, bits(pre), bits(inp), W, N, IC, OC,
+                             act, dinp_store, op);
     if (sync_each_op_) sync(op);
 }
 

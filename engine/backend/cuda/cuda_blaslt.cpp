@@ -73,33 +73,51 @@ void BlasLt::release() {
     handle_ = nullptr;
 }
 
-BlasLt::Plan& BlasLt::plan(const Key& key, const Product& p, int epilogue, const char* op) {
+BlasLt::Plan& BlasLt::plan(const Spec& s, const char* op) {
+    const Key key{s.transa,
+                  s.m,
+                  s.n,
+                  s.k,
+                  s.lda,
+                  s.ldb,
+                  s.ldd,
+                  s.ab_bf16,
+                  s.d_bf16,
+                  s.epilogue,
+                  alignment(s.A),
+                  alignment(s.B),
+                  alignment(s.C),
+                  alignment(s.D),
+                  alignment(s.bias),
+                  alignment(s.aux)};
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;
     Plan& pl = plans_[key];
-    const cudaDataType ab = p.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType ab = s.ab_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     check_lt(cublasLtMatmulDescCreate(&pl.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), op,
              "cublasLtMatmulDescCreate");
-    set_attr(pl.desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(CUBLAS_OP_T), op);
+    set_attr(pl.desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(s.transa ? CUBLAS_OP_T : CUBLAS_OP_N),
+             op);
     set_attr(pl.desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(CUBLAS_OP_N), op);
-    set_attr(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, int32_t(epilogue), op);
+    set_attr(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, int32_t(s.epilogue), op);
     // the pointers the heuristic judges alignment by (set again on every call)
-    if (p.bias != nullptr) set_attr(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, op);
-    if (p.pre != nullptr) {
-        set_attr(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(p.pre), op);
-        set_attr(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(p.OC), op);
+    if (s.bias != nullptr) set_attr(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, s.bias, op);
+    if (s.aux != nullptr) {
+        set_attr(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, s.aux, op);
+        set_attr(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, int64_t(s.m), op);
     }
-    check_lt(cublasLtMatrixLayoutCreate(&pl.a, ab, uint64_t(p.IC), uint64_t(p.OC), p.IC), op,
-             "cublasLtMatrixLayoutCreate");
-    check_lt(cublasLtMatrixLayoutCreate(&pl.b, ab, uint64_t(p.IC), uint64_t(p.N), p.IC), op,
-             "cublasLtMatrixLayoutCreate");
-    // D (and C, the same layout): fp32, or bf16 rounded by the epilogue; the GELU aux matrix
-    // takes D's type by default, and so would the bias, which is the fp32 master copy
-    const cudaDataType dtype = p.out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
-    if (p.out_bf16 && p.bias != nullptr)
+    // D (and C, the same layout): fp32, or bf16 rounded by the epilogue. The GELU aux matrix
+    // takes D's type by default, and so would the bias (or its gradient), which is fp32 here.
+    if (s.d_bf16 && s.bias != nullptr)
         set_attr(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_32F), op);
-    check_lt(cublasLtMatrixLayoutCreate(&pl.d, dtype, uint64_t(p.OC), uint64_t(p.N), p.OC), op,
+    const int a_rows = s.transa ? s.k : s.m, a_cols = s.transa ? s.m : s.k;
+    check_lt(cublasLtMatrixLayoutCreate(&pl.a, ab, uint64_t(a_rows), uint64_t(a_cols), s.lda), op,
              "cublasLtMatrixLayoutCreate");
+    check_lt(cublasLtMatrixLayoutCreate(&pl.b, ab, uint64_t(s.k), uint64_t(s.n), s.ldb), op,
+             "cublasLtMatrixLayoutCreate");
+    check_lt(cublasLtMatrixLayoutCreate(&pl.d, s.d_bf16 ? CUDA_R_16BF : CUDA_R_32F, uint64_t(s.m),
+                                        uint64_t(s.n), s.ldd),
+             op, "cublasLtMatrixLayoutCreate");
     cublasLtMatmulPreference_t pref = nullptr;
     check_lt(cublasLtMatmulPreferenceCreate(&pref), op, "cublasLtMatmulPreferenceCreate");
     const uint64_t ws = kWorkspaceBytes;
@@ -110,10 +128,10 @@ BlasLt::Plan& BlasLt::plan(const Key& key, const Product& p, int epilogue, const
     // pick an algorithm that assumes 256 bytes, and a view into an arena or a slot of the
     // activations is often aligned less.
     const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> aligned[] = {
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.W},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p.inp},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.residual != nullptr ? p.residual : p.out},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p.out}};
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, s.A},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, s.B},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, s.C != nullptr ? s.C : s.D},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, s.D}};
     for (const auto& [attr, ptr] : aligned) {
         const uint32_t bytes = uint32_t(alignment(ptr));
         check_lt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &bytes, sizeof bytes), op,
@@ -129,52 +147,87 @@ BlasLt::Plan& BlasLt::plan(const Key& key, const Product& p, int epilogue, const
         pl.algo = result.algo;
     } else {
         spdlog::warn(
-            "cuda backend: {}: cuBLASLt has no algorithm for N={} IC={} OC={} {} -> {} "
-            "with epilogue {} ({}); this shape runs the unfused path",
-            op, p.N, p.IC, p.OC, p.bf16 ? "bf16" : "fp32", p.out_bf16 ? "bf16" : "fp32", epilogue,
+            "cuda backend: {}: cuBLASLt has no algorithm for m={} n={} k={} {} -> {} with "
+            "epilogue {} ({}); this shape runs the unfused path",
+            op, s.m, s.n, s.k, s.ab_bf16 ? "bf16" : "fp32", s.d_bf16 ? "bf16" : "fp32", s.epilogue,
             cublasGetStatusString(st));
     }
     return pl;
 }
 
-bool BlasLt::forward(const Product& p, cudaStream_t stream, const char* op) {
-    if (!takes(p.OC, p.pre != nullptr, p.out_bf16) || p.N <= 0 || p.IC <= 0) return false;
-    CTX_CHECK(!p.out_bf16 || (p.bf16 && p.residual == nullptr),
-              "internal: {}: a bf16 product output needs bf16 operands and no residual", op);
-    const int epilogue = p.pre != nullptr
-                             ? (p.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
-                                                  : CUBLASLT_EPILOGUE_GELU_AUX)
-                             : (p.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS
-                                                  : CUBLASLT_EPILOGUE_DEFAULT);
+bool BlasLt::run(const Spec& s, cudaStream_t stream, const char* op) {
     if (handle_ == nullptr) {
         check_lt(cublasLtCreate(&handle_), op, "cublasLtCreate");
         check_cuda(tracked_malloc(&workspace_, kWorkspaceBytes), op);
         workspace_bytes_ = kWorkspaceBytes;
     }
-    const Key key{p.N,
-                  p.IC,
-                  p.OC,
-                  p.bf16,
-                  p.out_bf16,
-                  epilogue,
-                  alignment(p.inp),
-                  alignment(p.W),
-                  alignment(p.out),
-                  alignment(p.bias),
-                  alignment(p.pre),
-                  alignment(p.residual)};
-    Plan& pl = plan(key, p, epilogue, op);
+    Plan& pl = plan(s, op);
     if (!pl.ok) return false;
-    if (p.bias != nullptr) set_attr(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias, op);
-    if (p.pre != nullptr)
-        set_attr(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(p.pre), op);
+    if (s.bias != nullptr) set_attr(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, s.bias, op);
+    if (s.aux != nullptr) set_attr(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, s.aux, op);
     const float one = 1.0f, zero = 0.0f;
-    const bool res = p.residual != nullptr;  // C: the residual with beta 1 (same layout as D)
-    check_lt(cublasLtMatmul(handle_, pl.desc, &one, p.W, pl.a, p.inp, pl.b, res ? &one : &zero,
-                            res ? static_cast<const void*>(p.residual) : p.out, pl.d, p.out, pl.d,
-                            &pl.algo, workspace_, workspace_bytes_, stream),
+    const bool res = s.C != nullptr;  // C: the residual with beta 1 (same layout as D)
+    check_lt(cublasLtMatmul(handle_, pl.desc, &one, s.A, pl.a, s.B, pl.b, res ? &one : &zero,
+                            res ? s.C : s.D, pl.d, s.D, pl.d, &pl.algo, workspace_,
+                            workspace_bytes_, stream),
              op, "cublasLtMatmul");
     return true;
+}
+
+// Row-major out (N, OC) = inp (N, IC) @ W^T: D (OC, N) = W^T (A = W, column-major (IC, OC),
+// transposed) times B = inp, column-major (IC, N).
+bool BlasLt::forward(const Product& p, cudaStream_t stream, const char* op) {
+    if (!takes(p.OC, p.pre != nullptr, p.out_bf16) || p.N <= 0 || p.IC <= 0) return false;
+    CTX_CHECK(!p.out_bf16 || (p.bf16 && p.residual == nullptr),
+              "internal: {}: a bf16 product output needs bf16 operands and no residual", op);
+    Spec s;
+    s.transa = true;
+    s.m = p.OC;
+    s.n = p.N;
+    s.k = p.IC;
+    s.lda = p.IC;
+    s.ldb = p.IC;
+    s.ldd = p.OC;
+    s.ab_bf16 = p.bf16;
+    s.d_bf16 = p.out_bf16;
+    s.epilogue =
+        p.pre != nullptr
+            ? (p.bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+            : (p.bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+    s.A = p.W;
+    s.B = p.inp;
+    s.C = p.residual;
+    s.D = p.out;
+    s.bias = p.bias;
+    s.aux = p.pre;
+    return run(s, stream, op);
+}
+
+// Row-major dpre (N, OC) = g (N, OP) @ W (OP, OC): D (OC, N) = A B with A = W as stored
+// (column-major (OC, OP)) and B = g (column-major (OP, N), leading dimension ldg).
+bool BlasLt::backward_dgelu(const DgeluProduct& p, cudaStream_t stream, const char* op) {
+    if (!takes(p.OC, true, true) || p.N <= 0 || p.OP <= 0) return false;
+    CTX_CHECK(p.ldg >= p.OP && p.ldd >= p.OC,
+              "internal: {}: leading dimensions {} / {} for "
+              "widths {} / {}",
+              op, p.ldg, p.ldd, p.OP, p.OC);
+    Spec s;
+    s.transa = false;
+    s.m = p.OC;
+    s.n = p.N;
+    s.k = p.OP;
+    s.lda = p.OC;
+    s.ldb = p.ldg;
+    s.ldd = p.ldd;
+    s.ab_bf16 = true;
+    s.d_bf16 = true;
+    s.epilogue = p.dbias != nullptr ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    s.A = p.W;
+    s.B = p.g;
+    s.D = p.dpre;
+    s.bias = p.dbias;
+    s.aux = const_cast<void*>(p.pre);  // an input here (cuBLASLt's pointer is not const)
+    return run(s, stream, op);
 }
 
 }  // namespace ctx::cuda

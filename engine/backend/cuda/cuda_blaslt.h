@@ -14,10 +14,10 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
-#include <tuple>
 
 namespace ctx::cuda {
 
@@ -45,6 +45,24 @@ public:
     // path is off, or cuBLASLt has no algorithm for it). Throws ctx::Error naming `op` when a
     // cuBLASLt call fails.
     bool forward(const Product& p, cudaStream_t stream, const char* op);
+
+    // The MLP's backward product with GELU's derivative (tanh form) in the epilogue, all bf16:
+    // dpre (N, OC) = (g (N, OP) @ W (OP, OC)) * gelu'(pre), rounded as it is stored (row-major,
+    // leading dimensions ldg and ldd); with dbias, its fp32 column sums of the unrounded dpre
+    // are written there (DGELU_BGRAD with an fp32 bias-gradient type). Returns false having
+    // run nothing where forward() would.
+    struct DgeluProduct {
+        int N = 0, OP = 0, OC = 0;
+        const void* g = nullptr;  // (N, OP) bf16, leading dimension ldg
+        int ldg = 0;
+        const void* W = nullptr;    // (OP, OC) bf16
+        const void* pre = nullptr;  // (N, OC) bf16
+        void* dpre = nullptr;       // (N, OC) bf16, leading dimension ldd
+        int ldd = 0;
+        float* dbias = nullptr;  // (OC), written; or null
+    };
+    bool backward_dgelu(const DgeluProduct& p, cudaStream_t stream, const char* op);
+
     // Whether forward() may take a product of this width (the path is on; a GELU's aux matrix
     // needs a leading dimension that is a multiple of 8, and bf16 rows one of 16 bytes):
     // callers skip preparing operands for a product it would refuse anyway.
@@ -55,16 +73,30 @@ public:
     void release();  // the handle, the plans and the workspace (the backend's destructor)
 
 private:
-    // (N, IC, OC, bf16, out_bf16, epilogue, alignment of inp, W, out, bias, pre, residual (0:
-    // none))
-    using Key = std::tuple<int, int, int, bool, bool, int, int, int, int, int, int, int>;
+    // One column-major product D (m, n) = op(A) B (+ C) with its epilogue, as cublasLtMatmul
+    // takes it (forward: A = W taken transposed; backward: A = W as stored).
+    struct Spec {
+        bool transa = true;
+        int m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldd = 0;
+        bool ab_bf16 = false, d_bf16 = false;
+        int epilogue = 0;
+        const void* A = nullptr;
+        const void* B = nullptr;
+        const void* C = nullptr;  // the residual (beta 1), or null
+        void* D = nullptr;
+        const void* bias = nullptr;  // bias, or the bias gradient (written)
+        void* aux = nullptr;         // the GELU aux matrix (leading dimension m)
+    };
     struct Plan {
         bool ok = false;
         cublasLtMatmulDesc_t desc = nullptr;
         cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
         cublasLtMatmulAlgo_t algo{};
     };
-    Plan& plan(const Key& key, const Product& p, int epilogue, const char* op);
+    // shapes, types, epilogue, and the alignment of A, B, C, D, bias, aux (0: none)
+    using Key = std::array<int64_t, 16>;
+    Plan& plan(const Spec& s, const char* op);
+    bool run(const Spec& s, cudaStream_t stream, const char* op);
 
     bool enabled_ = true;
     cublasLtHandle_t handle_ = nullptr;

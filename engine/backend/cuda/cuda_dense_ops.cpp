@@ -302,17 +302,20 @@ void CudaBackend::backward_bf16(float* dinp, float* dW, float* dbias, const floa
                                 const uint16_t* a, const float* W, int N, int IC, int OC,
                                 GradStore dinp_store, const char* op) {
     const int ldg = bf16_grad_ld(OC);
-    const uint16_t* g = nullptr;
-    if (dbias != nullptr && N > 0 && OC > 0) {  // dbias (OC) += colsum(dout) in the same pass
-        uint16_t* gd = bf16_grad_.ensure(size_t(N) * size_t(ldg), op);
-        float* part = d_partials_.ensure(size_t(column_chunks(N)) * size_t(OC), op);
-        check(launch_round_rows_colsum_bf16(gd, size_t(ldg), dbias, part, dout, N, OC, stream_),
-              op);
-        g = gd;
-    } else {
-        g = round_rows_to_bf16(dout, N, OC, ldg, bf16_grad_, op);
-    }
-    backward_bf16_products(dinp, dW, g, ldg, a, W, N, IC, OC, dinp_store, op);
+    backward_bf16_products(dinp, dW, round_grad_bf16(dbias, dout, N, OC, op), ldg, a, W, N, IC, OC,
+                           dinp_store, op);
+}
+
+const uint16_t* CudaBackend::round_grad_bf16(float* dbias, const float* dout, int N, int OC,
+                                             const char* op) {
+    const int ldg = bf16_grad_ld(OC);
+    if (dbias == nullptr || N <= 0 || OC <= 0)
+        return round_rows_to_bf16(dout, N, OC, ldg, bf16_grad_, op);
+    // dbias (OC) += colsum(dout) in the same pass
+    uint16_t* g = bf16_grad_.ensure(size_t(N) * size_t(ldg), op);
+    float* part = d_partials_.ensure(size_t(column_chunks(N)) * size_t(OC), op);
+    check(launch_round_rows_colsum_bf16(g, size_t(ldg), dbias, part, dout, N, OC, stream_), op);
+    return g;
 }
 
 void CudaBackend::backward_bf16_products(float* dinp, float* dW, const uint16_t* g, int ldg,
@@ -330,10 +333,10 @@ void CudaBackend::backward_bf16_products(float* dinp, float* dW, const uint16_t*
 // The activation's backward writes bf16(dpre) in the products' padded rows and adds the bias
 // gradient's column sums on the way (launch_activation_backward_bf16): the same bits as
 // activation_backward into fp32 then matmul_backward's rounding pass, without the fp32 dpre.
-void CudaBackend::mlp_backward_bf16(float* dinp, float* dW, float* dbias, const float* dact,
-                                    const float* pre, const uint16_t* pre16, const uint16_t* a,
-                                    const float* W, int N, int IC, int OC, Activation act,
-                                    GradStore dinp_store, const char* op) {
+void CudaBackend::activation_products_bf16(float* dinp, float* dW, float* dbias, const float* dact,
+                                           const float* pre, const uint16_t* pre16,
+                                           const uint16_t* a, const float* W, int N, int IC, int OC,
+                                           Activation act, GradStore dinp_store, const char* op) {
     if (N == 0) return;
     const int ldg = bf16_grad_ld(OC);
     uint16_t* g = bf16_grad_.ensure(size_t(N) * size_t(ldg), op);
@@ -360,9 +363,58 @@ void CudaBackend::activation_matmul_backward(float* dinp, float* dW, float* dbia
     }
     check_activation_matmul_backward(op, dpre, dact, pre, N, IC, OC, act);
     activate();
-    mlp_backward_bf16(dinp, dW, dbias, dact, pre, nullptr,
-                      round_to_bf16(inp, size_t(N) * IC, bf16_act_, op), W, N, IC, OC, act,
-                      dinp_store, op);
+    activation_products_bf16(dinp, dW, dbias, dact, pre, nullptr,
+                             round_to_bf16(inp, size_t(N) * IC, bf16_act_, op), W, N, IC, OC, act,
+                             dinp_store, op);
+    if (sync_each_op_) sync(op);
+}
+
+// The MLP's backward with bf16 storage, GELU (tanh) and the epilogue path on (CTX_MLP_GELU):
+// bf16(dout) with fc_proj's bias gradient in one pass, dW_proj from it, then dpre = (bf16(dout)
+// @ W_proj) * gelu'(pre) from one cuBLASLt product (DGELU_BGRAD: dpre rounded to bf16 as fc's
+// products take it, fc's bias gradient summed in fp32 from the unrounded values), then fc's
+// products. No fp32 dact or dpre is written (N x OC x 4 bytes written and read back, twice).
+// Other activations, and what cuBLASLt refuses, take the two ops (the default).
+void CudaBackend::mlp_backward_bf16(const MlpBackwardBf16& m) {
+    static constexpr const char* op = "mlp_backward_bf16";
+    require_bf16_activations(op);
+    if (m.act != Activation::GeluTanh || !mlp_gelu_epilogue_ || !lt_.takes(m.OC, true, true) ||
+        m.N <= 0) {
+        Backend::mlp_backward_bf16(m);
+        return;
+    }
+    CTX_CHECK(m.IC >= 1 && m.OP >= 1, "{}: bad shape N {} IC {} OC {} OP {}", op, m.N, m.IC, m.OC,
+              m.OP);
+    activate();
+    const int N = m.N, OA = m.OC, ldg = bf16_grad_ld(m.OP);
+    const uint16_t* g = round_grad_bf16(m.db_proj, m.dout, N, m.OP, op);  // (N, ldg)
+    const uint16_t* act = reinterpret_cast<const uint16_t*>(m.act_out);
+    // dW_proj (OP, OA) += g^T (OP, N) @ act_out (N, OA)
+    gemm_bf16(op, true, false, m.OP, OA, N, 1.0f, g, ldg, act, OA, 1.0f, m.dW_proj, OA);
+    const uint16_t* wp = round_to_bf16(m.W_proj, size_t(m.OP) * OA, bf16_weight_, op);
+    BlasLt::DgeluProduct d;
+    d.N = N;
+    d.OP = m.OP;
+    d.OC = m.OC;
+    d.g = g;
+    d.ldg = ldg;
+    d.W = wp;
+    d.pre = m.pre;
+    d.ldd = bf16_grad_ld(m.OC);
+    d.dpre = bf16_grad_pre_.ensure(size_t(N) * size_t(d.ldd), op);
+    d.dbias = m.db_fc != nullptr ? lt_bias_grad_.ensure(size_t(m.OC), op) : nullptr;
+    const uint16_t* inp = reinterpret_cast<const uint16_t*>(m.inp);
+    if (lt_.backward_dgelu(d, stream_, op)) {
+        if (d.dbias != nullptr)
+            check(launch_accumulate(m.db_fc, d.dbias, size_t(m.OC), stream_), op);
+        backward_bf16_products(m.dinp, m.dW_fc, static_cast<const uint16_t*>(d.dpre), d.ldd, inp,
+                               m.W_fc, N, m.IC, m.OC, m.dinp_store, op);
+    } else {  // dact (N, OA) = g @ bf16(W_proj), then the activation kernel's path
+        gemm_bf16(op, false, false, N, OA, m.OP, 1.0f, g, ldg, wp, OA, 0.0f, m.dact, OA);
+        activation_products_bf16(m.dinp, m.dW_fc, m.db_fc, m.dact, nullptr,
+                                 reinterpret_cast<const uint16_t*>(m.pre), inp, m.W_fc, N, m.IC,
+                                 m.OC, m.act, m.dinp_store, op);
+    }
     if (sync_each_op_) sync(op);
 }
 

@@ -1,9 +1,9 @@
 // CPU emulation of the cuBLASLt subset the ctxengine CUDA backend uses (cuda_blaslt.cpp): one
-// matmul D = alpha op(A) op(B) + beta C with the BIAS, GELU_AUX and GELU_AUX_BIAS epilogues, fp32
-// or bf16 A/B, fp32 C/D or (bf16 A/B) bf16 C/D, column-major by definition. As the library's, the
-// bias and the GELU aux matrix take D's type unless their data-type attributes say otherwise. For
-// checking the backend's LOGIC without a GPU (run_emulated_tests.py); not part of any build target.
-// Enum values are the real header's.
+// matmul D = alpha op(A) op(B) + beta C with the BIAS, GELU_AUX, GELU_AUX_BIAS, DGELU and
+// DGELU_BGRAD epilogues, fp32 or bf16 A/B, fp32 C/D or (bf16 A/B) bf16 C/D, column-major by
+// definition. As the library's, the bias and the GELU aux matrix take D's type unless their
+// data-type attributes say otherwise. For checking the backend's LOGIC without a GPU
+// (run_emulated_tests.py); not part of any build target. Enum values are the real header's.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -31,8 +31,13 @@ enum cublasLtMatmulDescAttributes_t {
     CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26
 };
 enum cublasLtEpilogue_t {
-    CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU = 32,
-    CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4
+    CUBLASLT_EPILOGUE_DEFAULT = 1,
+    CUBLASLT_EPILOGUE_BIAS = 4,
+    CUBLASLT_EPILOGUE_GELU = 32,
+    CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128,
+    CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+    CUBLASLT_EPILOGUE_DGELU = 64 | 128,
+    CUBLASLT_EPILOGUE_DGELU_BGRAD = 64 | 128 | 16
 };
 enum cublasLtMatmulPreferenceAttributes_t {
     CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,

@@ -146,8 +146,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperatio
 // ---------------------------------------------------------------- cuBLASLt (cublasLt.h)
 // The descriptors hold what was set; cublasLtMatmul evaluates the definition: D = alpha op(A)
 // op(B) + beta C (sums in double, rounded once to fp32), then + bias[i] per row i of D, then GELU
-// (tanh form, as cuBLASLt's) with its input kept in the aux matrix; each stored in its matrix's
-// type (bf16: rounded to nearest even). The bias and aux types default to D's, as documented.
+// (tanh form, as cuBLASLt's) with its input kept in the aux matrix, or (DGELU) times GELU's
+// derivative at the aux matrix's entry, with (BGRAD) the row sums of that D (before it is
+// rounded) written to the bias pointer; each stored in its matrix's type (bf16: rounded to
+// nearest even). The bias and aux types default to D's, as documented.
 struct emu_lt_desc {
     cublasComputeType_t compute;
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
@@ -235,13 +237,15 @@ bool lt_valid(const emu_lt_desc* d, const emu_lt_layout* A, const emu_lt_layout*
     }
     const int32_t e = d->epilogue;
     if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS &&
-        e != CUBLASLT_EPILOGUE_GELU_AUX && e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+        e != CUBLASLT_EPILOGUE_GELU_AUX && e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+        e != CUBLASLT_EPILOGUE_DGELU && e != CUBLASLT_EPILOGUE_DGELU_BGRAD) {
         fprintf(stderr, "emu cublasLt: epilogue %d is not emulated\n", int(e));
         return false;
     }
-    if ((e & CUBLASLT_EPILOGUE_BIAS) && d->bias == nullptr) {
+    if ((e & (CUBLASLT_EPILOGUE_BIAS | 16)) && d->bias == nullptr) {
         fprintf(stderr,
-                "emu cublasLt: a bias epilogue without CUBLASLT_MATMUL_DESC_BIAS_POINTER\n");
+                "emu cublasLt: a bias (gradient) epilogue without "
+                "CUBLASLT_MATMUL_DESC_BIAS_POINTER\n");
         return false;
     }
     if ((e & 128) && (d->aux == nullptr || d->aux_ld < int64_t(m) || d->aux_ld % 8 != 0)) {
@@ -395,7 +399,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
     const cudaDataType bt = bias_type(d, Dl), xt = aux_type(d, Dl);
     if (be != 0.0f) check_matrix(C, lt_size(Cl->type), m, n, int(Cl->ld), "cublasLt C");
     check_matrix(D, lt_size(Dl->type), m, n, int(Dl->ld), "cublasLt D");
-    if (d->epilogue & CUBLASLT_EPILOGUE_BIAS)
+    if (d->epilogue & (CUBLASLT_EPILOGUE_BIAS | 16))
         check_matrix(d->bias, lt_size(bt), m, 1, m, "cublasLt bias");
     if (d->epilogue & 128) check_matrix(d->aux, lt_size(xt), m, n, int(d->aux_ld), "cublasLt aux");
     // the descriptors' values at the call (the caller may change or destroy them after)
@@ -404,6 +408,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
         const emu_lt_desc* d = &dv;
         const emu_lt_layout *Al = &Av, *Bl = &Bv, *Cl = &Cv, *Dl = &Dv;
         std::vector<float> col(m);
+        std::vector<double> bgrad(d->epilogue & 16 ? m : 0, 0.0);
         for (int j = 0; j < n; j++) {
             for (int i = 0; i < m; i++) {
                 double s = 0;
@@ -424,7 +429,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
             }
             for (int i = 0; i < m; i++) {  // after the whole column: D may alias C
                 float x = col[i];
-                if (d->epilogue & 128) {
+                if (d->epilogue & 64) {  // DGELU: times gelu'(aux), the aux an input
+                    const double t = lt_load(d->aux, xt, size_t(i) + size_t(j) * d->aux_ld);
+                    const double c = 0.7978845608028654, u = c * (t + 0.044715 * t * t * t);
+                    const double th = std::tanh(u);
+                    const double dg = 0.5 * (1.0 + th) + 0.5 * t * (1.0 - th * th) * c *
+                                                             (1.0 + 3.0 * 0.044715 * t * t);
+                    x = float(double(x) * dg);
+                    if (d->epilogue & 16) bgrad[i] += double(x);
+                } else if (d->epilogue & 128) {
                     lt_store(d->aux, xt, size_t(i) + size_t(j) * d->aux_ld, x);
                     const double t = double(x);
                     x = float(0.5 * t *
@@ -433,6 +446,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const vo
                 lt_store(D, Dl->type, size_t(i) + size_t(j) * Dl->ld, x);
             }
         }
+        for (size_t i = 0; i < bgrad.size(); i++)  // BGRAD: written, not added to
+            lt_store(const_cast<void*>(d->bias), bt, i, float(bgrad[i]));
     });
     return CUBLAS_STATUS_SUCCESS;
 }
