@@ -3,11 +3,16 @@
 // the MLP's first product out = gelu_tanh(pre), pre = inp @ W^T + bias kept for the backward
 // pass: one pass over the output instead of a bias broadcast, a product reading it back (beta 1)
 // and an activation kernel. A residual (the output projections of a block) comes in as the
-// product's C with beta 1: out = residual + inp @ W^T + bias, no add kernel.
+// product's C with beta 1: out = residual + inp @ W^T + bias, no add kernel. With bf16 outputs
+// (bf16 activation storage) the epilogue rounds out and pre as it writes them: the MLP's first
+// product then writes its two bf16 activations and nothing else. In the MLP's backward the
+// product that makes the activation's gradient takes GELU's derivative (and fc's bias
+// gradient) in its epilogue (backward_dgelu).
 //
 // Plans (the descriptors and the heuristic's algorithm) are cached per shape, operand type,
 // epilogue and pointer alignment; a configuration cuBLASLt has no algorithm for is remembered
-// (and logged once), and forward() returns false for it so the caller runs its unfused path.
+// (and logged once), and forward() / backward_dgelu() return false for it so the caller runs
+// its unfused path.
 // CTX_CUBLASLT=0 turns the whole path off (A/B timings on a GPU).
 #pragma once
 
