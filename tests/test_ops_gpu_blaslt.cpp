@@ -210,10 +210,12 @@ TEST(OpsGpuBlasLt, ResidualAddedInTheProduct) {
 // default type with a bf16 D) would be garbage.
 TEST(OpsGpuBlasLt, GeluEpilogueWritesBf16Activations) {
     REQUIRE_GPU();
-    const std::unique_ptr<ctx::Backend> kernel = make_bf16_backend_with("CTX_MLP_GELU", "kernel"),
+    // strict: a configuration cuBLASLt refuses on a GPU fails here instead of falling back
+    const std::unique_ptr<ctx::Backend> strict = make_bf16_backend_with("CTX_CUBLASLT", "strict"),
+                                        kernel = make_bf16_backend_with("CTX_MLP_GELU", "kernel"),
                                         off = make_bf16_backend_with("CTX_CUBLASLT", "0");
     const ctx::Activation gelu = ctx::Activation::GeluTanh;
-    for (ctx::Backend* be : {&gpu_bf16(), kernel.get(), off.get()})
+    for (ctx::Backend* be : {strict.get(), kernel.get(), off.get()})
         for (const Shape& s : kShapes)
             for (bool with_bias : {true, false}) {
                 SCOPED_TRACE(testing::Message() << be->name() << " N " << s.N << " IC " << s.IC
@@ -231,7 +233,7 @@ TEST(OpsGpuBlasLt, GeluEpilogueWritesBf16Activations) {
                                                    with_bias ? bias.get() : nullptr, s.N, s.IC,
                                                    s.OC, gelu);
                 if (before >= 0) {
-                    const bool epilogue = be == &gpu_bf16() && s.OC % 8 == 0;
+                    const bool epilogue = be == strict.get() && s.OC % 8 == 0;
                     EXPECT_EQ(lt_calls_bf16_out() - before, epilogue ? 1 : 0);
                 }
                 expect_within_bf16_step(pre.host(), want.pre, "pre");
@@ -239,6 +241,32 @@ TEST(OpsGpuBlasLt, GeluEpilogueWritesBf16Activations) {
             }
     expect_error([] { (void)make_bf16_backend_with("CTX_MLP_GELU", "fused"); },
                  {"CTX_MLP_GELU", "fused", "epilogue", "kernel"});
+    expect_error([] { (void)make_bf16_backend_with("CTX_CUBLASLT", "yes"); },
+                 {"CTX_CUBLASLT", "yes", "strict"});
+    // emulation only: a bf16 output cuBLASLt refuses runs the fp32 product and the activation
+    // kernel (the bits of CTX_MLP_GELU=kernel), or is an error naming the op when strict
+    if (lt_calls_bf16_out() < 0) return;
+    setenv("CTX_EMU_LT_REFUSE", "bf16_out", 1);
+    const std::unique_ptr<ctx::Backend> refusing = make_bf16_backend_with("CTX_CUBLASLT", "1"),
+                                        refusing_strict =
+                                            make_bf16_backend_with("CTX_CUBLASLT", "strict");
+    const Shape s{64, 32, 128};
+    const Data d = make_data(s, 3);
+    auto gelu_bf16 = [&](ctx::Backend& be) {
+        Dev16 inp(rounded(d.inp), be), pre(size_t(s.N) * s.OC, be), out(size_t(s.N) * s.OC, be);
+        Dev W(d.W, be), bias(d.bias, be);
+        be.matmul_activation_forward_bf16(pre.get(), out.get(), inp.get(), W.get(), bias.get(), s.N,
+                                          s.IC, s.OC, gelu);
+        return Out{pre.host(), out.host()};
+    };
+    const long before = lt_calls_bf16_out();
+    const Out fell_back = gelu_bf16(*refusing), by_kernel = gelu_bf16(*kernel);
+    EXPECT_EQ(lt_calls_bf16_out(), before);
+    expect_same_bits(fell_back.pre, by_kernel.pre, "pre (fallback)");
+    expect_same_bits(fell_back.out, by_kernel.out, "out (fallback)");
+    expect_error([&] { (void)gelu_bf16(*refusing_strict); },
+                 {"matmul_activation_forward_bf16", "no algorithm", "strict"});
+    unsetenv("CTX_EMU_LT_REFUSE");
 }
 
 }  // namespace

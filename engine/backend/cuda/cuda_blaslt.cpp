@@ -50,10 +50,13 @@ void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const
 BlasLt::BlasLt() {
     const char* e = std::getenv("CTX_CUBLASLT");
     if (e == nullptr || *e == '\0') return;
-    CTX_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0,
-              "CTX_CUBLASLT: expected 0 (the unfused cuBLAS path) or 1 (cuBLASLt epilogues, the "
-              "default), got '{}'", e);
-    enabled_ = std::strcmp(e, "1") == 0;
+    CTX_CHECK(std::strcmp(e, "0") == 0 || std::strcmp(e, "1") == 0 || std::strcmp(e, "strict") == 0,
+              "CTX_CUBLASLT: expected 0 (the unfused cuBLAS path), 1 (cuBLASLt epilogues, the "
+              "default) or strict (the same, and a configuration cuBLASLt has no algorithm for "
+              "is an error instead of running unfused), got '{}'",
+              e);
+    enabled_ = std::strcmp(e, "0") != 0;
+    strict_ = std::strcmp(e, "strict") == 0;
 }
 
 BlasLt::~BlasLt() { release(); }
@@ -145,7 +148,7 @@ BlasLt::Plan& BlasLt::plan(const Spec& s, const char* op) {
     pl.ok = st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
     if (pl.ok) {
         pl.algo = result.algo;
-    } else {
+    } else if (!strict_) {  // (strict: run() refuses it, every time)
         spdlog::warn(
             "cuda backend: {}: cuBLASLt has no algorithm for m={} n={} k={} {} -> {} with "
             "epilogue {} ({}); this shape runs the unfused path",
@@ -162,6 +165,11 @@ bool BlasLt::run(const Spec& s, cudaStream_t stream, const char* op) {
         workspace_bytes_ = kWorkspaceBytes;
     }
     Plan& pl = plan(s, op);
+    CTX_CHECK(pl.ok || !strict_,
+              "cuda backend: {}: cuBLASLt has no algorithm for m={} n={} k={} {} -> {} with "
+              "epilogue {}, and CTX_CUBLASLT=strict refuses the unfused path",
+              op, s.m, s.n, s.k, s.ab_bf16 ? "bf16" : "fp32", s.d_bf16 ? "bf16" : "fp32",
+              s.epilogue);
     if (!pl.ok) return false;
     if (s.bias != nullptr) set_attr(pl.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, s.bias, op);
     if (s.aux != nullptr) set_attr(pl.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, s.aux, op);

@@ -13,7 +13,8 @@
 // epilogue and pointer alignment; a configuration cuBLASLt has no algorithm for is remembered
 // (and logged once), and forward() / backward_dgelu() return false for it so the caller runs
 // its unfused path.
-// CTX_CUBLASLT=0 turns the whole path off (A/B timings on a GPU).
+// CTX_CUBLASLT=0 turns the whole path off (A/B timings on a GPU); CTX_CUBLASLT=strict makes a
+// refused configuration an error (the GPU tests: so a fallback cannot pass unseen).
 #pragma once
 
 #include <cublasLt.h>
@@ -28,7 +29,9 @@ namespace ctx::cuda {
 
 class BlasLt {
 public:
-    BlasLt();  // reads CTX_CUBLASLT (unset or 1: on, 0: off, else ctx::Error)
+    // reads CTX_CUBLASLT (unset or 1: on, 0: off, strict: on and a refused configuration is a
+    // ctx::Error, for tests on a GPU; else ctx::Error)
+    BlasLt();
     ~BlasLt();
     BlasLt(const BlasLt&) = delete;
     BlasLt& operator=(const BlasLt&) = delete;
@@ -104,6 +107,7 @@ private:
     bool run(const Spec& s, cudaStream_t stream, const char* op);
 
     bool enabled_ = true;
+    bool strict_ = false;
     cublasLtHandle_t handle_ = nullptr;
     void* workspace_ = nullptr;
     size_t workspace_bytes_ = 0;

@@ -385,6 +385,12 @@ void CudaBackend::mlp_backward_bf16(const MlpBackwardBf16& m) {
     }
     CTX_CHECK(m.IC >= 1 && m.OP >= 1, "{}: bad shape N {} IC {} OC {} OP {}", op, m.N, m.IC, m.OC,
               m.OP);
+    CTX_CHECK(m.dW_fc != nullptr && m.dW_proj != nullptr && m.dact != nullptr &&
+                  m.dout != nullptr && m.pre != nullptr && m.act_out != nullptr &&
+                  m.inp != nullptr && m.W_fc != nullptr && m.W_proj != nullptr,
+              "{}: a null gradient, input or weight (only dinp, db_fc, db_proj and dpre may be "
+              "null)",
+              op);
     activate();
     const int N = m.N, OA = m.OC, ldg = bf16_grad_ld(m.OP);
     const uint16_t* g = round_grad_bf16(m.db_proj, m.dout, N, m.OP, op);  // (N, ldg)

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cublasLt.h"
@@ -203,6 +204,19 @@ cudaDataType aux_type(const emu_lt_desc* d, const emu_lt_layout* D) {
     return d->aux_type < 0 ? D->type : cudaDataType(d->aux_type);
 }
 
+// CTX_EMU_LT_REFUSE (emulation only, comma-separated): configurations the heuristic offers no
+// algorithm for, as a real library may, so the callers' fallbacks can be tested: "bf16_out"
+// (any bf16 D), "dgelu" (the DGELU epilogues).
+bool refused(const emu_lt_desc* d, const emu_lt_layout* D) {
+    const char* e = std::getenv("CTX_EMU_LT_REFUSE");
+    if (e == nullptr) return false;
+    const std::string list = std::string(",") + e + ",";
+    auto has = [&](const char* w) {
+        return list.find(std::string(",") + w + ",") != std::string::npos;
+    };
+    return (has("bf16_out") && D->type == CUDA_R_16BF) || (has("dgelu") && (d->epilogue & 64));
+}
+
 // The configuration cublasLtMatmul accepts (what the real library documents for it).
 bool lt_valid(const emu_lt_desc* d, const emu_lt_layout* A, const emu_lt_layout* B,
               const emu_lt_layout* C, const emu_lt_layout* D) {
@@ -354,7 +368,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDe
                                               int* returned) {
     *returned = 0;
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
-    if (!lt_valid(d, A, B, C, D)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!lt_valid(d, A, B, C, D) || refused(d, D)) return CUBLAS_STATUS_NOT_SUPPORTED;
     results[0] = cublasLtMatmulHeuristicResult_t{};
     results[0].state = CUBLAS_STATUS_SUCCESS;
     results[0].algo.data[0] = 0xe11;  // marks an algorithm this emulation handed out

@@ -30,7 +30,9 @@ CTX_EMU_WGMMA_WAIT=yield lets the block's other threads run on before a thread's
 read their operands at its wait (a store racing with them then shows);
 CTX_EMU_SHARED_FILL=garbage starts shared memory as 0xAB bytes instead of NaN (0xFF);
 CTX_EMU_SCHEDULE=random[:SEED] pauses each warp at random rounds of a block's scheduler, so
-warps drift apart (a barrier protocol that relies on their staying close then fails).
+warps drift apart (a barrier protocol that relies on their staying close then fails);
+CTX_EMU_LT_REFUSE=bf16_out,dgelu makes the emulated cuBLASLt heuristic offer no algorithm for a
+bf16 output / the DGELU epilogues (the tests set it to check the callers' fallbacks).
 This runner sets CTX_EMU_SCHEDULE=random:1 and CTX_EMU_WGMMA_WAIT=yield unless they are set
 (round-robin and run: the emulator's own defaults).
 """
