@@ -184,8 +184,8 @@ struct MlpBackwardBf16 {
     float* db_fc = nullptr;       // (OC) +=, or null
     float* dW_proj = nullptr;     // (OP, OA) +=
     float* db_proj = nullptr;     // (OP) +=, or null
-    float* dact = nullptr;        // (N, OA) scratch: d(loss)/d(act_out), where the op makes it
-    float* dpre = nullptr;        // (N, OC) scratch: d(loss)/d(pre), likewise
+    float* dact = nullptr;        // (N, OA) scratch: d(loss)/d(act_out), or what the op keeps
+    float* dpre = nullptr;        // (N, OC) scratch: d(loss)/d(pre), or unwritten
     const float* dout = nullptr;  // (N, OP): d(loss)/d(out)
     const Bf16* pre = nullptr;
     const Bf16* act_out = nullptr;

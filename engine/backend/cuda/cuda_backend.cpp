@@ -285,7 +285,6 @@ CudaBackend::~CudaBackend() {
     bf16_weight_.release();
     bf16_grad_.release();
     mlp_pre_.release();
-    bf16_grad_pre_.release();
     lt_bias_grad_.release();
     lt_.release();
     for (cudaEvent_t e : timing_events_) cudaEventDestroy(e);

@@ -382,9 +382,8 @@ private:
     // matmul_activation_forward_bf16's fp32 product (N, OC), before the activation kernel
     // rounds it into the stored bf16 pre-activation and applies the activation
     DeviceScratch<float> mlp_pre_;
-    // mlp_backward_bf16's epilogue path: bf16(dpre) (N, OC) while bf16(dout) is still read, and
-    // the epilogue's fc bias gradient (OC), added to the caller's
-    DeviceScratch<uint16_t> bf16_grad_pre_;
+    // mlp_backward_bf16's epilogue path: the epilogue's fc bias gradient (OC), added to the
+    // caller's
     DeviceScratch<float> lt_bias_grad_;
     // ---- end of the bf16 block
 

@@ -406,8 +406,10 @@ void CudaBackend::mlp_backward_bf16(const MlpBackwardBf16& m) {
     d.ldg = ldg;
     d.W = wp;
     d.pre = m.pre;
-    d.ldd = bf16_grad_ld(m.OC);
-    d.dpre = bf16_grad_pre_.ensure(size_t(N) * size_t(d.ldd), op);
+    d.ldd = bf16_grad_ld(m.OC);  // = OC = OA (takes() wants OC % 8 == 0)
+    // bf16(dpre) in the caller's fp32 dact scratch, which this path does not otherwise use:
+    // (N, OA) floats hold (N, 2 OA) bf16
+    d.dpre = m.dact;
     d.dbias = m.db_fc != nullptr ? lt_bias_grad_.ensure(size_t(m.OC), op) : nullptr;
     const uint16_t* inp = reinterpret_cast<const uint16_t*>(m.inp);
     if (lt_.backward_dgelu(d, stream_, op)) {
