@@ -28,7 +28,8 @@
 #             dk/dv at head dim 128, T 4096, and at GPT-2's 64, T 1024: time, registers,
 #             occupancy, tensor-pipe use, local memory, stall reasons), `bench --profile` of
 #             GPT-2 124M in bf16 (each op's share), and GPT-2 124M bf16 A/B: the default against
-#             CTX_CUBLASLT=0, CTX_BF16_ACTIVATIONS=0 and CTX_LM_HEAD_CHUNK_MIB=64 / 1024
+#             CTX_CUBLASLT=0, CTX_BF16_ACTIVATIONS=0, CTX_MLP_GELU=kernel and
+#             CTX_LM_HEAD_CHUNK_MIB=64 / 1024
 #   sanitize  the gpu test executables under compute-sanitizer (TOOL: memcheck (default),
 #             racecheck, synccheck, initcheck); CTX_SANITIZE_FILTER=gtest-filter narrows them
 #
@@ -240,6 +241,8 @@ profile() {
     step ab-gpt2-124m-bf16-default 60 "$RUN" ctxengine bench "${ab[@]}"
     step ab-gpt2-124m-bf16-no-cublaslt 60 env CTX_CUBLASLT=0 "$RUN" ctxengine bench "${ab[@]}"
     step ab-gpt2-124m-bf16-fp32-activations 60 env CTX_BF16_ACTIVATIONS=0 "$RUN" ctxengine bench \
+        "${ab[@]}"
+    step ab-gpt2-124m-bf16-mlp-gelu-kernel 60 env CTX_MLP_GELU=kernel "$RUN" ctxengine bench \
         "${ab[@]}"
     step ab-gpt2-124m-bf16-lm-head-64mib 60 env CTX_LM_HEAD_CHUNK_MIB=64 "$RUN" ctxengine bench "${ab[@]}"
     step ab-gpt2-124m-bf16-lm-head-1gib 60 env CTX_LM_HEAD_CHUNK_MIB=1024 "$RUN" ctxengine bench "${ab[@]}"
