@@ -373,8 +373,8 @@ void CudaBackend::activation_matmul_backward(float* dinp, float* dW, float* dbia
 // bf16(dout) with fc_proj's bias gradient in one pass, dW_proj from it, then dpre = (bf16(dout)
 // @ W_proj) * gelu'(pre) from one cuBLASLt product (DGELU_BGRAD: dpre rounded to bf16 as fc's
 // products take it, fc's bias gradient summed in fp32 from the unrounded values), then fc's
-// products. No fp32 dact or dpre is written (N x OC x 4 bytes written and read back, twice).
-// Other activations, and what cuBLASLt refuses, take the two ops (the default).
+// products. No fp32 dact is written and read back (N x OC x 4 bytes each way), nor dpre.
+// Other activations, and what cuBLASLt refuses, take the two ops (the default's composition).
 void CudaBackend::mlp_backward_bf16(const MlpBackwardBf16& m) {
     static constexpr const char* op = "mlp_backward_bf16";
     require_bf16_activations(op);
