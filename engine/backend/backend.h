@@ -194,6 +194,7 @@ struct MlpBackwardBf16 {
     const float* W_proj = nullptr;  // (OP, OA)
     int N = 0, IC = 0, OC = 0, OP = 0;
     Activation act = Activation::GeluTanh;
+    int OA() const { return act == Activation::SwiGLU ? OC / 2 : OC; }  // act_out's width
 };
 
 struct AdamWSegment {

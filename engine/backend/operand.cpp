@@ -64,9 +64,8 @@ void Backend::activation_matmul_backward_bf16(float*, float*, float*, float*, co
 
 void Backend::mlp_backward_bf16(const MlpBackwardBf16& m) {
     if (!bf16_activations()) no_bf16_storage(*this, "mlp_backward_bf16");
-    const int OA = m.act == Activation::SwiGLU ? m.OC / 2 : m.OC;
-    matmul_backward_bf16(m.dact, m.dW_proj, m.db_proj, m.dout, m.act_out, m.W_proj, m.N, OA, m.OP,
-                         GradStore::Overwrite);
+    matmul_backward_bf16(m.dact, m.dW_proj, m.db_proj, m.dout, m.act_out, m.W_proj, m.N, m.OA(),
+                         m.OP, GradStore::Overwrite);
     activation_matmul_backward_bf16(m.dinp, m.dW_fc, m.db_fc, m.dpre, m.dact, m.pre, m.inp, m.W_fc,
                                     m.N, m.IC, m.OC, m.act, m.dinp_store);
 }
@@ -181,7 +180,7 @@ void mlp_backward(Backend& be, MlpBackwardBf16 m, Operand pre, Operand act_out, 
         be.mlp_backward_bf16(m);
         return;
     }
-    const int OA = m.act == Activation::SwiGLU ? m.OC / 2 : m.OC;
+    const int OA = m.OA();
     be.matmul_backward(m.dact, m.dW_proj, m.db_proj, m.dout, act_out.f32, m.W_proj, m.N, OA, m.OP,
                        GradStore::Overwrite);
     be.activation_matmul_backward(m.dinp, m.dW_fc, m.db_fc, m.dpre, m.dact, pre.f32, inp.f32,

@@ -407,7 +407,7 @@ void ProfilingBackend::activation_matmul_backward_bf16(float* dinp, float* dW, f
                                                      IC, OC, act, dinp_store));
 }
 void ProfilingBackend::mlp_backward_bf16(const MlpBackwardBf16& m) {
-    const int OA = m.act == Activation::SwiGLU ? m.OC / 2 : m.OC;
+    const int OA = m.OA();
     // fc_proj's two products, fc's one or two
     const double flops =
         4.0 * m.N * double(OA) * m.OP + (m.dinp != nullptr ? 4.0 : 2.0) * m.N * double(m.IC) * m.OC;

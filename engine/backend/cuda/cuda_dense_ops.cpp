@@ -392,7 +392,7 @@ void CudaBackend::mlp_backward_bf16(const MlpBackwardBf16& m) {
               "null)",
               op);
     activate();
-    const int N = m.N, OA = m.OC, ldg = bf16_grad_ld(m.OP);
+    const int N = m.N, OA = m.OA(), ldg = bf16_grad_ld(m.OP);
     const uint16_t* g = round_grad_bf16(m.db_proj, m.dout, N, m.OP, op);  // (N, ldg)
     const uint16_t* act = reinterpret_cast<const uint16_t*>(m.act_out);
     // dW_proj (OP, OA) += g^T (OP, N) @ act_out (N, OA)
